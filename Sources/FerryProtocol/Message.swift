@@ -1,0 +1,218 @@
+/// The protocol version this build speaks.
+public let ferryProtocolVersion: UInt8 = 1
+
+/// What a message is.
+public enum MessageKind: UInt8, Sendable {
+    /// Client → agent: one event per following frame.
+    case events = 1
+    /// Agent → client: a status per event of an ``events`` message, same order.
+    case ack = 2
+    /// Agent → client: the whole message was refused (bad version, bad header, no events).
+    case error = 3
+}
+
+/// The 8-byte header frame that starts every message on the ingest socket.
+///
+/// `version:u8 kind:u8 flags:u16le requestID:u32le`. The request id is chosen by the client and
+/// echoed in the reply, so a client can match acks to the batch it sent.
+public struct MessageHeader: Hashable, Sendable {
+    public var version: UInt8
+    public var kind: MessageKind
+    public var flags: UInt16
+    public var requestID: UInt32
+
+    /// Size of the header frame.
+    public static let size = 8
+
+    /// Creates a header.
+    public init(version: UInt8 = ferryProtocolVersion, kind: MessageKind, flags: UInt16 = 0, requestID: UInt32) {
+        self.version = version
+        self.kind = kind
+        self.flags = flags
+        self.requestID = requestID
+    }
+
+    /// The encoded frame.
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = [version, kind.rawValue]
+        out.reserveCapacity(Self.size)
+        out.appendLE(flags)
+        out.appendLE(requestID)
+        return out
+    }
+
+    /// Decodes a header frame. An unknown version is reported before anything else, so a client
+    /// from the future gets `unsupportedVersion`, not `malformed`.
+    public init(decoding frame: [UInt8]) throws(ProtocolError) {
+        guard let version = frame.first else { throw .truncated("empty header frame") }
+        guard version == ferryProtocolVersion else {
+            throw .unsupportedVersion("protocol version \(version) is not supported; this side speaks \(ferryProtocolVersion)")
+        }
+        guard frame.count == Self.size else {
+            throw .malformed("header frame is \(frame.count) bytes, expected \(Self.size)")
+        }
+        guard let kind = MessageKind(rawValue: frame[1]) else { throw .unknownKind("unknown message kind \(frame[1])") }
+        self.init(version: version, kind: kind, flags: readLE(frame, at: 2), requestID: readLE(frame, at: 4))
+    }
+
+    /// The request id of a header frame, if it is long enough to have one, even when the header is
+    /// otherwise invalid (so error replies can still be matched).
+    public static func requestID(ofRaw frame: [UInt8]) -> UInt32 {
+        frame.count >= size ? readLE(frame, at: 4) : 0
+    }
+}
+
+/// The outcome of one event.
+public enum EventStatus: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+    /// Written and fsync'd: durable from now on.
+    case accepted = 0
+    /// The id (or once-key) was seen within the dedup window; the first copy is durable.
+    case duplicate = 1
+    /// Refused; see the ``RejectReason``. Nothing was stored.
+    case rejected = 2
+    /// Refused by consent (tracking off, category disabled). Nothing was stored.
+    case blocked = 3
+    /// Accepted locally (ack, dedup, bus) but never delivered upstream.
+    case suppressed = 4
+
+    public var description: String {
+        switch self {
+        case .accepted: "accepted"
+        case .duplicate: "duplicate"
+        case .rejected: "rejected"
+        case .blocked: "blocked"
+        case .suppressed: "suppressed"
+        }
+    }
+}
+
+/// Why an event was rejected.
+public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+    case none = 0
+    /// The frame's structure is wrong.
+    case malformed = 1
+    /// The event is larger than the agent's limit.
+    case tooLarge = 2
+    /// The queue reached its retention cap (policy `reject`).
+    case full = 3
+    /// The disk write or fsync failed (ENOSPC, EIO); nothing of the batch was kept.
+    case storage = 4
+    /// The agent is shutting down and takes no new events.
+    case shuttingDown = 5
+    /// A text field is not valid UTF-8.
+    case invalidUTF8 = 6
+
+    public var description: String {
+        switch self {
+        case .none: "none"
+        case .malformed: "malformed"
+        case .tooLarge: "too_large"
+        case .full: "full"
+        case .storage: "storage"
+        case .shuttingDown: "shutting_down"
+        case .invalidUTF8: "invalid_utf8"
+        }
+    }
+}
+
+/// One entry of an ack: the event's id and what became of it.
+public struct AckEntry: Hashable, Sendable {
+    public var id: EventID
+    public var status: EventStatus
+    public var reason: RejectReason
+
+    /// Creates an entry.
+    public init(id: EventID, status: EventStatus, reason: RejectReason = .none) {
+        self.id = id
+        self.status = status
+        self.reason = reason
+    }
+
+    /// Bytes per entry on the wire: 16 id + status + reason.
+    public static let size = 18
+}
+
+/// The body frame of an ``MessageKind/ack`` message: `count:u32le` then `count` entries.
+public enum AckCodec {
+    /// Encodes entries into one frame.
+    public static func encode(_ entries: [AckEntry]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(4 + entries.count * AckEntry.size)
+        out.appendLE(UInt32(entries.count))
+        for entry in entries {
+            entry.id.append(to: &out)
+            out.append(entry.status.rawValue)
+            out.append(entry.reason.rawValue)
+        }
+        return out
+    }
+
+    /// Decodes an ack body frame.
+    public static func decode(_ frame: [UInt8]) throws(ProtocolError) -> [AckEntry] {
+        guard frame.count >= 4 else { throw .truncated("ack frame is \(frame.count) bytes") }
+        let count = Int(readLE(frame, at: 0, as: UInt32.self))
+        guard frame.count == 4 + count * AckEntry.size else {
+            throw .malformed("ack frame declares \(count) entries but is \(frame.count) bytes")
+        }
+        var entries: [AckEntry] = []
+        entries.reserveCapacity(count)
+        for index in 0..<count {
+            let base = 4 + index * AckEntry.size
+            guard let status = EventStatus(rawValue: frame[base + 16]) else {
+                throw .malformed("unknown event status \(frame[base + 16])")
+            }
+            entries.append(AckEntry(
+                id: EventID(bytes: frame, at: base), status: status,
+                reason: RejectReason(rawValue: frame[base + 17]) ?? .malformed
+            ))
+        }
+        return entries
+    }
+}
+
+/// Codes of an ``MessageKind/error`` reply.
+public enum ErrorCode: UInt16, Sendable, CustomStringConvertible {
+    case malformedMessage = 1
+    case unsupportedVersion = 2
+    case unknownKind = 3
+    case messageTooLarge = 4
+    case shuttingDown = 5
+
+    public var description: String {
+        switch self {
+        case .malformedMessage: "malformed_message"
+        case .unsupportedVersion: "unsupported_version"
+        case .unknownKind: "unknown_kind"
+        case .messageTooLarge: "message_too_large"
+        case .shuttingDown: "shutting_down"
+        }
+    }
+}
+
+/// The body frame of an ``MessageKind/error`` message: `code:u16le` then a UTF-8 message.
+public struct ErrorReply: Hashable, Sendable {
+    public var code: ErrorCode
+    public var message: String
+
+    /// Creates a reply.
+    public init(code: ErrorCode, message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    /// The encoded body frame.
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        out.appendLE(code.rawValue)
+        out += Array(message.utf8)
+        return out
+    }
+
+    /// Decodes a body frame.
+    public init(decoding frame: [UInt8]) throws(ProtocolError) {
+        guard frame.count >= 2 else { throw .truncated("error frame is \(frame.count) bytes") }
+        let raw = readLE(frame, at: 0, as: UInt16.self)
+        guard let code = ErrorCode(rawValue: raw) else { throw .malformed("unknown error code \(raw)") }
+        self.init(code: code, message: String(decoding: frame[2...], as: UTF8.self))
+    }
+}

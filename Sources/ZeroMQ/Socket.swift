@@ -1,0 +1,192 @@
+import CZeroMQ
+
+/// The ZeroMQ socket types Ferry uses.
+public enum ZMQSocketType: Sendable {
+    case pair, pub, sub, req, rep, dealer, router, pull, push, xpub, xsub
+
+    var rawValue: CInt {
+        switch self {
+        case .pair: ZMQ_PAIR
+        case .pub: ZMQ_PUB
+        case .sub: ZMQ_SUB
+        case .req: ZMQ_REQ
+        case .rep: ZMQ_REP
+        case .dealer: ZMQ_DEALER
+        case .router: ZMQ_ROUTER
+        case .pull: ZMQ_PULL
+        case .push: ZMQ_PUSH
+        case .xpub: ZMQ_XPUB
+        case .xsub: ZMQ_XSUB
+        }
+    }
+}
+
+/// A ZeroMQ socket.
+///
+/// libzmq sockets are not thread safe, so this type is deliberately not `Sendable`: create it on
+/// the thread that uses it, use it only there and ``close()`` it there before the context is
+/// terminated. Every operation throws ``ZMQError``; a would-block condition is reported as a
+/// `nil`/`false` result, not an error.
+public final class ZMQSocket {
+    private var handle: UnsafeMutableRawPointer?
+    /// The socket's type.
+    public let type: ZMQSocketType
+
+    /// Creates a socket of `type` in `context`. Linger defaults to 0 so closing never blocks.
+    public init(context: ZMQContext, type: ZMQSocketType) throws(ZMQError) {
+        guard let handle = zmq_socket(context.handle, type.rawValue) else {
+            throw ZMQError.last("zmq_socket")
+        }
+        self.handle = handle
+        self.type = type
+        try setOption(ZMQ_LINGER, 0)
+    }
+
+    deinit {
+        // Closing is non-blocking with linger 0; it is still the owner's job to call close() on
+        // the owning thread. This only prevents a leaked descriptor if it forgot.
+        if let handle { zmq_close(handle) }
+    }
+
+    private func live(_ operation: @autoclosure () -> String) throws(ZMQError) -> UnsafeMutableRawPointer {
+        guard let handle else { throw ZMQError(code: ENOTSOCK, operation: operation()) }
+        return handle
+    }
+
+    /// Closes the socket. Safe to call more than once.
+    public func close() {
+        if let handle { zmq_close(handle) }
+        handle = nil
+    }
+
+    /// Whether ``close()`` has been called.
+    public var isClosed: Bool { handle == nil }
+
+    // MARK: Endpoints
+
+    /// Binds to `endpoint`, e.g. `ipc:///run/user/1000/ferry/ingest`.
+    public func bind(_ endpoint: String) throws(ZMQError) {
+        let socket = try live("zmq_bind(\(endpoint))")
+        _ = try zmqCall("zmq_bind(\(endpoint))") { zmq_bind(socket, endpoint) }
+    }
+
+    /// Connects to `endpoint`. For `ipc://` this succeeds even if nobody listens yet; libzmq
+    /// reconnects in the background.
+    public func connect(_ endpoint: String) throws(ZMQError) {
+        let socket = try live("zmq_connect(\(endpoint))")
+        _ = try zmqCall("zmq_connect(\(endpoint))") { zmq_connect(socket, endpoint) }
+    }
+
+    /// Disconnects from an endpoint given to ``connect(_:)``.
+    public func disconnect(_ endpoint: String) throws(ZMQError) {
+        let socket = try live("zmq_disconnect(\(endpoint))")
+        _ = try zmqCall("zmq_disconnect(\(endpoint))") { zmq_disconnect(socket, endpoint) }
+    }
+
+    // MARK: Options
+
+    /// Sets an integer option (`ZMQ_SNDHWM`, `ZMQ_LINGER`, …).
+    public func setOption(_ option: CInt, _ value: Int32) throws(ZMQError) {
+        let socket = try live("zmq_setsockopt(\(option))")
+        var value = value
+        _ = try zmqCall("zmq_setsockopt(\(option))") {
+            zmq_setsockopt(socket, option, &value, MemoryLayout<Int32>.size)
+        }
+    }
+
+    /// Sets a binary option (`ZMQ_SUBSCRIBE`, `ZMQ_ROUTING_ID`, …).
+    public func setOption(_ option: CInt, bytes: some Collection<UInt8>) throws(ZMQError) {
+        let socket = try live("zmq_setsockopt(\(option))")
+        let array = Array(bytes)
+        _ = try zmqCall("zmq_setsockopt(\(option))") {
+            array.withUnsafeBytes { zmq_setsockopt(socket, option, $0.baseAddress, $0.count) }
+        }
+    }
+
+    /// Reads an integer option.
+    public func option(_ option: CInt) throws(ZMQError) -> Int32 {
+        let socket = try live("zmq_getsockopt(\(option))")
+        var value: Int32 = 0
+        var size = MemoryLayout<Int32>.size
+        _ = try zmqCall("zmq_getsockopt(\(option))") { zmq_getsockopt(socket, option, &value, &size) }
+        return value
+    }
+
+    /// Subscribes a SUB socket to messages whose first frame starts with `prefix` (`""` = all).
+    public func subscribe(_ prefix: String) throws(ZMQError) {
+        try setOption(ZMQ_SUBSCRIBE, bytes: Array(prefix.utf8))
+    }
+
+    /// Send high-water mark, in messages.
+    public func setSendHighWaterMark(_ messages: Int32) throws(ZMQError) { try setOption(ZMQ_SNDHWM, messages) }
+    /// Receive high-water mark, in messages.
+    public func setReceiveHighWaterMark(_ messages: Int32) throws(ZMQError) { try setOption(ZMQ_RCVHWM, messages) }
+
+    /// Largest inbound message libzmq will accept, in bytes; larger ones drop the connection.
+    public func setMaxMessageSize(_ bytes: Int64) throws(ZMQError) {
+        let socket = try live("zmq_setsockopt(ZMQ_MAXMSGSIZE)")
+        var value = bytes
+        _ = try zmqCall("zmq_setsockopt(ZMQ_MAXMSGSIZE)") {
+            zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &value, MemoryLayout<Int64>.size)
+        }
+    }
+
+    // MARK: Messages
+
+    /// Sends a multipart message. Returns `false` if `dontWait` is set and the message could not
+    /// be queued right now (`EAGAIN`); any other failure throws.
+    @discardableResult
+    public func send(_ frames: [[UInt8]], dontWait: Bool = false) throws(ZMQError) -> Bool {
+        let socket = try live("zmq_send")
+        precondition(!frames.isEmpty, "a ZeroMQ message has at least one frame")
+        let base: CInt = dontWait ? ZMQ_DONTWAIT : 0
+        for (index, frame) in frames.enumerated() {
+            let flags = base | (index < frames.count - 1 ? ZMQ_SNDMORE : 0)
+            do {
+                _ = try zmqCall("zmq_send") {
+                    frame.withUnsafeBytes { zmq_send(socket, $0.baseAddress, $0.count, flags) }
+                }
+            } catch {
+                // libzmq queues a multipart message atomically once its first frame is accepted,
+                // so would-block can only happen on the first frame.
+                if error.isWouldBlock && index == 0 { return false }
+                throw error
+            }
+        }
+        return true
+    }
+
+    /// Receives one whole multipart message. Returns `nil` if `dontWait` is set and nothing is
+    /// waiting. Frame sizes come from `zmq_msg_size`, never from a truncating `zmq_recv`.
+    public func receive(dontWait: Bool = false) throws(ZMQError) -> [[UInt8]]? {
+        let socket = try live("zmq_msg_recv")
+        var frames: [[UInt8]] = []
+        var message = zmq_msg_t()
+        _ = zmq_msg_init(&message)
+        defer { zmq_msg_close(&message) }
+        let flags: CInt = dontWait ? ZMQ_DONTWAIT : 0
+        while true {
+            do {
+                _ = try zmqCall("zmq_msg_recv") { zmq_msg_recv(&message, socket, frames.isEmpty ? flags : 0) }
+            } catch {
+                if error.isWouldBlock && frames.isEmpty { return nil }
+                throw error
+            }
+            let size = CZeroMQ_msg_size(&message)
+            let frame: [UInt8]
+            if size == 0 {
+                frame = []
+            } else {
+                let data = zmq_msg_data(&message)!
+                frame = Array(UnsafeRawBufferPointer(start: data, count: size))
+            }
+            frames.append(frame)
+            // Read "more" before the next recv reuses the message.
+            if zmq_msg_more(&message) == 0 { return frames }
+        }
+    }
+
+    // MARK: Polling support
+
+    var pollHandle: UnsafeMutableRawPointer? { handle }
+}
