@@ -8,8 +8,9 @@ extension Array where Element == UInt8 {
 }
 
 extension UnsafeRawBufferPointer {
+    /// Reads a little-endian integer at `offset` (unaligned). The caller has checked the bounds.
     @inlinable
-    func loadLE<T: FixedWidthInteger>(at offset: Int, as: T.Type) -> T {
+    public func loadLE<T: FixedWidthInteger>(at offset: Int, as: T.Type) -> T {
         T(littleEndian: loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 }

@@ -1,0 +1,98 @@
+import Foundation
+
+extension AgentConfiguration {
+    /// Loads a configuration from a JSON file, starting from the defaults: only the fields present
+    /// in the file change. Unknown keys are an error, so a typo never silently falls back to a
+    /// default. See `daemon/ferryd.example.json`.
+    public static func load(fromFile path: String, base: AgentConfiguration = AgentConfiguration()) throws -> AgentConfiguration {
+        guard let bytes = try FileIO.readFile(path) else {
+            throw AgentError(code: .configuration, message: "configuration file \(path) does not exist")
+        }
+        let object: Any
+        do {
+            object = try JSONSerialization.jsonObject(with: Data(bytes))
+        } catch {
+            throw AgentError(code: .configuration, message: "configuration file \(path) is not valid JSON: \(error.localizedDescription)")
+        }
+        guard let root = object as? [String: Any] else {
+            throw AgentError(code: .configuration, message: "configuration file \(path) must hold a JSON object")
+        }
+        var config = base
+        var reader = FieldReader(path: path)
+        try reader.apply(root, [
+            "runtimeDirectory": .string { config.runtimeDirectory = $0 },
+            "dataDirectory": .string { config.dataDirectory = $0 },
+            "maxEventBytes": .int { config.maxEventBytes = $0 },
+            "log": .object([
+                "segmentMaxBytes": .int { config.log.segmentMaxBytes = Int64($0) },
+                "retentionMaxBytes": .int { config.log.retentionMaxBytes = Int64($0) },
+                "fullPolicy": .choice(LogConfiguration.FullPolicy.allCases.map(\.rawValue)) {
+                    config.log.fullPolicy = LogConfiguration.FullPolicy(rawValue: $0)!
+                },
+            ]),
+            "dedup": .object([
+                "maxEntries": .int { config.dedup.maxEntries = $0 },
+                "maxAgeSeconds": .int { config.dedup.maxAgeSeconds = $0 },
+            ]),
+            "delivery": .object([
+                "batchMaxEvents": .int { config.delivery.batchMaxEvents = $0 },
+                "batchMaxBytes": .int { config.delivery.batchMaxBytes = $0 },
+                "retryInitialMilliseconds": .int { config.delivery.retryInitialMilliseconds = $0 },
+                "retryMaxMilliseconds": .int { config.delivery.retryMaxMilliseconds = $0 },
+            ]),
+            "sink": .object([
+                "type": .choice(["file"]) { _ in },
+                "directory": .string { directory in
+                    if case .file(_, let max) = config.sink { config.sink = .file(directory: directory, maxFileBytes: max) }
+                },
+                "maxFileBytes": .int { max in
+                    if case .file(let directory, _) = config.sink { config.sink = .file(directory: directory, maxFileBytes: Int64(max)) }
+                },
+            ]),
+        ], at: "")
+        try config.validate()
+        return config
+    }
+}
+
+/// Applies a JSON object to setters, with precise errors naming the key path.
+private struct FieldReader {
+    let path: String
+
+    indirect enum Field {
+        case string((String) -> Void)
+        case int((Int) -> Void)
+        case choice([String], (String) -> Void)
+        case object([String: Field])
+    }
+
+    func fail(_ key: String, _ message: String) -> AgentError {
+        AgentError(code: .configuration, message: "\(path): \(key): \(message)")
+    }
+
+    mutating func apply(_ object: [String: Any], _ fields: [String: Field], at prefix: String) throws {
+        for (key, value) in object.sorted(by: { $0.key < $1.key }) {
+            let name = prefix.isEmpty ? key : prefix + "." + key
+            guard let field = fields[key] else {
+                throw fail(name, "unknown key; valid keys here: \(fields.keys.sorted().joined(separator: ", "))")
+            }
+            switch field {
+            case .string(let set):
+                guard let string = value as? String else { throw fail(name, "expected a string") }
+                set(string)
+            case .int(let set):
+                guard !(value is Bool), let number = value as? NSNumber,
+                      number.doubleValue == number.doubleValue.rounded() else { throw fail(name, "expected an integer") }
+                set(number.intValue)
+            case .choice(let valid, let set):
+                guard let string = value as? String, valid.contains(string) else {
+                    throw fail(name, "expected one of: \(valid.joined(separator: ", "))")
+                }
+                set(string)
+            case .object(let nested):
+                guard let child = value as? [String: Any] else { throw fail(name, "expected an object") }
+                try apply(child, nested, at: name)
+            }
+        }
+    }
+}

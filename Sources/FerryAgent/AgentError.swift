@@ -1,0 +1,61 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// An error from the agent core: storage, configuration, sockets or delivery.
+///
+/// One error type for the module, shaped like swift-nio's `FileSystemError`: a stable ``code`` to
+/// branch on, a message for people, an optional errno and the underlying cause.
+public struct AgentError: Error, CustomStringConvertible, Sendable {
+    /// Stable error categories; new codes may be added.
+    public struct Code: Hashable, Sendable, CustomStringConvertible {
+        private let name: String
+        private init(_ name: String) { self.name = name }
+        /// A system call on a file failed (see ``AgentError/errno``).
+        public static let io = Code("io")
+        /// The disk (or the filesystem quota) is full.
+        public static let noSpace = Code("no_space")
+        /// A data file is not in the expected format.
+        public static let corrupt = Code("corrupt")
+        /// The configuration is invalid.
+        public static let configuration = Code("configuration")
+        /// A ZeroMQ call failed.
+        public static let socket = Code("socket")
+        /// The agent is already running in this runtime directory.
+        public static let alreadyRunning = Code("already_running")
+        /// A sink failed to deliver.
+        public static let delivery = Code("delivery")
+        public var description: String { name }
+    }
+
+    /// What went wrong, as a category.
+    public var code: Code
+    /// What went wrong, for people.
+    public var message: String
+    /// The errno of the failed system call, if any.
+    public var errno: CInt?
+    /// The underlying error, if any.
+    public var cause: (any Error & Sendable)?
+
+    /// Creates an error.
+    public init(code: Code, message: String, errno: CInt? = nil, cause: (any Error & Sendable)? = nil) {
+        self.code = code
+        self.message = message
+        self.errno = errno
+        self.cause = cause
+    }
+
+    /// An error for a failed system call; `ENOSPC`/`EDQUOT` map to ``Code/noSpace``.
+    static func system(_ operation: String, path: String, errno: CInt) -> AgentError {
+        let code: Code = (errno == ENOSPC || errno == EDQUOT) ? .noSpace : .io
+        return AgentError(code: code, message: "\(operation) \(path): \(String(cString: strerror(errno)))", errno: errno)
+    }
+
+    public var description: String {
+        var text = "\(code): \(message)"
+        if let cause { text += " (\(cause))" }
+        return text
+    }
+}

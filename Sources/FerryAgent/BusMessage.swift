@@ -1,0 +1,103 @@
+import FerryProtocol
+
+/// Topics of the event bus (`ipc://<runtime dir>/events`).
+public enum BusTopic: String, Sendable, CaseIterable {
+    /// An event was stored durably.
+    case accepted
+    /// An event was handed to the sink and acknowledged by it.
+    case delivered
+    /// An undelivered event was deleted (drop-oldest policy).
+    case dropped
+    /// An event was refused.
+    case rejected
+}
+
+/// Builds the JSON objects published on the bus. Hand-written so that publishing an event costs
+/// one small buffer and no Foundation round trip.
+enum BusMessage {
+    static func event(
+        topic: BusTopic, frame: [UInt8], at: UInt64, reason: String? = nil, sink: String? = nil
+    ) -> [UInt8]? {
+        guard let event = try? WireEvent(decoding: frame) else {
+            // A refused malformed frame: say what little is known.
+            var json = JSONWriter()
+            json.field("topic", topic.rawValue)
+            if frame.count >= 16 { json.field("id", EventID(bytes: frame).description) }
+            json.field("at", at)
+            if let reason { json.field("reason", reason) }
+            return json.finish()
+        }
+        var json = JSONWriter()
+        json.field("topic", topic.rawValue)
+        json.field("id", event.id.description)
+        json.field("type", event.type.description)
+        json.field("name", event.name)
+        json.field("source", event.source)
+        json.field("pid", UInt64(event.pid))
+        json.field("seq", event.sequence)
+        json.field("timestamp", event.timestamp)
+        json.field("at", at)
+        if let reason { json.field("reason", reason) }
+        if let sink { json.field("sink", sink) }
+        return json.finish()
+    }
+}
+
+/// A minimal JSON object writer with correct string escaping.
+struct JSONWriter {
+    private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
+    private var first = true
+
+    private mutating func key(_ name: String) {
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+        Self.appendString(name, to: &bytes)
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    mutating func field(_ name: String, _ value: String) {
+        key(name)
+        Self.appendString(value, to: &bytes)
+    }
+
+    mutating func field(_ name: String, _ value: UInt64) {
+        key(name)
+        bytes += Array(String(value).utf8)
+    }
+
+    mutating func field(_ name: String, _ value: Bool) {
+        key(name)
+        bytes += Array((value ? "true" : "false").utf8)
+    }
+
+    /// Inserts `json` verbatim; the caller guarantees it is a valid JSON value.
+    mutating func rawField(_ name: String, _ json: [UInt8]) {
+        key(name)
+        bytes += json
+    }
+
+    mutating func finish() -> [UInt8] {
+        bytes.append(UInt8(ascii: "}"))
+        return bytes
+    }
+
+    static func appendString(_ string: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
+        let hex = Array("0123456789abcdef".utf8)
+        for byte in string.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+            case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            case UInt8(ascii: "\n"): out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case UInt8(ascii: "\r"): out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+            case UInt8(ascii: "\t"): out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
+            case 0..<0x20:
+                out += Array("\\u00".utf8)
+                out.append(hex[Int(byte >> 4)])
+                out.append(hex[Int(byte & 0xF)])
+            default: out.append(byte)
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+}

@@ -1,0 +1,246 @@
+import FerryProtocol
+import Logging
+import Synchronization
+
+/// One ingest message after validation, on its way to the commit thread.
+struct IngestBatch: Sendable {
+    /// ZeroMQ routing id of the client connection.
+    var peer: [UInt8]
+    var requestID: UInt32
+    var items: [Item]
+
+    enum Item: Sendable {
+        /// A well-formed event to store.
+        case event(id: EventID, frame: [UInt8])
+        /// An event refused during validation, with its ack entry.
+        case refused(AckEntry, frame: [UInt8])
+    }
+}
+
+/// A batch after the commit: the ack entries in the order of the original frames.
+struct CommittedBatch: Sendable {
+    var peer: [UInt8]
+    var requestID: UInt32
+    var entries: [AckEntry]
+    /// The frames, for bus publications (same order as `entries`).
+    var frames: [[UInt8]]
+    var acceptedAt: UInt64
+}
+
+/// Counters shared by the agent's threads and reported by `ferry status`.
+public final class AgentCounters: Sendable {
+    /// Events stored and acked.
+    public let accepted = Atomic<Int>(0)
+    /// Events answered `duplicate`.
+    public let duplicate = Atomic<Int>(0)
+    /// Events rejected (any reason).
+    public let rejected = Atomic<Int>(0)
+    /// Undelivered events deleted by the drop-oldest policy.
+    public let dropped = Atomic<Int>(0)
+    /// Events delivered by the sink.
+    public let delivered = Atomic<Int>(0)
+    /// Failed delivery attempts.
+    public let deliveryFailures = Atomic<Int>(0)
+    /// Whole messages refused with an error reply.
+    public let malformedMessages = Atomic<Int>(0)
+    /// Group commits (fsyncs) performed.
+    public let commits = Atomic<Int>(0)
+
+    /// Creates zeroed counters.
+    public init() {}
+
+    /// A plain snapshot, for status output.
+    public var snapshot: [String: Int] {
+        [
+            "accepted": accepted.load(ordering: .relaxed),
+            "duplicate": duplicate.load(ordering: .relaxed),
+            "rejected": rejected.load(ordering: .relaxed),
+            "dropped": dropped.load(ordering: .relaxed),
+            "delivered": delivered.load(ordering: .relaxed),
+            "delivery_failures": deliveryFailures.load(ordering: .relaxed),
+            "malformed_messages": malformedMessages.load(ordering: .relaxed),
+            "commits": commits.load(ordering: .relaxed),
+        ]
+    }
+}
+
+/// The commit thread: dedup, retention, append, one `fdatasync` per group, then acks.
+///
+/// Everything that arrived while the previous group was syncing forms the next group, so under
+/// load many events share one sync (group commit) and with a single client latency is one sync.
+/// It owns the ``LogWriter`` and the ``DedupWindow``; all file mutations happen on this thread.
+final class CommitPipeline: Sendable {
+    private let inbox = ThreadInbox<IngestBatch>()
+    private let thread: Mutex<DedicatedThread?> = Mutex(nil)
+    let log: SegmentedLog
+    private let counters: AgentCounters
+    private let logger: Logger
+    private let configuration: AgentConfiguration
+
+    init(log: SegmentedLog, configuration: AgentConfiguration, counters: AgentCounters, logger: Logger) {
+        self.log = log
+        self.configuration = configuration
+        self.counters = counters
+        self.logger = logger
+    }
+
+    /// Batches submitted but not yet committed (for back-pressure on the ingest socket).
+    var backlog: Int { inbox.approximateCount }
+
+    var dedupSnapshotPath: String { configuration.dataDirectory + "/dedup.snapshot" }
+
+    /// Starts the thread. `completed` is called on the commit thread after each group;
+    /// `committedEvents` after each group that stored something.
+    func start(
+        dedup: DedupWindow, completed: @escaping @Sendable ([CommittedBatch]) -> Void,
+        committedEvents: @escaping @Sendable () -> Void
+    ) throws {
+        let writer = try LogWriter(log: log)
+        let state = UncheckedBox((writer, dedup))
+        let thread = DedicatedThread(name: "ferry-commit") { [self] in
+            var (writer, dedup) = state.take()
+            run(writer: writer, dedup: &dedup, completed: completed, committedEvents: committedEvents)
+        }
+        self.thread.withLock { $0 = thread }
+    }
+
+    /// Queues a batch. Returns false once the pipeline is stopping.
+    func submit(_ batch: IngestBatch) -> Bool { inbox.put(batch) }
+
+    /// Stops taking batches, commits what was submitted and waits for the thread to end.
+    func stop() async {
+        inbox.close()
+        if let thread = thread.withLock({ $0 }) { await thread.joinAsync() }
+    }
+
+    private func run(
+        writer: LogWriter, dedup: inout DedupWindow, completed: @Sendable ([CommittedBatch]) -> Void,
+        committedEvents: @Sendable () -> Void
+    ) {
+        while let batches = inbox.takeAll(timeout: .milliseconds(500)) {
+            let now = WallClock.unixMilliseconds()
+            dedup.expire(now: now)
+            deleteDeliveredSegments(writer: writer, dedup: dedup)
+            guard !batches.isEmpty else { continue }
+            let results = commit(batches, writer: writer, dedup: &dedup, now: now)
+            completed(results)
+            if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { committedEvents() }
+        }
+        deleteDeliveredSegments(writer: writer, dedup: dedup)
+    }
+
+    private func commit(_ batches: [IngestBatch], writer: LogWriter, dedup: inout DedupWindow, now: UInt64) -> [CommittedBatch] {
+        var results: [CommittedBatch] = []
+        results.reserveCapacity(batches.count)
+        var appended: [EventID] = []
+        for batch in batches {
+            var entries: [AckEntry] = []
+            var frames: [[UInt8]] = []
+            entries.reserveCapacity(batch.items.count)
+            for item in batch.items {
+                switch item {
+                case .refused(let entry, let frame):
+                    entries.append(entry)
+                    frames.append(frame)
+                case .event(let id, let frame):
+                    frames.append(frame)
+                    if dedup.contains(id) {
+                        entries.append(AckEntry(id: id, status: .duplicate))
+                        continue
+                    }
+                    if !makeRoom(for: frame.count, writer: writer, dedup: dedup, pending: appended) {
+                        entries.append(AckEntry(id: id, status: .rejected, reason: .full))
+                        continue
+                    }
+                    do {
+                        try writer.append(frame: frame, acceptedAt: now)
+                        dedup.insert(id, at: now)
+                        appended.append(id)
+                        entries.append(AckEntry(id: id, status: .accepted))
+                    } catch {
+                        entries.append(AckEntry(id: id, status: .rejected, reason: .storage))
+                    }
+                }
+            }
+            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, entries: entries,
+                                          frames: frames, acceptedAt: now))
+        }
+        if !appended.isEmpty {
+            do {
+                try writer.commit()
+                counters.commits.add(1, ordering: .relaxed)
+            } catch {
+                // Nothing of the group is kept: every event of it, and any duplicate of one of
+                // them, is rejected so the client knows to keep or resend it.
+                let failed = Set(appended)
+                dedup.remove(appended)
+                let reason: RejectReason = (error as? AgentError)?.code == .noSpace ? .full : .storage
+                logger.error("group commit failed; rejected \(appended.count) events", metadata: ["error": "\(error)"])
+                for b in results.indices {
+                    for e in results[b].entries.indices where failed.contains(results[b].entries[e].id)
+                        && results[b].entries[e].status != .rejected {
+                        results[b].entries[e] = AckEntry(id: results[b].entries[e].id, status: .rejected, reason: reason)
+                    }
+                }
+            }
+        }
+        for result in results {
+            for entry in result.entries {
+                switch entry.status {
+                case .accepted: counters.accepted.add(1, ordering: .relaxed)
+                case .duplicate: counters.duplicate.add(1, ordering: .relaxed)
+                default: counters.rejected.add(1, ordering: .relaxed)
+                }
+            }
+        }
+        return results
+    }
+
+    /// Applies the retention cap before an append. Returns false if the event must be rejected.
+    private func makeRoom(for frameSize: Int, writer: LogWriter, dedup: DedupWindow, pending: [EventID]) -> Bool {
+        let size = Int64(LogRecord.framedSize(frameSize: frameSize))
+        let cap = configuration.log.retentionMaxBytes
+        while writer.totalBytes + size > cap {
+            guard configuration.log.fullPolicy == .dropOldest else { return false }
+            do {
+                // The dropped segment's ids leave the disk: persist the window first, without
+                // the ids of this uncommitted group.
+                try persistDedup(dedup, excluding: Set(pending))
+                guard let lost = try writer.dropOldestSegment() else { return false }
+                counters.dropped.add(lost, ordering: .relaxed)
+                logger.warning("queue full: dropped the oldest segment", metadata: ["events": "\(lost)"])
+            } catch {
+                logger.error("could not drop the oldest segment", metadata: ["error": "\(error)"])
+                return false
+            }
+        }
+        return true
+    }
+
+    private func deleteDeliveredSegments(writer: LogWriter, dedup: DedupWindow) {
+        let done = log.deliveredSegments().filter { $0.index != writer.activeIndex }
+        guard !done.isEmpty else { return }
+        do {
+            try persistDedup(dedup, excluding: [])
+            for segment in done { try writer.delete(segment: segment) }
+            try FileIO.syncDirectory(log.directory)
+        } catch {
+            logger.error("could not delete delivered segments", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func persistDedup(_ dedup: DedupWindow, excluding: Set<EventID>) throws {
+        try FileIO.writeAtomically(dedup.snapshot(excluding: excluding), to: dedupSnapshotPath)
+    }
+}
+
+/// Moves a non-Sendable value into a thread that becomes its only owner.
+final class UncheckedBox<Value>: @unchecked Sendable {
+    // @unchecked: the value is taken exactly once, by the thread it was created for.
+    private var value: Value?
+    init(_ value: Value) { self.value = value }
+    func take() -> Value {
+        defer { value = nil }
+        return value!
+    }
+}

@@ -1,0 +1,149 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Thin POSIX file helpers. Every call retries `EINTR` and throws ``AgentError`` with the path;
+/// nothing here is called from the Swift concurrency pool (see ``BlockingExecutor``).
+enum FileIO {
+    @inline(__always)
+    static func call<T: BinaryInteger>(_ operation: String, _ path: String, _ body: () -> T) throws -> T {
+        while true {
+            let result = body()
+            if result >= 0 { return result }
+            let code = errno
+            if code == EINTR { continue }
+            throw AgentError.system(operation, path: path, errno: code)
+        }
+    }
+
+    static func open(_ path: String, _ flags: CInt, mode: mode_t = 0o600) throws -> CInt {
+        try call("open", path) { Glibc.open(path, flags | O_CLOEXEC, mode) }
+    }
+
+    /// Writes all of `bytes` at `offset`, looping over short writes.
+    static func pwriteAll(_ fd: CInt, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+        var done = 0
+        while done < bytes.count {
+            let n = try call("write", path) {
+                pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
+            }
+            if n == 0 { throw AgentError(code: .io, message: "write \(path): wrote 0 bytes") }
+            done += n
+        }
+    }
+
+    /// Reads up to `count` bytes at `offset`; fewer only at end of file.
+    static func pread(_ fd: CInt, count: Int, at offset: Int64, path: String) throws -> [UInt8] {
+        var buffer = [UInt8](repeating: 0, count: count)
+        var done = 0
+        try buffer.withUnsafeMutableBytes { raw in
+            while done < count {
+                let n = try call("read", path) {
+                    Glibc.pread(fd, raw.baseAddress! + done, count - done, off_t(offset) + off_t(done))
+                }
+                if n == 0 { break }
+                done += n
+            }
+        }
+        if done < count { buffer.removeLast(count - done) }
+        return buffer
+    }
+
+    static func fdatasync(_ fd: CInt, path: String) throws {
+        #if canImport(Darwin)
+        _ = try call("fcntl(F_FULLFSYNC)", path) { fcntl(fd, F_FULLFSYNC) }
+        #else
+        _ = try call("fdatasync", path) { Glibc.fdatasync(fd) }
+        #endif
+    }
+
+    static func fsync(_ fd: CInt, path: String) throws {
+        _ = try call("fsync", path) { Glibc.fsync(fd) }
+    }
+
+    static func ftruncate(_ fd: CInt, _ length: Int64, path: String) throws {
+        _ = try call("ftruncate", path) { Glibc.ftruncate(fd, off_t(length)) }
+    }
+
+    static func fileSize(_ fd: CInt, path: String) throws -> Int64 {
+        var st = stat()
+        _ = try call("fstat", path) { fstat(fd, &st) }
+        return Int64(st.st_size)
+    }
+
+    /// fsyncs a directory so that a create, rename or unlink in it is durable.
+    static func syncDirectory(_ path: String) throws {
+        let fd = try open(path, O_RDONLY | O_DIRECTORY)
+        defer { Glibc.close(fd) }
+        try fsync(fd, path: path)
+    }
+
+    /// Creates `path` (and parents) with `mode` if missing; fixes the mode if it exists.
+    static func makeDirectory(_ path: String, mode: mode_t) throws {
+        var current = path.hasPrefix("/") ? "" : "."
+        for component in path.split(separator: "/") {
+            current += "/" + component
+            if mkdir(current, mode) != 0 && errno != EEXIST {
+                throw AgentError.system("mkdir", path: current, errno: errno)
+            }
+        }
+        if chmod(path, mode) != 0 { throw AgentError.system("chmod", path: path, errno: errno) }
+    }
+
+    /// Atomically replaces `path` with `bytes`: temp file, fsync, rename, fsync of the directory.
+    static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
+        let temporary = path + ".tmp"
+        let fd = try open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
+        do {
+            try bytes.withUnsafeBytes { raw in try pwriteAll(fd, raw, at: 0, path: temporary) }
+            try fsync(fd, path: temporary)
+        } catch {
+            Glibc.close(fd)
+            throw error
+        }
+        Glibc.close(fd)
+        _ = try call("rename", path) { rename(temporary, path) }
+        try syncDirectory(parent(of: path))
+    }
+
+    /// Reads a whole file, or returns `nil` if it does not exist.
+    static func readFile(_ path: String) throws -> [UInt8]? {
+        let fd: CInt
+        do {
+            fd = try open(path, O_RDONLY)
+        } catch let error as AgentError where error.errno == ENOENT {
+            return nil
+        }
+        defer { Glibc.close(fd) }
+        let size = try fileSize(fd, path: path)
+        return try pread(fd, count: Int(size), at: 0, path: path)
+    }
+
+    /// Names in a directory (without `.` and `..`), or `[]` if it does not exist.
+    static func listDirectory(_ path: String) throws -> [String] {
+        guard let dir = opendir(path) else {
+            if errno == ENOENT { return [] }
+            throw AgentError.system("opendir", path: path, errno: errno)
+        }
+        defer { closedir(dir) }
+        var names: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
+                String(cString: raw.bindMemory(to: CChar.self).baseAddress!)
+            }
+            if name != "." && name != ".." { names.append(name) }
+        }
+        return names
+    }
+
+    static func unlink(_ path: String) throws {
+        if Glibc.unlink(path) != 0 && errno != ENOENT { throw AgentError.system("unlink", path: path, errno: errno) }
+    }
+
+    static func parent(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        return slash == path.startIndex ? "/" : String(path[..<slash])
+    }
+}

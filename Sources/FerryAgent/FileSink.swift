@@ -1,0 +1,155 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import FerryProtocol
+import Synchronization
+
+/// The embedded default sink: JSON Lines files in a directory, one event object per line.
+///
+/// Files are named `events-<20-digit sequence>.jsonl` and rolled at a size limit. Each batch is
+/// appended and fsync'd; its checkpoint (file and length) is stored atomically with the delivery
+/// cursor, and on start the current file is cut back to the checkpoint, so a crash between the
+/// write and the cursor update never leaves a line twice: delivery to this sink is exactly-once.
+public final class FileSink: Sink {
+    public let name = "file"
+    /// The directory the files are written to.
+    public let directory: String
+    private let maxFileBytes: Int64
+    private let state = Mutex<State>(State())
+    private let io: BlockingExecutor
+
+    private struct State {
+        var fileIndex: UInt64 = 1
+        var length: Int64 = 0
+    }
+
+    /// Creates a sink writing into `directory` (created 0700 if missing).
+    public init(directory: String, maxFileBytes: Int64 = 64 << 20) {
+        self.directory = directory
+        self.maxFileBytes = maxFileBytes
+        io = BlockingExecutor.shared
+    }
+
+    /// The file name for sequence `index`.
+    public static func fileName(_ index: UInt64) -> String {
+        let digits = String(index)
+        return "events-" + String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".jsonl"
+    }
+
+    private var currentPath: String { directory + "/" + Self.fileName(state.withLock { $0.fileIndex }) }
+
+    public func recover(checkpoint: [UInt8]?) async throws {
+        let directory = self.directory
+        try await io.run { [self] in
+            try FileIO.makeDirectory(directory, mode: 0o700)
+            guard let checkpoint, checkpoint.count == 16 else {
+                // No checkpoint: continue after the newest existing file, never rewriting one.
+                let newest = try FileIO.listDirectory(directory).compactMap(Self.index(ofFileName:)).max() ?? 0
+                state.withLock { $0 = State(fileIndex: newest + 1, length: 0) }
+                return
+            }
+            let index: UInt64 = readLE(checkpoint, at: 0)
+            let length: Int64 = readLE(checkpoint, at: 8)
+            state.withLock { $0 = State(fileIndex: index, length: length) }
+            // Cut away anything written after the checkpoint (a batch whose cursor never got
+            // stored: it will be delivered again).
+            let path = currentPath
+            if let fd = try? FileIO.open(path, O_WRONLY) {
+                defer { close(fd) }
+                if try FileIO.fileSize(fd, path: path) > length {
+                    try FileIO.ftruncate(fd, length, path: path)
+                    try FileIO.fsync(fd, path: path)
+                }
+            }
+            // Later files can only hold uncommitted batches too.
+            for name in try FileIO.listDirectory(directory) {
+                if let other = Self.index(ofFileName: name), other > index { try FileIO.unlink(directory + "/" + name) }
+            }
+        }
+    }
+
+    static func index(ofFileName name: String) -> UInt64? {
+        guard name.hasPrefix("events-"), name.hasSuffix(".jsonl") else { return nil }
+        return UInt64(name.dropFirst(7).dropLast(6))
+    }
+
+    public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {
+        var lines: [UInt8] = []
+        for event in batch.events { Self.appendLine(for: event, to: &lines) }
+        let payload = lines
+        return try await io.run { [self] () throws -> [UInt8] in
+            var current = state.withLock { $0 }
+            if current.length > 0 && current.length + Int64(payload.count) > maxFileBytes {
+                current = State(fileIndex: current.fileIndex + 1, length: 0)
+            }
+            let path = directory + "/" + Self.fileName(current.fileIndex)
+            do {
+                let fd = try FileIO.open(path, O_WRONLY | O_CREAT)
+                defer { close(fd) }
+                try payload.withUnsafeBytes { raw in try FileIO.pwriteAll(fd, raw, at: current.length, path: path) }
+                try FileIO.fdatasync(fd, path: path)
+                if current.length == 0 { try FileIO.syncDirectory(directory) }
+            } catch {
+                throw SinkError(.retry(after: nil), "file sink: \(error)")
+            }
+            current.length += Int64(payload.count)
+            state.withLock { $0 = current }
+            var checkpoint: [UInt8] = []
+            appendLE(current.fileIndex, to: &checkpoint)
+            appendLE(current.length, to: &checkpoint)
+            return checkpoint
+        }
+    }
+
+    public func shutdown() async throws {}
+
+    /// One JSON object line for `event`: id, type, name, source, pid, seq, timestamp, accepted_at,
+    /// user_id/once_key when set, local_only, category, and properties (as sent; a body that is
+    /// not a JSON object is kept as a string under `properties_raw`).
+    static func appendLine(for stored: StoredEvent, to out: inout [UInt8]) {
+        guard let event = try? stored.decoded() else {
+            var json = JSONWriter()
+            json.field("id", stored.decodedID.description)
+            json.field("undecodable", true)
+            out += json.finish()
+            out.append(UInt8(ascii: "\n"))
+            return
+        }
+        var json = JSONWriter()
+        json.field("id", event.id.description)
+        json.field("type", event.type.description)
+        json.field("name", event.name)
+        json.field("source", event.source)
+        json.field("pid", UInt64(event.pid))
+        json.field("seq", event.sequence)
+        json.field("timestamp", event.timestamp)
+        json.field("accepted_at", stored.acceptedAt)
+        if event.category != 0 { json.field("category", UInt64(event.category)) }
+        if !event.userID.isEmpty { json.field("user_id", event.userID) }
+        if !event.onceKey.isEmpty { json.field("once_key", event.onceKey) }
+        if event.flags.contains(.localOnly) { json.field("local_only", true) }
+        if event.properties.isEmpty {
+            json.rawField("properties", Array("{}".utf8))
+        } else if isJSONObject(event.properties) {
+            json.rawField("properties", compactJSON(event.properties))
+        } else {
+            json.field("properties_raw", String(decoding: event.properties, as: UTF8.self))
+        }
+        out += json.finish()
+        out.append(UInt8(ascii: "\n"))
+    }
+
+    private static func isJSONObject(_ bytes: [UInt8]) -> Bool {
+        (try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any]
+    }
+
+    /// The properties without raw newlines, so one event stays on one line.
+    private static func compactJSON(_ bytes: [UInt8]) -> [UInt8] {
+        guard bytes.contains(UInt8(ascii: "\n")) || bytes.contains(UInt8(ascii: "\r")) else { return bytes }
+        // Newlines can only occur as whitespace in valid JSON (inside strings they are escaped).
+        return bytes.map { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") ? UInt8(ascii: " ") : $0 }
+    }
+}

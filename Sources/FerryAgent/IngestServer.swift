@@ -1,0 +1,320 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import CZeroMQ
+import FerryProtocol
+import Logging
+import Synchronization
+import ZeroMQ
+
+/// The agent's socket thread. It owns every ZeroMQ socket of the agent:
+///
+/// - `ingest` (ROUTER): decodes and validates event messages, hands them to the commit thread and
+///   sends the acks it gets back;
+/// - `events` (XPUB): publishes bus messages, tracking subscriptions so nothing is serialised
+///   for a topic nobody listens to;
+/// - `control` (REP): answers JSON requests through the agent's handler.
+///
+/// Other threads talk to it through a lock-protected outbox and a wake-up pipe, never by touching
+/// a socket.
+final class IngestServer: Sendable {
+    /// The most event frames in one message.
+    static let maxEventsPerMessage = 4096
+    /// Inbound frames above this size drop the connection in libzmq (hostile-peer bound); between
+    /// `maxEventBytes` and this, an event is rejected `too_large` with an ack.
+    static let hardFrameLimit: Int64 = 16 << 20
+    /// Stop reading the ingest socket while this many batches wait for the commit thread.
+    static let maxCommitBacklog = 256
+
+    private enum Outbound: Sendable {
+        case committed([CommittedBatch])
+        case publish(BusTopic, [UInt8])
+    }
+
+    private let context: ZMQContext
+    private let configuration: AgentConfiguration
+    private let pipeline: CommitPipeline
+    private let counters: AgentCounters
+    private let logger: Logger
+    private let wake: WakePipe
+    private let outbox = Mutex<[Outbound]>([])
+    private let stopping = Atomic<Bool>(false)
+    private let intakeStopped = Atomic<Bool>(false)
+    private let subscriptions = Mutex<Set<[UInt8]>>([])
+    private let thread = Mutex<DedicatedThread?>(nil)
+    private let control: @Sendable ([UInt8]) -> [UInt8]
+
+    init(
+        context: ZMQContext, configuration: AgentConfiguration, pipeline: CommitPipeline, counters: AgentCounters,
+        logger: Logger, control: @escaping @Sendable ([UInt8]) -> [UInt8]
+    ) throws {
+        self.context = context
+        self.configuration = configuration
+        self.pipeline = pipeline
+        self.counters = counters
+        self.logger = logger
+        self.control = control
+        wake = try WakePipe()
+    }
+
+    /// Binds the sockets on the server thread and starts serving. Throws if binding fails.
+    func start() throws {
+        let ready = ThreadInbox<Result<Void, AgentError>>()
+        let thread = DedicatedThread(name: "ferry-ingest") { [self] in
+            let sockets: Sockets
+            do {
+                sockets = try bind()
+            } catch {
+                ready.put(.failure(error as? AgentError ?? AgentError(code: .socket, message: "\(error)")))
+                return
+            }
+            ready.put(.success(()))
+            serve(sockets)
+            sockets.close()
+        }
+        self.thread.withLock { $0 = thread }
+        while true {
+            if let result = ready.takeAll(timeout: .seconds(10))?.first {
+                try result.get()
+                return
+            }
+        }
+    }
+
+    /// Stops reading the ingest socket; acks and bus messages still go out. Clients' unacked
+    /// events stay in their outboxes and are re-sent to the next agent.
+    func stopIntake() {
+        intakeStopped.store(true, ordering: .releasing)
+        wake.wake()
+    }
+
+    /// Stops reading new messages, sends the acks of everything already committed and closes the
+    /// sockets. Call after the commit pipeline has been stopped (so its last acks are queued).
+    func stop() async {
+        stopping.store(true, ordering: .releasing)
+        wake.wake()
+        if let thread = thread.withLock({ $0 }) { await thread.joinAsync() }
+        wake.close()
+    }
+
+    /// Called on the commit thread with each group's results.
+    func deliverAcks(_ batches: [CommittedBatch]) {
+        outbox.withLock { $0.append(.committed(batches)) }
+        wake.wake()
+    }
+
+    /// Whether any subscriber would receive `topic`.
+    func wants(_ topic: BusTopic) -> Bool {
+        let name = Array(topic.rawValue.utf8)
+        return subscriptions.withLock { subs in subs.contains { name.starts(with: $0) } }
+    }
+
+    /// Publishes a bus message from any thread (dropped if nobody subscribes).
+    func publish(_ topic: BusTopic, _ json: [UInt8]) {
+        outbox.withLock { $0.append(.publish(topic, json)) }
+        wake.wake()
+    }
+
+    // MARK: The socket thread
+
+    private struct Sockets {
+        var ingest: ZMQSocket
+        var events: ZMQSocket
+        var control: ZMQSocket
+        func close() {
+            ingest.close()
+            events.close()
+            control.close()
+        }
+    }
+
+    private func bind() throws -> Sockets {
+        let runtime = configuration.runtimeDirectory
+        do {
+            let ingest = try ZMQSocket(context: context, type: .router)
+            try ingest.setMaxMessageSize(Self.hardFrameLimit)
+            try ingest.setReceiveHighWaterMark(10_000)
+            try ingest.setSendHighWaterMark(100_000)
+            try ingest.bind(FerryPaths.ingestEndpoint(runtime))
+            let events = try ZMQSocket(context: context, type: .xpub)
+            try events.setSendHighWaterMark(100_000)
+            try events.bind(FerryPaths.eventsEndpoint(runtime))
+            let control = try ZMQSocket(context: context, type: .rep)
+            try control.bind(FerryPaths.controlEndpoint(runtime))
+            return Sockets(ingest: ingest, events: events, control: control)
+        } catch {
+            throw AgentError(code: .socket, message: "cannot bind in \(runtime): \(error)", cause: error)
+        }
+    }
+
+    private func serve(_ sockets: Sockets) {
+        var stoppingSeen = false
+        while true {
+            let acceptInput = !stoppingSeen && !intakeStopped.load(ordering: .acquiring)
+                && pipeline.backlog < Self.maxCommitBacklog
+            var items: [ZMQPollItem] = [
+                .fileDescriptor(wake.readEnd, .readable),
+                .socket(sockets.events, .readable),
+                .socket(sockets.control, .readable),
+            ]
+            if acceptInput { items.append(.socket(sockets.ingest, .readable)) }
+            let ready: [ZMQPollEvents]
+            do {
+                // With input paused for back-pressure, re-check the backlog soon.
+                ready = try ZMQPoller.poll(items, timeout: acceptInput ? .milliseconds(500) : .milliseconds(5))
+            } catch {
+                if error.isContextTerminated { return }
+                logger.error("poll failed", metadata: ["error": "\(error)"])
+                continue
+            }
+            if ready[0].contains(.readable) { wake.drain() }
+            sendOutbound(sockets)
+            if ready[1].contains(.readable) { readSubscriptions(sockets.events) }
+            if ready[2].contains(.readable) { answerControl(sockets.control) }
+            if acceptInput && ready[3].contains(.readable) { readIngest(sockets.ingest) }
+            if stopping.load(ordering: .acquiring) {
+                if stoppingSeen {
+                    sendOutbound(sockets)
+                    return
+                }
+                // One more round: send whatever the stopped pipeline posted last.
+                stoppingSeen = true
+            }
+        }
+    }
+
+    private func sendOutbound(_ sockets: Sockets) {
+        let pending = outbox.withLock { outbox in
+            defer { outbox.removeAll(keepingCapacity: true) }
+            return outbox
+        }
+        for item in pending {
+            switch item {
+            case .committed(let batches):
+                for batch in batches { reply(batch, sockets) }
+            case .publish(let topic, let json):
+                send(sockets.events, [Array(topic.rawValue.utf8), json])
+            }
+        }
+    }
+
+    private func reply(_ batch: CommittedBatch, _ sockets: Sockets) {
+        let header = MessageHeader(kind: .ack, requestID: batch.requestID).encoded()
+        send(sockets.ingest, [batch.peer, header, AckCodec.encode(batch.entries)])
+        let wantsAccepted = wants(.accepted), wantsRejected = wants(.rejected)
+        guard wantsAccepted || wantsRejected else { return }
+        for (entry, frame) in zip(batch.entries, batch.frames) {
+            switch entry.status {
+            case .accepted where wantsAccepted:
+                if let json = BusMessage.event(topic: .accepted, frame: frame, at: batch.acceptedAt) {
+                    send(sockets.events, [Array("accepted".utf8), json])
+                }
+            case .rejected where wantsRejected:
+                if let json = BusMessage.event(topic: .rejected, frame: frame, at: batch.acceptedAt,
+                                               reason: entry.reason.description) {
+                    send(sockets.events, [Array("rejected".utf8), json])
+                }
+            default: break
+            }
+        }
+    }
+
+    private func send(_ socket: ZMQSocket, _ frames: [[UInt8]]) {
+        do {
+            // Never block the socket thread on a slow peer: a client that does not read its acks
+            // hits its high-water mark and loses acks (it resends; dedup answers "duplicate").
+            _ = try socket.send(frames, dontWait: true)
+        } catch {
+            logger.debug("send failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func readSubscriptions(_ socket: ZMQSocket) {
+        while let message = try? socket.receive(dontWait: true) {
+            guard let frame = message.first, let flag = frame.first else { continue }
+            let prefix = Array(frame.dropFirst())
+            subscriptions.withLock { subs in
+                if flag == 1 { subs.insert(prefix) } else if flag == 0 { subs.remove(prefix) }
+            }
+        }
+    }
+
+    private func answerControl(_ socket: ZMQSocket) {
+        guard let message = try? socket.receive(dontWait: true) else { return }
+        let reply = control(message.count == 1 ? message[0] : [])
+        send(socket, [reply])
+    }
+
+    private func readIngest(_ socket: ZMQSocket) {
+        // Bounded per round so the outbox (acks) and control requests are never starved.
+        for _ in 0..<256 {
+            let message: [[UInt8]]?
+            do {
+                message = try socket.receive(dontWait: true)
+            } catch {
+                logger.debug("receive failed", metadata: ["error": "\(error)"])
+                return
+            }
+            guard let message else { return }
+            handle(message, socket)
+            if pipeline.backlog >= Self.maxCommitBacklog { return }
+        }
+    }
+
+    private func handle(_ message: [[UInt8]], _ socket: ZMQSocket) {
+        let peer = message[0]
+        guard message.count >= 2 else {
+            refuse(peer: peer, requestID: 0, .malformedMessage, "message has no header frame", socket)
+            return
+        }
+        let header: MessageHeader
+        do {
+            header = try MessageHeader(decoding: message[1])
+        } catch {
+            refuse(peer: peer, requestID: MessageHeader.requestID(ofRaw: message[1]), error.code, error.detail, socket)
+            return
+        }
+        guard header.kind == .events else {
+            refuse(peer: peer, requestID: header.requestID, .unknownKind,
+                   "message kind \(header.kind.rawValue) is not accepted on the ingest socket; send kind 1 (events)", socket)
+            return
+        }
+        let count = message.count - 2
+        guard count > 0 else {
+            refuse(peer: peer, requestID: header.requestID, .malformedMessage, "events message carries no event frames", socket)
+            return
+        }
+        guard count <= Self.maxEventsPerMessage else {
+            refuse(peer: peer, requestID: header.requestID, .messageTooLarge,
+                   "\(count) event frames in one message; the limit is \(Self.maxEventsPerMessage)", socket)
+            return
+        }
+        var items: [IngestBatch.Item] = []
+        items.reserveCapacity(count)
+        for frame in message[2...] {
+            let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
+            if frame.count > configuration.maxEventBytes {
+                items.append(.refused(AckEntry(id: id, status: .rejected, reason: .tooLarge), frame: Array(frame.prefix(WireEvent.fixedHeaderSize))))
+                continue
+            }
+            do {
+                _ = try EventHeader(frame)
+                items.append(.event(id: id, frame: frame))
+            } catch {
+                items.append(.refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: frame))
+            }
+        }
+        if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, items: items)) {
+            refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket)
+        }
+    }
+
+    private func refuse(peer: [UInt8], requestID: UInt32, _ code: ErrorCode, _ text: String, _ socket: ZMQSocket) {
+        counters.malformedMessages.add(1, ordering: .relaxed)
+        logger.notice("refused a message", metadata: ["code": "\(code)", "detail": "\(text)"])
+        let header = MessageHeader(kind: .error, requestID: requestID).encoded()
+        send(socket, [peer, header, ErrorReply(code: code, message: text).encoded()])
+    }
+}

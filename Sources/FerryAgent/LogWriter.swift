@@ -1,0 +1,192 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import FerryProtocol
+
+/// Appends to the log's active segment. Owned by the commit thread alone (not `Sendable`).
+///
+/// Appends are buffered in memory; ``commit()`` writes the group, `fdatasync`s it once and only
+/// then makes it visible to readers. A failed commit rolls the files back to where the group
+/// started, so a rejected group leaves no partial records behind.
+final class LogWriter {
+    private let log: SegmentedLog
+    private var active: Open
+    /// Segments touched by the current group other than `active`, with their pre-group sizes.
+    private var rotatedOut: [(open: Open, startSize: Int64)] = []
+    private var groupStart: (index: UInt64, size: Int64)
+    private var createdInGroup: [UInt64] = []
+    private var buffer: [UInt8] = []
+    private var bufferRecords = 0
+    /// Total bytes of all segment files including the uncommitted group.
+    private(set) var totalBytes: Int64
+
+    private struct Open {
+        var index: UInt64
+        var path: String
+        var fd: CInt
+        /// Bytes in the file (written, maybe not yet synced).
+        var written: Int64
+        var records: Int
+    }
+
+    init(log: SegmentedLog) throws {
+        self.log = log
+        let last = log.state.withLock { $0.segments.last }
+        if let last {
+            let fd = try FileIO.open(last.path, O_WRONLY)
+            active = Open(index: last.index, path: last.path, fd: fd, written: last.size, records: last.records)
+        } else {
+            active = Open(index: 0, path: "", fd: -1, written: 0, records: 0)
+            active = try Self.create(log: log)
+            try FileIO.syncDirectory(log.directory)
+        }
+        groupStart = (active.index, active.written)
+        totalBytes = log.state.withLock { $0.segments.reduce(0) { $0 + $1.size } }
+    }
+
+    deinit {
+        close(active.fd)
+    }
+
+    private static func create(log: SegmentedLog) throws -> Open {
+        let index = log.state.withLock { state in
+            defer { state.nextIndex += 1 }
+            return state.nextIndex
+        }
+        let path = log.directory + "/" + SegmentedLog.fileName(for: index)
+        let fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_EXCL)
+        let header = SegmentedLog.segmentHeader(index: index)
+        do {
+            try header.withUnsafeBytes { raw in try FileIO.pwriteAll(fd, raw, at: 0, path: path) }
+        } catch {
+            close(fd)
+            _ = try? FileIO.unlink(path)
+            throw error
+        }
+        log.state.withLock { state in
+            state.segments.append(SegmentInfo(index: index, path: path, size: SegmentedLog.segmentHeaderSize,
+                                              records: 0, deliveredRecords: 0))
+        }
+        return Open(index: index, path: path, fd: fd, written: SegmentedLog.segmentHeaderSize, records: 0)
+    }
+
+    /// Bytes appended in the current group.
+    var pendingBytes: Int { buffer.count + rotatedOut.reduce(0) { $0 + Int($1.open.written - $1.startSize) } }
+
+    /// Buffers one event record, rotating to a new segment first if it would overflow this one.
+    func append(frame: [UInt8], acceptedAt: UInt64) throws {
+        let size = Int64(LogRecord.framedSize(frameSize: frame.count))
+        let fill = active.written + Int64(buffer.count)
+        if fill + size > log.configuration.segmentMaxBytes && fill > SegmentedLog.segmentHeaderSize {
+            try rotate()
+        }
+        LogRecord.appendEvent(frame, acceptedAt: acceptedAt, to: &buffer)
+        bufferRecords += 1
+        totalBytes += size
+    }
+
+    private func flushBuffer() throws {
+        guard !buffer.isEmpty else { return }
+        let fd = active.fd, path = active.path, at = active.written
+        try buffer.withUnsafeBytes { raw in try FileIO.pwriteAll(fd, raw, at: at, path: path) }
+        active.written += Int64(buffer.count)
+        active.records += bufferRecords
+        buffer.removeAll(keepingCapacity: true)
+        bufferRecords = 0
+    }
+
+    private func rotate() throws {
+        try flushBuffer()
+        let startSize = active.index == groupStart.index ? groupStart.size : SegmentedLog.segmentHeaderSize
+        rotatedOut.append((active, startSize))
+        active = try Self.create(log: log)
+        createdInGroup.append(active.index)
+        totalBytes += SegmentedLog.segmentHeaderSize
+    }
+
+    /// Writes the group, syncs it and publishes it to readers. On failure the group is rolled back
+    /// and the error thrown; the log stays usable.
+    func commit() throws {
+        do {
+            try flushBuffer()
+            for (open, _) in rotatedOut { try FileIO.fdatasync(open.fd, path: open.path) }
+            try FileIO.fdatasync(active.fd, path: active.path)
+            if !createdInGroup.isEmpty { try FileIO.syncDirectory(log.directory) }
+        } catch {
+            rollback()
+            throw error
+        }
+        let touched = rotatedOut.map(\.open) + [active]
+        log.state.withLock { state in
+            for open in touched {
+                if let i = state.segments.firstIndex(where: { $0.index == open.index }) {
+                    state.segments[i].size = open.written
+                    state.segments[i].records = open.records
+                }
+            }
+        }
+        for (open, _) in rotatedOut { close(open.fd) }
+        rotatedOut.removeAll()
+        createdInGroup.removeAll()
+        groupStart = (active.index, active.written)
+    }
+
+    private func rollback() {
+        buffer.removeAll(keepingCapacity: true)
+        bufferRecords = 0
+        // Undo newly created segments, then cut the group's first segment back to its start.
+        var segments = rotatedOut.map(\.open) + [active]
+        for open in segments where createdInGroup.contains(open.index) {
+            close(open.fd)
+            _ = try? FileIO.unlink(open.path)
+            log.removeSegment(open.index)
+        }
+        segments.removeAll { createdInGroup.contains($0.index) }
+        if var first = segments.first {
+            _ = try? FileIO.ftruncate(first.fd, groupStart.size, path: first.path)
+            let committedRecords = log.state.withLock { state in
+                state.segments.first { $0.index == first.index }?.records ?? 0
+            }
+            first.written = groupStart.size
+            first.records = committedRecords
+            active = first
+        }
+        rotatedOut.removeAll()
+        createdInGroup.removeAll()
+        totalBytes = log.state.withLock { $0.segments.reduce(0) { $0 + $1.size } }
+    }
+
+    /// Deletes a segment that is not the active one, fsyncing the directory.
+    func delete(segment: SegmentInfo) throws {
+        precondition(segment.index != active.index, "the active segment is never deleted")
+        try FileIO.unlink(segment.path)
+        log.removeSegment(segment.index)
+        totalBytes -= segment.size
+    }
+
+    /// Drops the oldest segment that is not active, for the drop-oldest policy. Returns how many
+    /// undelivered events it held, or `nil` if only the active segment is left.
+    func dropOldestSegment() throws -> Int? {
+        guard let oldest = log.state.withLock({ state in state.segments.first { $0.index != active.index } }) else {
+            return nil
+        }
+        try FileIO.unlink(oldest.path)
+        try FileIO.syncDirectory(log.directory)
+        let lost = oldest.records - oldest.deliveredRecords
+        log.state.withLock { state in
+            state.segments.removeAll { $0.index == oldest.index }
+            state.droppedRecords += lost
+            if state.cursor.segment <= oldest.index, let next = state.segments.first {
+                state.cursor = LogPosition(segment: next.index, offset: SegmentedLog.segmentHeaderSize)
+            }
+        }
+        totalBytes -= oldest.size
+        return lost
+    }
+
+    /// Forces a rotation so a fresh segment is active (used after the active one is fully delivered
+    /// and large, so it can be deleted).
+    var activeIndex: UInt64 { active.index }
+}

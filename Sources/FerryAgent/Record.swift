@@ -1,0 +1,134 @@
+import FerryProtocol
+
+/// The on-disk framing of one log record.
+///
+/// ```
+/// magic:u32le  length:u32le  crc32c:u32le  body[length]
+/// body = kind:u8  acceptedAt:u64le  payload
+/// ```
+/// The CRC covers the length field and the body, so a damaged length is caught too. The magic
+/// lets recovery resynchronise to the next record after a damaged one.
+public enum LogRecord {
+    /// Marks the start of every record.
+    public static let magic: UInt32 = 0x1DA1_7EF5
+    /// magic + length + crc.
+    public static let headerSize = 12
+    /// kind + acceptedAt.
+    public static let bodyPrefixSize = 9
+    /// Upper bound on a record body; anything larger is treated as damage.
+    public static let maxBodySize = 16 << 20
+
+    /// What a record holds.
+    public enum Kind: UInt8, Sendable {
+        /// An event frame exactly as it arrived on the wire.
+        case event = 1
+    }
+
+    /// Appends a framed event record to `buffer`.
+    public static func appendEvent(_ frame: [UInt8], acceptedAt: UInt64, to buffer: inout [UInt8]) {
+        let length = UInt32(bodyPrefixSize + frame.count)
+        let start = buffer.count
+        appendLE(magic, to: &buffer)
+        appendLE(length, to: &buffer)
+        appendLE(UInt32(0), to: &buffer) // crc, patched below
+        buffer.append(Kind.event.rawValue)
+        appendLE(acceptedAt, to: &buffer)
+        buffer += frame
+        let crc = buffer.withUnsafeBytes { raw in
+            let lengthField = UnsafeRawBufferPointer(rebasing: raw[(start + 4)..<(start + 8)])
+            let body = UnsafeRawBufferPointer(rebasing: raw[(start + headerSize)...])
+            return CRC32C.checksum(body, continuing: CRC32C.checksum(lengthField))
+        }
+        buffer.withUnsafeMutableBytes { $0.storeBytes(of: crc.littleEndian, toByteOffset: start + 8, as: UInt32.self) }
+    }
+
+    /// The framed size of an event record with a frame of `frameSize` bytes.
+    public static func framedSize(frameSize: Int) -> Int { headerSize + bodyPrefixSize + frameSize }
+
+    /// The result of looking for a record at an offset.
+    public enum Parse: Equatable {
+        /// A valid record: its body range within the buffer and the total framed size.
+        case record(body: Range<Int>, size: Int)
+        /// Not enough bytes to tell (a record may continue past the buffer).
+        case incomplete(needed: Int)
+        /// Bytes here are not a valid record.
+        case invalid
+    }
+
+    /// Checks the record starting at `offset` in `buffer`.
+    public static func parse(_ buffer: UnsafeRawBufferPointer, at offset: Int) -> Parse {
+        let available = buffer.count - offset
+        guard available >= headerSize else { return .incomplete(needed: headerSize) }
+        guard buffer.loadUnaligned(fromByteOffset: offset, as: UInt32.self).littleEndian == magic else { return .invalid }
+        let length = Int(buffer.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self).littleEndian)
+        guard length >= bodyPrefixSize, length <= maxBodySize else { return .invalid }
+        guard available >= headerSize + length else { return .incomplete(needed: headerSize + length) }
+        let stored = buffer.loadUnaligned(fromByteOffset: offset + 8, as: UInt32.self).littleEndian
+        let lengthField = UnsafeRawBufferPointer(rebasing: buffer[(offset + 4)..<(offset + 8)])
+        let body = UnsafeRawBufferPointer(rebasing: buffer[(offset + headerSize)..<(offset + headerSize + length)])
+        guard CRC32C.checksum(body, continuing: CRC32C.checksum(lengthField)) == stored,
+              Kind(rawValue: body[0]) != nil else { return .invalid }
+        return .record(body: (offset + headerSize)..<(offset + headerSize + length), size: headerSize + length)
+    }
+
+    /// The offset of the next valid record after `offset` (exclusive), or `nil` if none is
+    /// complete within the buffer.
+    public static func resynchronise(_ buffer: UnsafeRawBufferPointer, after offset: Int) -> Int? {
+        var candidate = offset + 1
+        let magicBytes: (UInt8, UInt8, UInt8, UInt8) = (0xF5, 0x7E, 0xA1, 0x1D)
+        while candidate + headerSize <= buffer.count {
+            if buffer[candidate] == magicBytes.0, buffer[candidate + 1] == magicBytes.1,
+               buffer[candidate + 2] == magicBytes.2, buffer[candidate + 3] == magicBytes.3,
+               case .record = parse(buffer, at: candidate) {
+                return candidate
+            }
+            candidate += 1
+        }
+        return nil
+    }
+}
+
+/// A decoded event record as read back from the log.
+public struct StoredEvent: Sendable {
+    /// Where the record starts.
+    public var position: LogPosition
+    /// Framed size on disk.
+    public var size: Int
+    /// Agent wall-clock time when the record was accepted (ms since the Unix epoch).
+    public var acceptedAt: UInt64
+    /// The event frame as it arrived.
+    public var frame: [UInt8]
+
+    /// Creates a stored event.
+    public init(position: LogPosition, size: Int, acceptedAt: UInt64, frame: [UInt8]) {
+        self.position = position
+        self.size = size
+        self.acceptedAt = acceptedAt
+        self.frame = frame
+    }
+
+    /// The fixed header of the event (validated when it was accepted).
+    public func header() throws(ProtocolError) -> EventHeader { try EventHeader(frame) }
+    /// The fully decoded event.
+    public func decoded() throws(ProtocolError) -> WireEvent { try WireEvent(decoding: frame) }
+}
+
+/// A place in the log: a segment and a byte offset within it.
+public struct LogPosition: Hashable, Comparable, Sendable, CustomStringConvertible {
+    /// The segment's sequence number (its file name).
+    public var segment: UInt64
+    /// Byte offset within the segment file.
+    public var offset: Int64
+
+    /// Creates a position.
+    public init(segment: UInt64, offset: Int64) {
+        self.segment = segment
+        self.offset = offset
+    }
+
+    public static func < (lhs: LogPosition, rhs: LogPosition) -> Bool {
+        (lhs.segment, lhs.offset) < (rhs.segment, rhs.offset)
+    }
+
+    public var description: String { "\(segment):\(offset)" }
+}

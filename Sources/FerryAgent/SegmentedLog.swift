@@ -1,0 +1,370 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import FerryProtocol
+import Logging
+import Synchronization
+
+/// Sizes and policies of the durable log.
+public struct LogConfiguration: Sendable, Hashable {
+    /// A segment is closed and a new one started once it would grow past this size.
+    public var segmentMaxBytes: Int64
+    /// The most bytes the log may hold on disk (delivered segments are deleted).
+    public var retentionMaxBytes: Int64
+    /// What happens to new events once ``retentionMaxBytes`` is reached.
+    public var fullPolicy: FullPolicy
+
+    /// What to do when the queue is full.
+    public enum FullPolicy: String, Sendable, Hashable, Codable, CaseIterable {
+        /// Reject new events with status `rejected`, reason `full` (nothing already accepted is lost).
+        case reject
+        /// Delete the oldest undelivered segment to make room (counted as `dropped`).
+        case dropOldest = "drop-oldest"
+    }
+
+    /// Creates a configuration; the defaults suit a desktop or small server.
+    public init(segmentMaxBytes: Int64 = 16 << 20, retentionMaxBytes: Int64 = 1 << 30, fullPolicy: FullPolicy = .reject) {
+        self.segmentMaxBytes = segmentMaxBytes
+        self.retentionMaxBytes = retentionMaxBytes
+        self.fullPolicy = fullPolicy
+    }
+}
+
+/// What recovery found when the log was opened.
+public struct RecoveryReport: Sendable, Hashable {
+    /// Segment files found.
+    public var segments = 0
+    /// Valid records found.
+    public var records = 0
+    /// Damaged regions skipped by resynchronising to the next valid record.
+    public var corruptRegions = 0
+    /// Bytes in the skipped regions.
+    public var corruptBytes: Int64 = 0
+    /// Bytes cut from the end of the last segment (a write torn by a crash).
+    public var truncatedBytes: Int64 = 0
+
+    /// Whether anything was damaged.
+    public var isClean: Bool { corruptRegions == 0 && truncatedBytes == 0 }
+}
+
+/// One segment file as the log tracks it.
+struct SegmentInfo: Sendable {
+    var index: UInt64
+    var path: String
+    /// Bytes known durable (fsync'd) and readable.
+    var size: Int64
+    var records: Int
+    /// Records before the delivery cursor.
+    var deliveredRecords: Int
+}
+
+/// A segmented append-only log of events on disk.
+///
+/// Layout: `<directory>/<index, 20 digits>.seg`, each starting with a 16-byte header
+/// (`FERRYSG1`, index). The writer thread appends through a ``LogWriter``; readers read committed
+/// bytes only. All bookkeeping shared between threads lives behind one lock.
+public final class SegmentedLog: Sendable {
+    /// The directory holding the segment files.
+    public let directory: String
+    let configuration: LogConfiguration
+    let logger: Logger
+    let state: Mutex<State>
+
+    struct State {
+        var segments: [SegmentInfo]
+        /// Everything before this position has been delivered.
+        var cursor: LogPosition
+        var nextIndex: UInt64
+        var droppedRecords: Int = 0
+    }
+
+    /// Size of the segment file header.
+    public static let segmentHeaderSize: Int64 = 16
+    static let segmentMagic = Array("FERRYSG1".utf8)
+
+    /// The file name of segment `index`.
+    public static func fileName(for index: UInt64) -> String {
+        let digits = String(index)
+        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".seg"
+    }
+
+    static func segmentHeader(index: UInt64) -> [UInt8] {
+        var header = segmentMagic
+        appendLE(index, to: &header)
+        return header
+    }
+
+    /// Opens (or creates) the log in `directory` and recovers it: a torn tail of the last segment
+    /// is truncated, damaged records elsewhere are skipped. `cursor` is the delivery position to
+    /// resume from. `seedDedup` is called with every recovered event, oldest first.
+    public init(
+        directory: String, configuration: LogConfiguration, cursor: LogPosition?, logger: Logger,
+        recovered report: inout RecoveryReport, seedDedup: (EventID, UInt64) -> Void
+    ) throws {
+        self.directory = directory
+        self.configuration = configuration
+        self.logger = logger
+        try FileIO.makeDirectory(directory, mode: 0o700)
+
+        let indices = try FileIO.listDirectory(directory).compactMap { name -> UInt64? in
+            guard name.hasSuffix(".seg") else { return nil }
+            return UInt64(name.dropLast(4))
+        }.sorted()
+
+        var segments: [SegmentInfo] = []
+        for (position, index) in indices.enumerated() {
+            let path = directory + "/" + Self.fileName(for: index)
+            let isLast = position == indices.count - 1
+            let scan = try SegmentScanner.scan(path: path, truncateTornTail: isLast) { offset, size, body in
+                let start = LogRecord.headerSize + LogRecord.bodyPrefixSize
+                guard body.count >= start - LogRecord.headerSize + 16 else { return }
+                let acceptedAt = body.loadLE(at: 1, as: UInt64.self)
+                seedDedup(EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt)
+            }
+            report.segments += 1
+            report.records += scan.records.count
+            report.corruptRegions += scan.corruptRegions
+            report.corruptBytes += scan.corruptBytes
+            report.truncatedBytes += scan.truncatedBytes
+            var delivered = 0
+            if let cursor {
+                if index < cursor.segment {
+                    delivered = scan.records.count
+                } else if index == cursor.segment {
+                    delivered = scan.records.prefix { $0 < cursor.offset }.count
+                }
+            }
+            segments.append(SegmentInfo(index: index, path: path, size: scan.size, records: scan.records.count,
+                                        deliveredRecords: delivered))
+        }
+        let first = segments.first?.index ?? 1
+        var start = cursor ?? LogPosition(segment: first, offset: Self.segmentHeaderSize)
+        if start.segment < first { start = LogPosition(segment: first, offset: Self.segmentHeaderSize) }
+        state = Mutex(State(segments: segments, cursor: start, nextIndex: (indices.last ?? 0) + 1))
+    }
+
+    // MARK: Reading
+
+    /// Reads up to `maxEvents` events (and about `maxBytes`) starting at `position`, skipping any
+    /// damaged region. Returns the events and the position after the last one. Only committed
+    /// (fsync'd) bytes are read.
+    public func read(from position: LogPosition, maxEvents: Int, maxBytes: Int) throws -> (events: [StoredEvent], next: LogPosition) {
+        var position = position
+        var events: [StoredEvent] = []
+        var bytes = 0
+        while events.count < maxEvents && bytes < maxBytes {
+            let segments = state.withLock { $0.segments }
+            guard let segment = segments.first(where: { $0.index >= position.segment }) else { break }
+            if segment.index != position.segment {
+                position = LogPosition(segment: segment.index, offset: Self.segmentHeaderSize)
+            }
+            position.offset = max(position.offset, Self.segmentHeaderSize)
+            if position.offset >= segment.size {
+                // End of this segment: move on if a later one exists, else we are at the head.
+                guard let next = segments.first(where: { $0.index > segment.index }) else { break }
+                position = LogPosition(segment: next.index, offset: Self.segmentHeaderSize)
+                continue
+            }
+            let want = Int(min(Int64(max(maxBytes - bytes, 64 << 10)), segment.size - position.offset))
+            let chunk = try readChunk(segment: segment, at: position.offset, count: want)
+            var consumed = 0
+            let parsed: Bool = chunk.withUnsafeBytes { raw in
+                var offset = 0
+                while offset < raw.count && events.count < maxEvents && (bytes < maxBytes || events.isEmpty) {
+                    switch LogRecord.parse(raw, at: offset) {
+                    case .record(let body, let size):
+                        let acceptedAt = raw.loadLE(at: body.lowerBound + 1, as: UInt64.self)
+                        let frame = Array(raw[(body.lowerBound + LogRecord.bodyPrefixSize)..<body.upperBound])
+                        events.append(StoredEvent(
+                            position: LogPosition(segment: segment.index, offset: position.offset + Int64(offset)),
+                            size: size, acceptedAt: acceptedAt, frame: frame))
+                        bytes += size
+                        offset += size
+                    case .incomplete:
+                        consumed = offset
+                        return offset > 0
+                    case .invalid:
+                        // Recovery already reported this region; skip it the same way.
+                        if let next = LogRecord.resynchronise(raw, after: offset) {
+                            offset = next
+                        } else {
+                            offset = raw.count
+                        }
+                    }
+                }
+                consumed = offset
+                return true
+            }
+            if !parsed {
+                // A record larger than the chunk: read exactly it.
+                let header = try readChunk(segment: segment, at: position.offset, count: LogRecord.headerSize)
+                let length = Int(readLE(header, at: 4, as: UInt32.self))
+                let whole = try readChunk(segment: segment, at: position.offset, count: LogRecord.headerSize + length)
+                if case .record(let body, let size) = whole.withUnsafeBytes({ LogRecord.parse($0, at: 0) }) {
+                    events.append(StoredEvent(
+                        position: position, size: size, acceptedAt: readLE(whole, at: body.lowerBound + 1),
+                        frame: Array(whole[(body.lowerBound + LogRecord.bodyPrefixSize)..<body.upperBound])))
+                    bytes += size
+                    consumed = size
+                } else {
+                    consumed = Int(segment.size - position.offset) // unreadable to the end: skip
+                }
+            }
+            position.offset += Int64(consumed)
+        }
+        return (events, position)
+    }
+
+    private func readChunk(segment: SegmentInfo, at offset: Int64, count: Int) throws -> [UInt8] {
+        let fd = try FileIO.open(segment.path, O_RDONLY)
+        defer { close(fd) }
+        return try FileIO.pread(fd, count: count, at: offset, path: segment.path)
+    }
+
+    // MARK: Delivery bookkeeping
+
+    /// The position delivery resumes from.
+    public var cursor: LogPosition { state.withLock { $0.cursor } }
+
+    /// Records that `events` were delivered and moves the cursor to `next` (never backwards: a
+    /// segment dropped meanwhile may already have moved it further).
+    public func markDelivered(_ events: [StoredEvent], next: LogPosition) {
+        state.withLock { state in
+            guard next > state.cursor else { return }
+            for event in events where event.position >= state.cursor {
+                if let i = state.segments.firstIndex(where: { $0.index == event.position.segment }) {
+                    state.segments[i].deliveredRecords += 1
+                }
+            }
+            state.cursor = next
+        }
+    }
+
+    /// Segments wholly before the cursor, other than the active (last) one: safe to delete.
+    func deliveredSegments() -> [SegmentInfo] {
+        state.withLock { state in
+            state.segments.dropLast().filter { $0.index < state.cursor.segment }
+        }
+    }
+
+    /// Forgets a deleted segment.
+    func removeSegment(_ index: UInt64) {
+        state.withLock { state in state.segments.removeAll { $0.index == index } }
+    }
+
+    // MARK: Status
+
+    /// A consistent snapshot of the log's size.
+    public struct Status: Sendable {
+        /// Events not yet delivered.
+        public var undeliveredEvents: Int
+        /// Bytes of all segment files.
+        public var bytes: Int64
+        /// Number of segment files.
+        public var segments: Int
+        /// Events deleted by the drop-oldest policy since start.
+        public var droppedEvents: Int
+        /// Where delivery resumes.
+        public var cursor: LogPosition
+    }
+
+    /// The log's size now.
+    public func status() -> Status {
+        state.withLock { state in
+            Status(
+                undeliveredEvents: state.segments.reduce(0) { $0 + $1.records - $1.deliveredRecords },
+                bytes: state.segments.reduce(0) { $0 + $1.size },
+                segments: state.segments.count,
+                droppedEvents: state.droppedRecords,
+                cursor: state.cursor)
+        }
+    }
+
+    /// When the oldest undelivered event was accepted (agent ms), or `nil` if none is pending.
+    public func oldestUndeliveredAcceptedAt() -> UInt64? {
+        guard let first = try? read(from: cursor, maxEvents: 1, maxBytes: 1).events.first else { return nil }
+        return first.acceptedAt
+    }
+}
+
+/// Scans one segment file record by record, resynchronising past damage.
+public enum SegmentScanner {
+    /// What a scan found.
+    public struct Result: Sendable {
+        /// Offsets of the valid records, in order.
+        public var records: [Int64] = []
+        /// Damaged regions skipped.
+        public var corruptRegions = 0
+        /// Bytes in damaged regions (including a torn tail).
+        public var corruptBytes: Int64 = 0
+        /// Bytes cut off the end (only when truncation was asked for).
+        public var truncatedBytes: Int64 = 0
+        /// File size after the scan.
+        public var size: Int64 = 0
+        /// Whether the segment header was valid.
+        public var headerValid = true
+        /// Damaged regions as (offset, length), for `ferry queue inspect`.
+        public var damage: [(offset: Int64, length: Int64)] = []
+    }
+
+    /// Scans `path`. With `truncateTornTail`, trailing bytes that hold no valid record are cut
+    /// off (a write torn by a crash). `visit` sees each valid record's offset, size and body.
+    public static func scan(
+        path: String, truncateTornTail: Bool,
+        visit: (Int64, Int, UnsafeRawBufferPointer) -> Void = { _, _, _ in }
+    ) throws -> Result {
+        let fd = try FileIO.open(path, truncateTornTail ? O_RDWR : O_RDONLY)
+        defer { close(fd) }
+        let size = try FileIO.fileSize(fd, path: path)
+        let bytes = try FileIO.pread(fd, count: Int(size), at: 0, path: path)
+        var result = Result()
+        let headerSize = Int(SegmentedLog.segmentHeaderSize)
+        result.headerValid = bytes.count >= headerSize && Array(bytes[0..<8]) == SegmentedLog.segmentMagic
+        var validEnd = min(headerSize, bytes.count)
+        bytes.withUnsafeBytes { raw in
+            var offset = headerSize
+            while offset < raw.count {
+                switch LogRecord.parse(raw, at: offset) {
+                case .record(let body, let size):
+                    result.records.append(Int64(offset))
+                    visit(Int64(offset), size, UnsafeRawBufferPointer(rebasing: raw[body]))
+                    offset += size
+                    validEnd = offset
+                case .incomplete, .invalid:
+                    if let next = LogRecord.resynchronise(raw, after: offset) {
+                        result.corruptRegions += 1
+                        result.corruptBytes += Int64(next - offset)
+                        result.damage.append((Int64(offset), Int64(next - offset)))
+                        offset = next
+                    } else {
+                        // Nothing valid follows: a torn tail (or damage reaching the end).
+                        result.corruptBytes += Int64(raw.count - offset)
+                        result.damage.append((Int64(offset), Int64(raw.count - offset)))
+                        offset = raw.count
+                    }
+                }
+            }
+        }
+        result.size = size
+        if truncateTornTail && Int64(validEnd) < size && validEnd >= headerSize {
+            try FileIO.ftruncate(fd, Int64(validEnd), path: path)
+            try FileIO.fdatasync(fd, path: path)
+            result.truncatedBytes = size - Int64(validEnd)
+            result.corruptBytes -= result.truncatedBytes
+            result.damage.removeLast()
+            result.size = Int64(validEnd)
+        } else if truncateTornTail && size < Int64(headerSize) {
+            // A segment torn while its header was written: rewrite the header.
+            let index = UInt64(path.split(separator: "/").last!.dropLast(4)) ?? 0
+            let header = SegmentedLog.segmentHeader(index: index)
+            try header.withUnsafeBytes { raw in try FileIO.pwriteAll(fd, raw, at: 0, path: path) }
+            try FileIO.fdatasync(fd, path: path)
+            result.truncatedBytes = size
+            result.size = Int64(headerSize)
+            result.headerValid = true
+        }
+        return result
+    }
+}

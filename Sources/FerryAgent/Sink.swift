@@ -1,0 +1,61 @@
+import FerryProtocol
+
+/// A batch of stored events handed to a sink.
+public struct DeliveryBatch: Sendable {
+    /// The events, oldest first.
+    public var events: [StoredEvent]
+    /// A stable key for the batch (the first event's id and the count), the same on every retry,
+    /// for upstream idempotency.
+    public var idempotencyKey: String {
+        "\(events.first?.decodedID.description ?? "empty")-\(events.count)"
+    }
+
+    /// Creates a batch.
+    public init(events: [StoredEvent]) { self.events = events }
+}
+
+extension StoredEvent {
+    /// The event id, read from the frame's first 16 bytes.
+    public var decodedID: EventID { EventID(bytes: frame) }
+}
+
+/// Why a delivery failed, and whether to try again.
+public struct SinkError: Error, Sendable, CustomStringConvertible {
+    /// Whether retrying can help.
+    public enum Disposition: Sendable, Hashable {
+        /// Try again after backoff, or no earlier than `after` when the upstream said so.
+        case retry(after: Duration?)
+        /// Retrying the same batch cannot succeed (the delivery issue dead-letters these).
+        case permanent
+    }
+
+    /// What to do about it.
+    public var disposition: Disposition
+    /// What happened, for logs and status.
+    public var message: String
+
+    /// Creates an error.
+    public init(_ disposition: Disposition, _ message: String) {
+        self.disposition = disposition
+        self.message = message
+    }
+
+    public var description: String { message }
+}
+
+/// Where delivered events go.
+///
+/// The delivery loop calls ``deliver(_:)`` with one batch at a time and advances its persisted
+/// cursor only when it returns. A sink may return a checkpoint (opaque bytes) that is stored
+/// atomically with the cursor and handed back to ``recover(checkpoint:)`` on the next start, so
+/// a sink that writes locally can make delivery exactly-once across crashes.
+public protocol Sink: Sendable {
+    /// A short name for status and bus messages (`"file"`, `"http"`).
+    var name: String { get }
+    /// Called once before the first delivery with the checkpoint stored with the cursor.
+    func recover(checkpoint: [UInt8]?) async throws
+    /// Delivers `batch`; returns the checkpoint to store with the new cursor. Throw ``SinkError``.
+    func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]?
+    /// Releases resources.
+    func shutdown() async throws
+}

@@ -1,0 +1,177 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A FIFO handed between threads: producers ``put(_:)``, one consumer thread blocks in
+/// ``takeAll(timeout:)``. Built on a pthread mutex and condition variable because the consumer is
+/// a dedicated thread that must sleep, which `Synchronization.Mutex` cannot do.
+final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
+    // @unchecked: `items` and `closed` are only touched with `mutex` held.
+    private var mutex = pthread_mutex_t()
+    private var condition = pthread_cond_t()
+    private var items: [Element] = []
+    private var closed = false
+    private(set) var approximateCount = 0
+
+    init() {
+        pthread_mutex_init(&mutex, nil)
+        pthread_cond_init(&condition, nil)
+    }
+
+    deinit {
+        pthread_cond_destroy(&condition)
+        pthread_mutex_destroy(&mutex)
+    }
+
+    /// Adds an item and wakes the consumer. Returns false once the inbox is closed.
+    @discardableResult
+    func put(_ item: Element) -> Bool {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        guard !closed else { return false }
+        items.append(item)
+        approximateCount = items.count
+        pthread_cond_signal(&condition)
+        return true
+    }
+
+    /// Closes the inbox: later puts are refused; the consumer drains what is left.
+    func close() {
+        pthread_mutex_lock(&mutex)
+        closed = true
+        pthread_cond_broadcast(&condition)
+        pthread_mutex_unlock(&mutex)
+    }
+
+    /// Takes everything queued, waiting up to `timeout` for at least one item. Returns `nil` when
+    /// the inbox is closed and empty.
+    func takeAll(timeout: Duration) -> [Element]? {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        if items.isEmpty && !closed {
+            var deadline = timespec()
+            clock_gettime(CLOCK_REALTIME, &deadline)
+            let (seconds, attoseconds) = timeout.components
+            var nanoseconds = Int(deadline.tv_nsec) + Int(attoseconds / 1_000_000_000)
+            deadline.tv_sec += Int(seconds) + nanoseconds / 1_000_000_000
+            nanoseconds %= 1_000_000_000
+            deadline.tv_nsec = nanoseconds
+            while items.isEmpty && !closed {
+                if pthread_cond_timedwait(&condition, &mutex, &deadline) == ETIMEDOUT { break }
+            }
+        }
+        if items.isEmpty && closed { return nil }
+        defer {
+            items.removeAll(keepingCapacity: true)
+            approximateCount = 0
+        }
+        return items
+    }
+}
+
+/// A self-pipe that wakes a thread blocked in `zmq_poll`.
+final class WakePipe: Sendable {
+    /// The end to poll for readability.
+    let readEnd: CInt
+    private let writeEnd: CInt
+
+    init() throws {
+        var fds: [CInt] = [0, 0]
+        guard pipe(&fds) == 0 else { throw AgentError.system("pipe", path: "", errno: errno) }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        }
+        readEnd = fds[0]
+        writeEnd = fds[1]
+    }
+
+    /// Makes the read end readable. A full pipe already is, so EAGAIN is fine.
+    func wake() {
+        var byte: UInt8 = 1
+        _ = write(writeEnd, &byte, 1)
+    }
+
+    /// Empties the pipe after a wake-up.
+    func drain() {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        while read(readEnd, &buffer, buffer.count) > 0 {}
+    }
+
+    /// Closes both ends.
+    func close() {
+        _ = Glibc.close(readEnd)
+        _ = Glibc.close(writeEnd)
+    }
+}
+
+/// Starts a named dedicated thread running `body` and returns a handle to join it.
+final class DedicatedThread: Sendable {
+    private let done = ThreadInbox<Bool>()
+
+    init(name: String, _ body: @escaping @Sendable () -> Void) {
+        let done = self.done
+        let box = Unmanaged.passRetained(ThreadBody {
+            body()
+            done.put(true)
+        })
+        var thread = pthread_t()
+        let result = pthread_create(&thread, nil, { raw in
+            let body = Unmanaged<ThreadBody>.fromOpaque(raw!).takeRetainedValue()
+            body.run()
+            return nil
+        }, box.toOpaque())
+        precondition(result == 0, "pthread_create failed: \(result)")
+        pthread_detach(thread)
+        _ = name
+    }
+
+    /// Blocks until the thread's body returns. Call from a thread that may block, never from the
+    /// concurrency pool.
+    func join() {
+        while done.takeAll(timeout: .seconds(1))?.isEmpty ?? false {}
+    }
+
+    /// Waits for the thread without blocking the concurrency pool.
+    func joinAsync() async {
+        await BlockingExecutor.shared.run { self.join() }
+    }
+
+    private final class ThreadBody: Sendable {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+}
+
+/// Runs blocking work (file I/O, fsync, joins) on a dedicated thread, off the Swift concurrency
+/// pool, and resumes the caller when it is done.
+final class BlockingExecutor: Sendable {
+    static let shared = BlockingExecutor(name: "ferry-blocking-io")
+
+    private let inbox = ThreadInbox<@Sendable () -> Void>()
+
+    init(name: String) {
+        let inbox = self.inbox
+        _ = DedicatedThread(name: name) {
+            while let jobs = inbox.takeAll(timeout: .seconds(3600)) {
+                for job in jobs { job() }
+            }
+        }
+    }
+
+    /// Runs `body` on the executor's thread and returns its result.
+    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            inbox.put { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    /// Runs non-throwing `body` on the executor's thread.
+    func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            inbox.put { continuation.resume(returning: body()) }
+        }
+    }
+}

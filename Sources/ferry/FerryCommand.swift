@@ -1,0 +1,2 @@
+import ArgumentParser
+@main struct FerryCommand: AsyncParsableCommand { func run() async throws {} }
