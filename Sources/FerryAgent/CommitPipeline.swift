@@ -85,7 +85,7 @@ final class CommitPipeline: Sendable {
     }
 
     /// Batches submitted but not yet committed (for back-pressure on the ingest socket).
-    var backlog: Int { inbox.approximateCount }
+    var backlog: Int { inbox.count }
 
     var dedupSnapshotPath: String { configuration.dataDirectory + "/dedup.snapshot" }
 

@@ -1,2 +1,17 @@
 import ArgumentParser
-@main struct FerryCommand: AsyncParsableCommand { func run() async throws {} }
+
+/// `ferry`: observe and drive the local Ferry agent.
+@main
+struct FerryCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ferry",
+        abstract: "Emit events to, watch and inspect the local Ferry agent (ferryd).",
+        subcommands: [Emit.self, Tail.self, Status.self, Queue.self]
+    )
+}
+
+/// Options shared by every command that talks to a running agent.
+struct AgentOptions: ParsableArguments {
+    @Option(name: .long, help: "Runtime directory of the agent. Default: $FERRY_RUNTIME_DIR, $XDG_RUNTIME_DIR/ferry or /tmp/ferry-<uid>.")
+    var runtimeDir: String?
+}

@@ -2,7 +2,7 @@ import Synchronization
 
 /// A wake-up flag one task waits on and any thread sets. Signals coalesce: many signals while
 /// nobody waits wake the next ``wait()`` once. Cancellation ends a wait.
-final class AsyncSignal: Sendable {
+package final class AsyncSignal: Sendable {
     private struct State {
         var pending = false
         var cancelled = false
@@ -11,7 +11,9 @@ final class AsyncSignal: Sendable {
     private let state = Mutex(State())
 
     /// Wakes the waiter, or the next one to wait.
-    func signal() {
+    package init() {}
+
+    package func signal() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             if let waiter = state.waiter {
                 state.waiter = nil
@@ -24,7 +26,7 @@ final class AsyncSignal: Sendable {
     }
 
     /// Waits for a signal (or returns at once if one is pending) until the task is cancelled.
-    func wait() async {
+    package func wait() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let resumeNow = state.withLock { state -> Bool in

@@ -7,15 +7,14 @@ import Darwin
 /// A FIFO handed between threads: producers ``put(_:)``, one consumer thread blocks in
 /// ``takeAll(timeout:)``. Built on a pthread mutex and condition variable because the consumer is
 /// a dedicated thread that must sleep, which `Synchronization.Mutex` cannot do.
-final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
+package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     // @unchecked: `items` and `closed` are only touched with `mutex` held.
     private var mutex = pthread_mutex_t()
     private var condition = pthread_cond_t()
     private var items: [Element] = []
     private var closed = false
-    private(set) var approximateCount = 0
 
-    init() {
+    package init() {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&condition, nil)
     }
@@ -27,18 +26,24 @@ final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
 
     /// Adds an item and wakes the consumer. Returns false once the inbox is closed.
     @discardableResult
-    func put(_ item: Element) -> Bool {
+    package func put(_ item: Element) -> Bool {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         guard !closed else { return false }
         items.append(item)
-        approximateCount = items.count
         pthread_cond_signal(&condition)
         return true
     }
 
+    /// Items waiting to be taken.
+    package var count: Int {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return items.count
+    }
+
     /// Closes the inbox: later puts are refused; the consumer drains what is left.
-    func close() {
+    package func close() {
         pthread_mutex_lock(&mutex)
         closed = true
         pthread_cond_broadcast(&condition)
@@ -47,7 +52,7 @@ final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
 
     /// Takes everything queued, waiting up to `timeout` for at least one item. Returns `nil` when
     /// the inbox is closed and empty.
-    func takeAll(timeout: Duration) -> [Element]? {
+    package func takeAll(timeout: Duration) -> [Element]? {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         if items.isEmpty && !closed {
@@ -63,23 +68,20 @@ final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
             }
         }
         if items.isEmpty && closed { return nil }
-        defer {
-            items.removeAll(keepingCapacity: true)
-            approximateCount = 0
-        }
+        defer { items.removeAll(keepingCapacity: true) }
         return items
     }
 }
 
 /// A self-pipe that wakes a thread blocked in `zmq_poll`.
-final class WakePipe: Sendable {
+package final class WakePipe: Sendable {
     /// The end to poll for readability.
-    let readEnd: CInt
+    package let readEnd: CInt
     private let writeEnd: CInt
 
-    init() throws {
+    package init() throws {
         var fds: [CInt] = [0, 0]
-        guard pipe(&fds) == 0 else { throw AgentError.system("pipe", path: "", errno: errno) }
+        guard pipe(&fds) == 0 else { throw WakePipeError(errno: errno) }
         for fd in fds {
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
@@ -89,29 +91,29 @@ final class WakePipe: Sendable {
     }
 
     /// Makes the read end readable. A full pipe already is, so EAGAIN is fine.
-    func wake() {
+    package func wake() {
         var byte: UInt8 = 1
         _ = write(writeEnd, &byte, 1)
     }
 
     /// Empties the pipe after a wake-up.
-    func drain() {
+    package func drain() {
         var buffer = [UInt8](repeating: 0, count: 256)
         while read(readEnd, &buffer, buffer.count) > 0 {}
     }
 
     /// Closes both ends.
-    func close() {
+    package func close() {
         _ = Glibc.close(readEnd)
         _ = Glibc.close(writeEnd)
     }
 }
 
 /// Starts a named dedicated thread running `body` and returns a handle to join it.
-final class DedicatedThread: Sendable {
+package final class DedicatedThread: Sendable {
     private let done = ThreadInbox<Bool>()
 
-    init(name: String, _ body: @escaping @Sendable () -> Void) {
+    package init(name: String, _ body: @escaping @Sendable () -> Void) {
         let done = self.done
         let box = Unmanaged.passRetained(ThreadBody {
             body()
@@ -125,17 +127,17 @@ final class DedicatedThread: Sendable {
         }, box.toOpaque())
         precondition(result == 0, "pthread_create failed: \(result)")
         pthread_detach(thread)
-        _ = name
+        _ = name // kept for debuggers once Glibc exposes pthread_setname_np
     }
 
     /// Blocks until the thread's body returns. Call from a thread that may block, never from the
     /// concurrency pool.
-    func join() {
+    package func join() {
         while done.takeAll(timeout: .seconds(1))?.isEmpty ?? false {}
     }
 
     /// Waits for the thread without blocking the concurrency pool.
-    func joinAsync() async {
+    package func joinAsync() async {
         await BlockingExecutor.shared.run { self.join() }
     }
 
@@ -147,12 +149,12 @@ final class DedicatedThread: Sendable {
 
 /// Runs blocking work (file I/O, fsync, joins) on a dedicated thread, off the Swift concurrency
 /// pool, and resumes the caller when it is done.
-final class BlockingExecutor: Sendable {
-    static let shared = BlockingExecutor(name: "ferry-blocking-io")
+package final class BlockingExecutor: Sendable {
+    package static let shared = BlockingExecutor(name: "ferry-blocking-io")
 
     private let inbox = ThreadInbox<@Sendable () -> Void>()
 
-    init(name: String) {
+    package init(name: String) {
         let inbox = self.inbox
         _ = DedicatedThread(name: name) {
             while let jobs = inbox.takeAll(timeout: .seconds(3600)) {
@@ -162,16 +164,21 @@ final class BlockingExecutor: Sendable {
     }
 
     /// Runs `body` on the executor's thread and returns its result.
-    func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    package func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             inbox.put { continuation.resume(with: Result { try body() }) }
         }
     }
 
     /// Runs non-throwing `body` on the executor's thread.
-    func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    package func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in
             inbox.put { continuation.resume(returning: body()) }
         }
     }
+}
+
+/// `pipe(2)` failed while creating a ``WakePipe``.
+package struct WakePipeError: Error {
+    package var errno: CInt
 }

@@ -1,0 +1,435 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import CZeroMQ
+import DequeModule
+import FerryProtocol
+import Logging
+import Synchronization
+import ZeroMQ
+
+/// Sends events to the local `ferryd` without ever blocking the app.
+///
+/// ```swift
+/// let ferry = try FerryClient(configuration: .init(source: "checkout"), logger: logger)
+/// ferry.track("Order Completed", properties: ["total": 42.5])
+/// try await ferry.flush(timeout: .seconds(5))   // optional: wait for the durable acks
+/// await ferry.shutdown()
+/// ```
+///
+/// ``track(_:properties:userID:)`` and friends encode the event and put it in a bounded
+/// in-memory outbox, then return. A dedicated I/O thread owns the ZeroMQ DEALER socket and sends
+/// the outbox in batches; an event leaves the outbox only when the agent acks it. Unacked batches
+/// are re-sent (after ``FerryClientConfiguration/resendAfter``, and whenever the agent comes
+/// back), so the agent can start after the app, restart or crash; its dedup makes re-sends safe.
+public final class FerryClient: Sendable {
+    /// The configuration in use.
+    public let configuration: FerryClientConfiguration
+    private let logger: Logger
+    private let state: Mutex<State>
+    private let wake: WakePipe
+    private let context: ZMQContext
+    private let ids = EventIDGenerator()
+    private let sequence = Atomic<UInt64>(0)
+    private let thread = Mutex<DedicatedThread?>(nil)
+    private let pid = UInt32(truncatingIfNeeded: getpid())
+
+    private struct Entry {
+        var index: UInt64
+        var id: EventID
+        var frame: [UInt8]
+    }
+
+    private struct InFlight {
+        var entries: [Entry]
+        var message: [[UInt8]]
+        var sentAt: ContinuousClock.Instant
+    }
+
+    private struct State {
+        var pending: Deque<Entry> = []
+        var inFlight: [UInt32: InFlight] = [:]
+        var inFlightEvents = 0
+        var nextIndex: UInt64 = 1
+        var nextRequestID: UInt32 = 1
+        var receipts: [UInt64: CheckedContinuation<Receipt, Never>] = [:]
+        var flushWaiters: [Int: (target: UInt64, continuation: CheckedContinuation<Bool, Never>)] = [:]
+        var nextWaiterID = 0
+        var statistics = FerryClientStatistics()
+        var ioIdle = false
+        var closed = false
+
+        /// The smallest outbox index not yet resolved (everything below is acked or dropped).
+        var lowestUnresolved: UInt64 {
+            var lowest = pending.first?.index ?? nextIndex
+            for batch in inFlight.values { lowest = min(lowest, batch.entries.first?.index ?? lowest) }
+            return lowest
+        }
+    }
+
+    /// Creates a client and starts its I/O thread. Works whether or not the agent is running.
+    public init(configuration: FerryClientConfiguration = FerryClientConfiguration(), logger: Logger) throws {
+        precondition(configuration.outboxCapacity > 0 && configuration.batchMaxEvents > 0 && configuration.maxInFlightBatches > 0)
+        self.configuration = configuration
+        self.logger = logger
+        state = Mutex(State())
+        do {
+            context = try ZMQContext()
+            wake = try WakePipe()
+        } catch {
+            throw FerryClientError.socket("\(error)")
+        }
+        let ready = ThreadInbox<Result<Void, FerryClientError>>()
+        let thread = DedicatedThread(name: "ferry-client") { [self] in
+            let socket: ZMQSocket
+            do {
+                socket = try ZMQSocket(context: context, type: .dealer)
+                // Without a connected agent, sends fail at once instead of queueing in a pipe
+                // the agent may never read; the events wait in the outbox instead.
+                try socket.setOption(ZMQ_IMMEDIATE, 1)
+                try socket.setOption(ZMQ_RECONNECT_IVL, 50)
+                try socket.setOption(ZMQ_RECONNECT_IVL_MAX, 500)
+                try socket.connect(FerryPaths.ingestEndpoint(configuration.runtimeDirectory))
+            } catch {
+                ready.put(.failure(.socket("\(error)")))
+                return
+            }
+            ready.put(.success(()))
+            runIO(socket)
+            socket.close()
+        }
+        while true {
+            if let result = ready.takeAll(timeout: .seconds(10))?.first {
+                if case .failure(let error) = result {
+                    context.terminate()
+                    throw error
+                }
+                break
+            }
+        }
+        self.thread.withLock { $0 = thread }
+    }
+
+    // MARK: Emitting
+
+    /// Queues a `track` event and returns at once.
+    @discardableResult
+    public func track(_ name: String, properties: [String: FerryValue] = [:], userID: String = "") -> EventID {
+        enqueue(Event(type: .track, name: name, properties: properties, userID: userID))
+    }
+
+    /// Queues a `screen` event and returns at once.
+    @discardableResult
+    public func screen(_ name: String, properties: [String: FerryValue] = [:], userID: String = "") -> EventID {
+        enqueue(Event(type: .screen, name: name, properties: properties, userID: userID))
+    }
+
+    /// Queues an `identify` event and returns at once.
+    @discardableResult
+    public func identify(userID: String, traits: [String: FerryValue] = [:]) -> EventID {
+        enqueue(Event(type: .identify, name: "", properties: traits, userID: userID))
+    }
+
+    /// Queues any event and returns its id at once. After ``shutdown()`` the event is dropped.
+    @discardableResult
+    public func enqueue(_ event: Event) -> EventID {
+        enqueue(event, receipt: nil)
+    }
+
+    /// Sends an event and waits for its final status (accepted, duplicate, rejected, …). Waits as
+    /// long as it takes for the agent to come up; combine with a timeout if that matters.
+    public func send(_ event: Event) async -> Receipt {
+        await withCheckedContinuation { continuation in
+            _ = enqueue(event, receipt: continuation)
+        }
+    }
+
+    private func enqueue(_ event: Event, receipt: CheckedContinuation<Receipt, Never>?) -> EventID {
+        let id = ids.next()
+        let wire = WireEvent(
+            id: id, timestamp: WallClock.unixMilliseconds(),
+            sequence: sequence.wrappingAdd(1, ordering: .relaxed).newValue, pid: pid, type: event.type,
+            category: event.category, flags: event.localOnly ? .localOnly : [], source: configuration.source,
+            name: event.name, userID: event.userID, onceKey: event.onceKey, properties: event.propertiesJSON)
+        let frame = wire.encoded()
+        var dropped: (EventID, UInt64)?
+        var refused = false
+        let wakeIO = state.withLock { state -> Bool in
+            guard !state.closed else {
+                refused = true
+                return false
+            }
+            state.statistics.enqueued += 1
+            if state.pending.count + state.inFlightEvents >= configuration.outboxCapacity {
+                state.statistics.droppedFromOutbox += 1
+                if configuration.overflowPolicy == .dropOldest, let oldest = state.pending.popFirst() {
+                    dropped = (oldest.id, oldest.index)
+                } else {
+                    refused = true
+                    return false
+                }
+            }
+            let index = state.nextIndex
+            state.nextIndex += 1
+            state.pending.append(Entry(index: index, id: id, frame: frame))
+            if let receipt { state.receipts[index] = receipt }
+            defer { state.ioIdle = false }
+            return state.ioIdle
+        }
+        if let (droppedID, droppedIndex) = dropped {
+            resolve(index: droppedIndex, Receipt(id: droppedID, status: .droppedFromOutbox))
+        }
+        if refused {
+            let closed = state.withLock { $0.closed }
+            receipt?.resume(returning: Receipt(id: id, status: closed ? .clientClosed : .droppedFromOutbox))
+            return id
+        }
+        if wakeIO { wake.wake() }
+        return id
+    }
+
+    private func resolve(index: UInt64, _ receipt: Receipt) {
+        let continuation = state.withLock { $0.receipts.removeValue(forKey: index) }
+        continuation?.resume(returning: receipt)
+        resumeFlushWaiters()
+    }
+
+    // MARK: Waiting
+
+    /// Waits until every event queued before this call has a final status (acked, or dropped by
+    /// the overflow policy). Throws ``FerryClientError/timeout(_:)`` if that takes longer than
+    /// `timeout`; the events stay queued.
+    public func flush(timeout: Duration) async throws {
+        let (waiterID, target, done) = state.withLock { state -> (Int, UInt64, Bool) in
+            let target = state.nextIndex - 1
+            defer { state.nextWaiterID += 1 }
+            return (state.nextWaiterID, target, state.lowestUnresolved > target)
+        }
+        if done { return }
+        let completed = await withTaskGroup(of: Bool?.self) { group -> Bool in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let now = self.state.withLock { state -> Bool in
+                        if state.lowestUnresolved > target { return true }
+                        state.flushWaiters[waiterID] = (target, continuation)
+                        return false
+                    }
+                    if now { continuation.resume(returning: true) }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                return nil
+            }
+            let first = await group.next()!
+            if first == nil {
+                // Timed out: resume the waiter ourselves if the I/O thread has not.
+                let waiter = state.withLock { $0.flushWaiters.removeValue(forKey: waiterID) }
+                waiter?.continuation.resume(returning: false)
+                let other = await group.next()!
+                return other ?? false
+            }
+            group.cancelAll()
+            return first!
+        }
+        if !completed {
+            let pending = statistics.pending
+            throw FerryClientError.timeout("\(pending) events still unacknowledged after \(timeout)")
+        }
+    }
+
+    private func resumeFlushWaiters() {
+        let ready = state.withLock { state -> [CheckedContinuation<Bool, Never>] in
+            guard !state.flushWaiters.isEmpty else { return [] }
+            let lowest = state.lowestUnresolved
+            let done = state.flushWaiters.filter { $0.value.target < lowest }
+            for key in done.keys { state.flushWaiters.removeValue(forKey: key) }
+            return done.values.map(\.continuation)
+        }
+        ready.forEach { $0.resume(returning: true) }
+    }
+
+    /// Current counters.
+    public var statistics: FerryClientStatistics {
+        state.withLock { state in
+            var statistics = state.statistics
+            statistics.pending = state.pending.count + state.inFlightEvents
+            return statistics
+        }
+    }
+
+    /// Stops the I/O thread and closes the socket. Events not yet acked are abandoned (their
+    /// ``send(_:)`` callers get ``Receipt/Status-swift.enum/clientClosed``); call ``flush(timeout:)``
+    /// first to wait for them.
+    public func shutdown() async {
+        let first = state.withLock { state -> Bool in
+            defer { state.closed = true }
+            return !state.closed
+        }
+        guard first else { return }
+        wake.wake()
+        if let thread = thread.withLock({ $0 }) { await thread.joinAsync() }
+        let (receipts, waiters, entries) = state.withLock { state in
+            defer {
+                state.receipts = [:]
+                state.flushWaiters = [:]
+            }
+            let entries = Array(state.pending) + state.inFlight.values.flatMap(\.entries)
+            return (state.receipts, state.flushWaiters.values.map(\.continuation), entries)
+        }
+        let idsByIndex = Dictionary(uniqueKeysWithValues: entries.map { ($0.index, $0.id) })
+        for (index, continuation) in receipts {
+            continuation.resume(returning: Receipt(id: idsByIndex[index] ?? .zero, status: .clientClosed))
+        }
+        waiters.forEach { $0.resume(returning: false) }
+        await BlockingExecutor.shared.run { [context, wake] in
+            context.terminate()
+            wake.close()
+        }
+    }
+
+    // MARK: The I/O thread
+
+    private func runIO(_ socket: ZMQSocket) {
+        let clock = ContinuousClock()
+        var sendBlocked = false
+        while true {
+            // Decide how long to sleep: until the oldest in-flight batch is due for re-sending,
+            // briefly if sending failed (agent absent), or until woken.
+            let timeout: Duration? = state.withLock { state in
+                if state.closed { return .zero }
+                let canSend = !state.pending.isEmpty && state.inFlight.count < configuration.maxInFlightBatches
+                if canSend && !sendBlocked { return .zero }
+                var wait: Duration? = sendBlocked ? .milliseconds(50) : nil
+                if let oldest = state.inFlight.values.map(\.sentAt).min() {
+                    let due = max(.zero, oldest + configuration.resendAfter - clock.now)
+                    wait = min(wait ?? due, due)
+                }
+                state.ioIdle = wait != .zero
+                return wait
+            }
+            let ready: [ZMQPollEvents]
+            do {
+                ready = try ZMQPoller.poll([.socket(socket, .readable), .fileDescriptor(wake.readEnd, .readable)],
+                                           timeout: timeout)
+            } catch {
+                if error.isContextTerminated { return }
+                logger.error("ferry client poll failed", metadata: ["error": "\(error)"])
+                continue
+            }
+            state.withLock { $0.ioIdle = false }
+            if ready[1].contains(.readable) { wake.drain() }
+            if state.withLock({ $0.closed }) { return }
+            if ready[0].contains(.readable) { readReplies(socket) }
+            sendBlocked = !resendOverdue(socket, now: clock.now)
+            if !sendBlocked { sendBlocked = !sendPending(socket, now: clock.now) }
+        }
+    }
+
+    /// Re-sends batches whose ack is overdue. Returns false if the socket refused (no agent).
+    private func resendOverdue(_ socket: ZMQSocket, now: ContinuousClock.Instant) -> Bool {
+        let overdue = state.withLock { state in
+            state.inFlight.filter { now - $0.value.sentAt >= configuration.resendAfter }
+        }
+        for (requestID, batch) in overdue.sorted(by: { $0.key < $1.key }) {
+            guard (try? socket.send(batch.message, dontWait: true)) == true else { return false }
+            state.withLock { state in
+                state.inFlight[requestID]?.sentAt = now
+                state.statistics.resentBatches += 1
+            }
+        }
+        return true
+    }
+
+    /// Sends new batches from the outbox while the in-flight window allows.
+    private func sendPending(_ socket: ZMQSocket, now: ContinuousClock.Instant) -> Bool {
+        while true {
+            let next = state.withLock { state -> (UInt32, InFlight)? in
+                guard !state.pending.isEmpty, state.inFlight.count < configuration.maxInFlightBatches else { return nil }
+                let requestID = state.nextRequestID
+                state.nextRequestID = state.nextRequestID &+ 1
+                let count = min(configuration.batchMaxEvents, state.pending.count)
+                let entries = Array(state.pending.prefix(count))
+                state.pending.removeFirst(count)
+                var message = [MessageHeader(kind: .events, requestID: requestID).encoded()]
+                message.reserveCapacity(count + 1)
+                for entry in entries { message.append(entry.frame) }
+                let batch = InFlight(entries: entries, message: message, sentAt: now)
+                state.inFlight[requestID] = batch
+                state.inFlightEvents += count
+                return (requestID, batch)
+            }
+            guard let (requestID, batch) = next else { return true }
+            if (try? socket.send(batch.message, dontWait: true)) != true {
+                // Nobody to send to: put the batch back at the front, in order.
+                state.withLock { state in
+                    state.inFlight.removeValue(forKey: requestID)
+                    state.inFlightEvents -= batch.entries.count
+                    state.pending.insert(contentsOf: batch.entries, at: 0)
+                }
+                return false
+            }
+        }
+    }
+
+    private func readReplies(_ socket: ZMQSocket) {
+        while let message = try? socket.receive(dontWait: true) {
+            guard message.count == 2, let header = try? MessageHeader(decoding: message[0]) else {
+                logger.warning("ferry client: unreadable reply from the agent")
+                continue
+            }
+            switch header.kind {
+            case .ack:
+                guard let entries = try? AckCodec.decode(message[1]) else {
+                    logger.warning("ferry client: malformed ack")
+                    continue
+                }
+                complete(requestID: header.requestID) { index in
+                    index < entries.count ? Self.receiptStatus(entries[index]) : .rejected(.malformed)
+                }
+            case .error:
+                let reply = try? ErrorReply(decoding: message[1])
+                logger.error("ferry agent refused a message", metadata: [
+                    "code": "\(reply?.code.description ?? "?")", "message": "\(reply?.message ?? "")",
+                ])
+                complete(requestID: header.requestID) { _ in .rejected(.malformed) }
+            case .events:
+                continue
+            }
+        }
+    }
+
+    private static func receiptStatus(_ entry: AckEntry) -> Receipt.Status {
+        switch entry.status {
+        case .accepted: .accepted
+        case .duplicate: .duplicate
+        case .rejected: .rejected(entry.reason)
+        case .blocked: .blocked
+        case .suppressed: .suppressed
+        }
+    }
+
+    /// Resolves every event of an in-flight batch (a late ack for a batch already resolved, e.g.
+    /// after a re-send, is ignored).
+    private func complete(requestID: UInt32, status: (Int) -> Receipt.Status) {
+        let resolved = state.withLock { state -> [(Receipt, CheckedContinuation<Receipt, Never>?)]? in
+            guard let batch = state.inFlight.removeValue(forKey: requestID) else { return nil }
+            state.inFlightEvents -= batch.entries.count
+            return batch.entries.enumerated().map { offset, entry in
+                let receipt = Receipt(id: entry.id, status: status(offset))
+                switch receipt.status {
+                case .accepted: state.statistics.accepted += 1
+                case .duplicate: state.statistics.duplicate += 1
+                case .suppressed: state.statistics.suppressed += 1
+                default: state.statistics.rejected += 1
+                }
+                return (receipt, state.receipts.removeValue(forKey: entry.index))
+            }
+        }
+        guard let resolved else { return }
+        for (receipt, continuation) in resolved { continuation?.resume(returning: receipt) }
+        resumeFlushWaiters()
+    }
+}

@@ -1,0 +1,53 @@
+import FerryProtocol
+
+/// How a ``FerryClient`` behaves. Every field has a default.
+public struct FerryClientConfiguration: Sendable, Hashable {
+    /// The name events are stamped with (`source`). Defaults to the process name.
+    public var source: String
+    /// Where the agent's sockets are; same rules as the agent (`$FERRY_RUNTIME_DIR`, …).
+    public var runtimeDirectory: String
+    /// Most events held in memory waiting for an ack.
+    public var outboxCapacity: Int
+    /// What happens to an event that does not fit in the outbox.
+    public var overflowPolicy: OverflowPolicy
+    /// Most events per message sent to the agent.
+    public var batchMaxEvents: Int
+    /// Most messages sent but not yet acked.
+    public var maxInFlightBatches: Int
+    /// A message not acked within this time is sent again (the agent drops the duplicates).
+    public var resendAfter: Duration
+
+    /// What to drop when the outbox is full.
+    public enum OverflowPolicy: String, Sendable, Hashable, CaseIterable {
+        /// Drop the oldest event not yet sent (the default: fresh data wins).
+        case dropOldest = "drop-oldest"
+        /// Drop the new event.
+        case dropNewest = "drop-newest"
+    }
+
+    /// Creates a configuration.
+    public init(
+        source: String = FerryClientConfiguration.processName(),
+        runtimeDirectory: String = FerryPaths.runtimeDirectory(),
+        outboxCapacity: Int = 10_000,
+        overflowPolicy: OverflowPolicy = .dropOldest,
+        batchMaxEvents: Int = 256,
+        maxInFlightBatches: Int = 8,
+        resendAfter: Duration = .seconds(2)
+    ) {
+        self.source = source
+        self.runtimeDirectory = runtimeDirectory
+        self.outboxCapacity = outboxCapacity
+        self.overflowPolicy = overflowPolicy
+        self.batchMaxEvents = batchMaxEvents
+        self.maxInFlightBatches = maxInFlightBatches
+        self.resendAfter = resendAfter
+    }
+
+    /// The current process's name, from `/proc/self/comm` or `argv[0]`.
+    public static func processName() -> String {
+        let arguments = CommandLine.arguments
+        guard let first = arguments.first, !first.isEmpty else { return "unknown" }
+        return String(first.split(separator: "/").last ?? Substring(first))
+    }
+}

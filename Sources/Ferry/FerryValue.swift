@@ -1,0 +1,68 @@
+import FerryProtocol
+
+/// A JSON value for event properties and traits.
+///
+/// ```swift
+/// client.track("Order Completed", properties: ["total": 42.5, "items": ["a", "b"], "gift": true])
+/// ```
+public enum FerryValue: Sendable, Hashable {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    case string(String)
+    case array([FerryValue])
+    case object([String: FerryValue])
+
+    /// Appends the JSON text of the value.
+    public func appendJSON(to out: inout [UInt8]) {
+        switch self {
+        case .null: out += Array("null".utf8)
+        case .bool(let value): out += Array((value ? "true" : "false").utf8)
+        case .int(let value): out += Array(String(value).utf8)
+        case .double(let value):
+            // JSON has no NaN or infinity.
+            out += value.isFinite ? Array(String(value).utf8) : Array("null".utf8)
+        case .string(let value): Self.appendString(value, to: &out)
+        case .array(let values):
+            out.append(UInt8(ascii: "["))
+            for (index, value) in values.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                value.appendJSON(to: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let fields):
+            Self.appendObject(fields, to: &out)
+        }
+    }
+
+    /// Appends a JSON object with keys in sorted order (stable output).
+    public static func appendObject(_ fields: [String: FerryValue], to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "{"))
+        for (index, key) in fields.keys.sorted().enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            appendString(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            fields[key]!.appendJSON(to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
+    static func appendString(_ string: String, to out: inout [UInt8]) {
+        JSONText.appendString(string, to: &out)
+    }
+}
+
+extension FerryValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,
+    ExpressibleByFloatLiteral, ExpressibleByStringLiteral, ExpressibleByArrayLiteral,
+    ExpressibleByDictionaryLiteral {
+    public init(nilLiteral: ()) { self = .null }
+    public init(booleanLiteral value: Bool) { self = .bool(value) }
+    public init(integerLiteral value: Int64) { self = .int(value) }
+    public init(floatLiteral value: Double) { self = .double(value) }
+    public init(stringLiteral value: String) { self = .string(value) }
+    public init(arrayLiteral elements: FerryValue...) { self = .array(elements) }
+    public init(dictionaryLiteral elements: (String, FerryValue)...) {
+        self = .object(Dictionary(elements, uniquingKeysWith: { _, last in last }))
+    }
+}

@@ -1,0 +1,78 @@
+import ArgumentParser
+import FerryProtocol
+import Foundation
+import ZeroMQ
+
+/// `ferry tail`: the live event bus.
+struct Tail: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Watch the agent's event bus live (no replay of earlier messages).",
+        discussion: "Topics: accepted, delivered, dropped, rejected. Without --topic, all of them."
+    )
+
+    @Option(name: .customLong("topic"), help: "Only this topic (prefix match). Repeatable.")
+    var topics: [String] = []
+
+    @Flag(name: .long, help: "Print each message as one JSON object per line.")
+    var json = false
+
+    @Option(name: .long, help: "Exit after this many messages.")
+    var count: Int?
+
+    @Option(name: .long, help: "Exit with status 3 if this many seconds pass without a message.")
+    var idleTimeout: Double?
+
+    @OptionGroup var agent: AgentOptions
+
+    func validate() throws {
+        if let count, count <= 0 { throw ValidationError("--count must be positive") }
+    }
+
+    func run() throws {
+        let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
+        guard Control.isRunning(runtimeDirectory: runtime) else { throw CLIError.notRunning(runtime) }
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let socket = try ZMQSocket(context: context, type: .sub)
+        defer { socket.close() }
+        try socket.connect(FerryPaths.eventsEndpoint(runtime))
+        for topic in topics.isEmpty ? [""] : topics { try socket.subscribe(topic) }
+        // The subscription reaches the agent asynchronously; say when we are listening so scripts
+        // can start emitting.
+        FileHandle.standardError.write(Data("ferry tail: listening on \(FerryPaths.eventsEndpoint(runtime))\n".utf8))
+
+        var seen = 0
+        let output = FileHandle.standardOutput
+        while count.map({ seen < $0 }) ?? true {
+            let timeout = idleTimeout.map { Duration.milliseconds(Int($0 * 1000)) }
+            let ready = try ZMQPoller.poll([.socket(socket, .readable)], timeout: timeout)
+            guard ready[0].contains(.readable) else { throw ExitCode(3) }
+            guard let message = try socket.receive(dontWait: true), message.count == 2 else { continue }
+            seen += 1
+            let line = json ? String(decoding: message[1], as: UTF8.self) : Self.readable(topic: message[0], body: message[1])
+            output.write(Data((line + "\n").utf8))
+        }
+    }
+
+    /// `12:00:01.123 accepted   track "Signed Up" source=app pid=42 seq=7 id=…`
+    static func readable(topic: [UInt8], body: [UInt8]) -> String {
+        let topicName = String(decoding: topic, as: UTF8.self)
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
+            return "\(topicName) \(String(decoding: body, as: UTF8.self))"
+        }
+        var parts: [String] = []
+        if let at = object["at"] as? NSNumber {
+            let date = Date(timeIntervalSince1970: at.doubleValue / 1000)
+            let formatter = DateFormatter()
+            formatter.dateFormat = "HH:mm:ss.SSS"
+            parts.append(formatter.string(from: date))
+        }
+        parts.append(topicName.padding(toLength: 10, withPad: " ", startingAt: 0))
+        if let type = object["type"] as? String { parts.append(type) }
+        if let name = object["name"] as? String { parts.append("\"\(name)\"") }
+        for key in ["reason", "sink", "source", "pid", "seq", "id"] {
+            if let value = object[key] { parts.append("\(key)=\(value)") }
+        }
+        return parts.joined(separator: " ")
+    }
+}
