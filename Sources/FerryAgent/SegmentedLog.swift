@@ -209,7 +209,10 @@ public final class SegmentedLog: Sendable {
                     bytes += size
                     consumed = size
                 } else {
-                    consumed = Int(segment.size - position.offset) // unreadable to the end: skip
+                    // A damaged length made the "record" look long: resynchronise over the rest
+                    // of the segment, exactly as recovery did, so only the damaged record is lost.
+                    let rest = try readChunk(segment: segment, at: position.offset, count: Int(segment.size - position.offset))
+                    consumed = rest.withUnsafeBytes { LogRecord.resynchronise($0, after: 0) } ?? rest.count
                 }
             }
             position.offset += Int64(consumed)
