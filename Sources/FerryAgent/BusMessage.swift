@@ -29,13 +29,7 @@ enum BusMessage {
         }
         var json = JSONWriter()
         json.field("topic", topic.rawValue)
-        json.field("id", event.id.description)
-        json.field("type", event.type.description)
-        json.field("name", event.name)
-        json.field("source", event.source)
-        json.field("pid", UInt64(event.pid))
-        json.field("seq", event.sequence)
-        json.field("timestamp", event.timestamp)
+        json.eventFields(event)
         json.field("at", at)
         if let reason { json.field("reason", reason) }
         if let sink { json.field("sink", sink) }
@@ -68,6 +62,17 @@ struct JSONWriter {
     mutating func field(_ name: String, _ value: Bool) {
         key(name)
         bytes += Array((value ? "true" : "false").utf8)
+    }
+
+    /// The identifying fields every event object carries, on the bus and in the file sink.
+    mutating func eventFields(_ event: WireEvent) {
+        field("id", event.id.description)
+        field("type", event.type.description)
+        field("name", event.name)
+        field("source", event.source)
+        field("pid", UInt64(event.pid))
+        field("seq", event.sequence)
+        field("timestamp", event.timestamp)
     }
 
     /// Inserts `json` verbatim; the caller guarantees it is a valid JSON value.

@@ -119,13 +119,7 @@ public final class FileSink: Sink {
             return
         }
         var json = JSONWriter()
-        json.field("id", event.id.description)
-        json.field("type", event.type.description)
-        json.field("name", event.name)
-        json.field("source", event.source)
-        json.field("pid", UInt64(event.pid))
-        json.field("seq", event.sequence)
-        json.field("timestamp", event.timestamp)
+        json.eventFields(event)
         json.field("accepted_at", stored.acceptedAt)
         if event.category != 0 { json.field("category", UInt64(event.category)) }
         if !event.userID.isEmpty { json.field("user_id", event.userID) }
