@@ -35,6 +35,8 @@ public final class AgentCounters: Sendable {
     public let duplicate = Atomic<Int>(0)
     /// Events rejected (any reason).
     public let rejected = Atomic<Int>(0)
+    /// Of those, events rejected because the queue was full (`full` policy or no disk space).
+    public let rejectedFull = Atomic<Int>(0)
     /// Undelivered events deleted by the drop-oldest policy.
     public let dropped = Atomic<Int>(0)
     /// Events delivered by the sink.
@@ -55,6 +57,7 @@ public final class AgentCounters: Sendable {
             "accepted": accepted.load(ordering: .relaxed),
             "duplicate": duplicate.load(ordering: .relaxed),
             "rejected": rejected.load(ordering: .relaxed),
+            "rejected_full": rejectedFull.load(ordering: .relaxed),
             "dropped": dropped.load(ordering: .relaxed),
             "delivered": delivered.load(ordering: .relaxed),
             "delivery_failures": deliveryFailures.load(ordering: .relaxed),
@@ -77,7 +80,16 @@ final class CommitPipeline: Sendable {
     private let logger: Logger
     private let configuration: AgentConfiguration
 
-    init(log: SegmentedLog, configuration: AgentConfiguration, counters: AgentCounters, logger: Logger) {
+    private let wantsDropped: @Sendable () -> Bool
+    private let droppedEvents: @Sendable ([StoredEvent]) -> Void
+
+    init(
+        log: SegmentedLog, configuration: AgentConfiguration, counters: AgentCounters, logger: Logger,
+        wantsDropped: @escaping @Sendable () -> Bool = { false },
+        droppedEvents: @escaping @Sendable ([StoredEvent]) -> Void = { _ in }
+    ) {
+        self.wantsDropped = wantsDropped
+        self.droppedEvents = droppedEvents
         self.log = log
         self.configuration = configuration
         self.counters = counters
@@ -189,7 +201,9 @@ final class CommitPipeline: Sendable {
                 switch entry.status {
                 case .accepted: counters.accepted.add(1, ordering: .relaxed)
                 case .duplicate: counters.duplicate.add(1, ordering: .relaxed)
-                default: counters.rejected.add(1, ordering: .relaxed)
+                default:
+                    counters.rejected.add(1, ordering: .relaxed)
+                    if entry.reason == .full { counters.rejectedFull.add(1, ordering: .relaxed) }
                 }
             }
         }
@@ -206,6 +220,16 @@ final class CommitPipeline: Sendable {
                 // The dropped segment's ids leave the disk: persist the window first, without
                 // the ids of this uncommitted group.
                 try persistDedup(dedup, excluding: Set(pending))
+                let victim = log.state.withLock { state in state.segments.first { $0.index != writer.activeIndex } }
+                if let victim, wantsDropped() {
+                    // Tell the bus which events go, before their bytes do (rare path: only when
+                    // the cap is hit under drop-oldest and someone listens).
+                    let start = LogPosition(segment: victim.index, offset: SegmentedLog.segmentHeaderSize)
+                    let cursor = log.cursor
+                    if let events = try? log.read(from: max(start, cursor), maxEvents: victim.records, maxBytes: Int(victim.size)).events {
+                        droppedEvents(events.filter { $0.position.segment == victim.index })
+                    }
+                }
                 guard let lost = try writer.dropOldestSegment() else { return false }
                 counters.dropped.add(lost, ordering: .relaxed)
                 logger.warning("queue full: dropped the oldest segment", metadata: ["events": "\(lost)"])

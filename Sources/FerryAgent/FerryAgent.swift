@@ -129,8 +129,19 @@ public final class FerryAgent: Service, Sendable {
         try await sink.recover(checkpoint: checkpoint)
 
         let context = try ZMQContext()
-        let pipeline = CommitPipeline(log: log, configuration: configuration, counters: counters, logger: logger)
         let serverBox = Mutex<IngestServer?>(nil)
+        let pipeline = CommitPipeline(
+            log: log, configuration: configuration, counters: counters, logger: logger,
+            wantsDropped: { serverBox.withLock { $0 }?.wants(.dropped) ?? false },
+            droppedEvents: { events in
+                guard let server = serverBox.withLock({ $0 }) else { return }
+                let now = WallClock.unixMilliseconds()
+                for event in events {
+                    if let json = BusMessage.event(topic: .dropped, frame: event.frame, at: now, reason: "retention") {
+                        server.publish(.dropped, json)
+                    }
+                }
+            })
         let sinkName = sink.name
         let delivery = DeliveryLoop(
             sink: sink, log: log, cursorStore: cursorStore, configuration: configuration.delivery,
