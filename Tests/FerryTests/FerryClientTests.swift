@@ -1,0 +1,265 @@
+import Ferry
+import FerryProtocol
+import FerryTestKit
+import Foundation
+import Logging
+import Testing
+
+/// The client library in this process against a real `ferryd` process.
+@Suite("FerryClient against ferryd")
+struct FerryClientTests {
+    static func makeClient(
+        _ agent: AgentProcess, source: String, outboxCapacity: Int = 10_000,
+        overflowPolicy: FerryClientConfiguration.OverflowPolicy = .dropOldest
+    ) throws -> FerryClient {
+        var logger = Logger(label: "ferry-tests")
+        logger.logLevel = .warning
+        return try FerryClient(
+            configuration: .init(source: source, runtimeDirectory: agent.runtimeDirectory, outboxCapacity: outboxCapacity,
+                                 overflowPolicy: overflowPolicy),
+            logger: logger)
+    }
+
+    @Test("send() returns .accepted once the event is durable, and the sink gets it")
+    func sendIsAccepted() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir)
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        let client = try Self.makeClient(agent, source: "send-test")
+
+        let receipt = try await withTimeout(.seconds(20), "send") {
+            await client.send(Event(name: "Order Completed", properties: ["total": 42.5, "items": 3]))
+        }
+        #expect(receipt.status == .accepted)
+        #expect(client.statistics.accepted == 1)
+        #expect(client.statistics.pending == 0)
+        let second = try await withTimeout(.seconds(20), "send") { await client.send(Event(type: .screen, name: "Home")) }
+        #expect(second.status == .accepted)
+        #expect(second.id > receipt.id, "ids are time-ordered")
+        await client.shutdown()
+
+        let events = try await waitForValue("both events in the sink") { () -> [DeliveredEvent]? in
+            let events = try agent.deliveredEvents()
+            return events.count >= 2 ? events : nil
+        }
+        #expect(events.map(\.id) == [receipt.id.description, second.id.description])
+        #expect(events.map(\.seq) == [1, 2])
+        #expect(events.map(\.type) == ["track", "screen"])
+        #expect(events.allSatisfy { $0.source == "send-test" && $0.pid == Int(getpid()) })
+        #expect((events[0].properties["total"] as? NSNumber)?.doubleValue == 42.5)
+        #expect((events[0].properties["items"] as? NSNumber)?.intValue == 3)
+    }
+
+    @Test("flush(timeout:) throws timeout with no agent, then succeeds once the agent starts")
+    func flushWaitsForTheAgent() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir, start: false)
+        defer { agent.cleanup() }
+        let client = try Self.makeClient(agent, source: "flush-test")
+
+        for index in 1...5 { client.track("early-\(index)", properties: ["index": .int(Int64(index))]) }
+        let start = ContinuousClock.now
+        do {
+            try await client.flush(timeout: .milliseconds(300))
+            Issue.record("flush succeeded without an agent")
+        } catch FerryClientError.timeout("") {
+            // expected
+        }
+        #expect(ContinuousClock.now - start < .seconds(5), "flush honours its timeout")
+        #expect(client.statistics.pending == 5)
+        #expect(client.statistics.accepted == 0)
+
+        try agent.start()
+        try await agent.waitUntilReady()
+        try await client.flush(timeout: .seconds(30))
+        #expect(client.statistics.accepted == 5)
+        #expect(client.statistics.pending == 0)
+        await client.shutdown()
+        try await eventually("the events in the sink") {
+            try agent.deliveredEvents().map(\.name) == (1...5).map { "early-\($0)" }
+        }
+    }
+
+    @Test("outbox overflow with capacity 10 and no agent: dropOldest keeps the newest 10 and says so")
+    func overflowDropsOldest() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir, start: false)
+        defer { agent.cleanup() }
+        let client = try Self.makeClient(agent, source: "overflow-test", outboxCapacity: 10)
+
+        // Send 15 events in a known order (each send is enqueued before the next starts).
+        var sends: [Task<Receipt, Never>] = []
+        for index in 1...15 {
+            sends.append(Task { await client.send(Event(name: "event-\(index)")) })
+            try await eventually("send \(index) to be enqueued") { client.statistics.enqueued == index }
+        }
+        let statistics = client.statistics
+        #expect(statistics.droppedFromOutbox == 5)
+        #expect(statistics.pending == 10)
+        for index in 0..<5 {
+            let send = sends[index]
+            let receipt = try await withTimeout(.seconds(5), "receipt of dropped send \(index + 1)") { await send.value }
+            #expect(receipt.status == .droppedFromOutbox, "send \(index + 1)")
+        }
+
+        try agent.start()
+        try await agent.waitUntilReady()
+        var acceptedIDs: [String] = []
+        for index in 5..<15 {
+            let send = sends[index]
+            let receipt = try await withTimeout(.seconds(30), "receipt of send \(index + 1)") { await send.value }
+            #expect(receipt.status == .accepted, "send \(index + 1)")
+            acceptedIDs.append(receipt.id.description)
+        }
+        #expect(client.statistics.accepted == 10)
+        await client.shutdown()
+        let events = try await waitForValue("10 events in the sink") { () -> [DeliveredEvent]? in
+            let events = try agent.deliveredEvents()
+            return events.count >= 10 ? events : nil
+        }
+        #expect(events.map(\.name) == (6...15).map { "event-\($0)" })
+        #expect(events.map(\.id) == acceptedIDs)
+        // The dropped events used sequence numbers 1...5: the gap proves the loss.
+        #expect(events.map(\.seq) == Array(6...15))
+    }
+
+    @Test("overflow with dropNewest keeps the oldest events")
+    func overflowDropsNewest() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir, start: false)
+        defer { agent.cleanup() }
+        let client = try Self.makeClient(agent, source: "newest-test", outboxCapacity: 3, overflowPolicy: .dropNewest)
+        for index in 1...5 { client.track("event-\(index)") }
+        #expect(client.statistics.droppedFromOutbox == 2)
+        let late = try await withTimeout(.seconds(5), "send over capacity") { await client.send(Event(name: "event-6")) }
+        #expect(late.status == .droppedFromOutbox)
+        try agent.start()
+        try await agent.waitUntilReady()
+        try await client.flush(timeout: .seconds(30))
+        await client.shutdown()
+        try await eventually("the oldest three in the sink") {
+            try agent.deliveredEvents().map(\.name) == ["event-1", "event-2", "event-3"]
+        }
+    }
+
+    @Test("shutdown() resolves pending sends with .clientClosed; later sends too")
+    func shutdownResolvesPendingSends() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir, start: false)
+        defer { agent.cleanup() }
+        let client = try Self.makeClient(agent, source: "shutdown-test")
+
+        let sends = (1...3).map { index in Task { await client.send(Event(name: "pending-\(index)")) } }
+        try await eventually("the sends to be enqueued") { client.statistics.enqueued == 3 }
+        try await withTimeout(.seconds(20), "shutdown") { await client.shutdown() }
+        var ids: Set<EventID> = []
+        for send in sends {
+            let receipt = try await withTimeout(.seconds(5), "receipt after shutdown") { await send.value }
+            #expect(receipt.status == .clientClosed)
+            ids.insert(receipt.id)
+        }
+        #expect(ids.count == 3 && !ids.contains(.zero))
+        let after = try await withTimeout(.seconds(5), "send after shutdown") { await client.send(Event(name: "after")) }
+        #expect(after.status == .clientClosed)
+        await client.shutdown()  // idempotent
+    }
+
+    @Test("the client re-sends across a kill -9 of the agent: every event once in the sink")
+    func resendAcrossAgentCrash() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir)
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        let client = try Self.makeClient(agent, source: "crash-test")
+
+        let total = 6000
+        for index in 1...(total / 2) { client.track("crash-\(index)", properties: ["i": .int(Int64(index))]) }
+        try await eventually("the stream to reach the sink") { try agent.deliveredEvents().count >= 100 }
+        agent.kill9()
+        for index in (total / 2 + 1)...total { client.track("crash-\(index)", properties: ["i": .int(Int64(index))]) }
+        try agent.start()
+        try await agent.waitUntilReady()
+        try await client.flush(timeout: .seconds(60))
+        let statistics = client.statistics
+        #expect(statistics.accepted + statistics.duplicate == total, "\(statistics)")
+        #expect(statistics.rejected == 0 && statistics.droppedFromOutbox == 0)
+        print("[measure] in-process client across kill -9: \(statistics.duplicate) duplicates acked, \(statistics.resentBatches) batches re-sent")
+        await client.shutdown()
+
+        let report = try await waitForValue("every event delivered", timeout: .seconds(60)) { () -> DeliveryReport? in
+            let report = try DeliveryReport(sinkDirectory: agent.sinkDirectory)
+            return report.events.count >= total ? report : nil
+        }
+        #expect(report.events.count == total, "\(report)")
+        #expect(report.duplicateIDs.isEmpty)
+        #expect(report.sequenceProblem(source: "crash-test", count: total) == nil)
+    }
+}
+
+/// The client against scripted agent replies.
+@Suite("FerryClient reply handling")
+struct FerryClientReplyTests {
+    static func makeClient(runtimeDirectory: String, source: String) throws -> FerryClient {
+        var logger = Logger(label: "ferry-tests")
+        logger.logLevel = .critical
+        return try FerryClient(
+            configuration: .init(source: source, runtimeDirectory: runtimeDirectory, resendAfter: .milliseconds(200)),
+            logger: logger)
+    }
+
+    @Test("an error reply `shutting_down` is not a rejection: the client re-sends the batch")
+    func shuttingDownIsRetried() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { index, header, events in
+            index == 0 ? FakeIngestAgent.error(header, .shuttingDown, "the agent is shutting down")
+                       : FakeIngestAgent.ack(header, events)
+        }
+        defer { fake.stop() }
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "shutdown-reply")
+        let receipt = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "during-shutdown")) }
+        #expect(receipt.status == .accepted)
+        #expect(client.statistics.rejected == 0)
+        #expect(fake.messageCount == 2)
+        #expect(fake.receivedIDs == [[receipt.id], [receipt.id]])
+        await client.shutdown()
+    }
+
+    @Test("a lost ack is re-sent; the agent's `duplicate` answer resolves the send")
+    func lostAckIsResent() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { index, header, events in
+            index == 0 ? nil : FakeIngestAgent.ack(header, events, status: .duplicate)
+        }
+        defer { fake.stop() }
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "lost-ack")
+        let receipt = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "ack-lost")) }
+        #expect(receipt.status == .duplicate)
+        #expect(client.statistics.resentBatches >= 1)
+        #expect(client.statistics.duplicate == 1)
+        await client.shutdown()
+    }
+
+    @Test("a rejection in an ack reaches send() with its reason")
+    func rejectionReason() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in
+            FakeIngestAgent.ack(header, events, status: .rejected, reason: .full)
+        }
+        defer { fake.stop() }
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "rejected")
+        let receipt = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "queue-full")) }
+        #expect(receipt.status == .rejected(.full))
+        #expect(client.statistics.rejected == 1)
+        await client.shutdown()
+    }
+}
