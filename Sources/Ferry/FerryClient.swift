@@ -391,6 +391,12 @@ public final class FerryClient: Sendable {
                 }
             case .error:
                 let reply = try? ErrorReply(decoding: message[1])
+                if reply?.code == .shuttingDown {
+                    // Not a verdict on the events: the agent is stopping. Keep the batch in
+                    // flight; it is re-sent (after `resendAfter`) to the next agent.
+                    logger.debug("ferry agent is shutting down; will re-send", metadata: ["request": "\(header.requestID)"])
+                    continue
+                }
                 logger.error("ferry agent refused a message", metadata: [
                     "code": "\(reply?.code.description ?? "?")", "message": "\(reply?.message ?? "")",
                 ])
