@@ -63,6 +63,10 @@ public final class AgentProcess: Sendable {
         if start { try self.start() }
     }
 
+    /// The file sink's delivery cursor (`<data>/cursors/file.cursor`), present once the first
+    /// batch has been delivered and acknowledged.
+    public var cursorPath: String { dataDirectory + "/cursors/file.cursor" }
+
     /// Environment for CLI commands and clients so they find this agent (`FERRY_RUNTIME_DIR`).
     public var environment: [String: String] { ["FERRY_RUNTIME_DIR": runtimeDirectory] }
 
