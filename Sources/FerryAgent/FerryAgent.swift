@@ -126,7 +126,13 @@ public final class FerryAgent: Service, Sendable {
                 "truncated_bytes": "\(report.truncatedBytes)",
             ])
         }
-        try await sink.recover(checkpoint: checkpoint)
+        let initialCheckpoint = try await sink.recover(checkpoint: checkpoint)
+        if checkpoint == nil {
+            // First start (or a lost cursor): record where the sink stands before it receives
+            // anything, so output of a batch cut short by a crash is recognised and cut back.
+            let start = log.cursor
+            try await io.run { try cursorStore.save(start, checkpoint: initialCheckpoint) }
+        }
 
         let context = try ZMQContext()
         let serverBox = Mutex<IngestServer?>(nil)

@@ -41,7 +41,7 @@ public final class FileSink: Sink {
 
     private var currentPath: String { directory + "/" + Self.fileName(state.withLock { $0.fileIndex }) }
 
-    public func recover(checkpoint: [UInt8]?) async throws {
+    public func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? {
         let directory = self.directory
         try await io.run { [self] in
             try FileIO.makeDirectory(directory, mode: 0o700)
@@ -69,6 +69,14 @@ public final class FileSink: Sink {
                 if let other = Self.index(ofFileName: name), other > index { try FileIO.unlink(directory + "/" + name) }
             }
         }
+        return Self.encode(state.withLock { $0 })
+    }
+
+    private static func encode(_ state: State) -> [UInt8] {
+        var checkpoint: [UInt8] = []
+        appendLE(state.fileIndex, to: &checkpoint)
+        appendLE(state.length, to: &checkpoint)
+        return checkpoint
     }
 
     static func index(ofFileName name: String) -> UInt64? {
@@ -97,10 +105,7 @@ public final class FileSink: Sink {
             }
             current.length += Int64(payload.count)
             state.withLock { $0 = current }
-            var checkpoint: [UInt8] = []
-            appendLE(current.fileIndex, to: &checkpoint)
-            appendLE(current.length, to: &checkpoint)
-            return checkpoint
+            return Self.encode(current)
         }
     }
 

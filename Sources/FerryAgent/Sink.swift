@@ -52,8 +52,11 @@ public struct SinkError: Error, Sendable, CustomStringConvertible {
 public protocol Sink: Sendable {
     /// A short name for status and bus messages (`"file"`, `"http"`).
     var name: String { get }
-    /// Called once before the first delivery with the checkpoint stored with the cursor.
-    func recover(checkpoint: [UInt8]?) async throws
+    /// Called once before the first delivery with the checkpoint stored with the cursor (`nil`
+    /// on a first start). Returns the checkpoint describing the sink's state now; on a first start
+    /// the agent stores it with the initial cursor before delivering anything, so a crash during
+    /// the very first batch is recovered like any other.
+    func recover(checkpoint: [UInt8]?) async throws -> [UInt8]?
     /// Delivers `batch`; returns the checkpoint to store with the new cursor. Throw ``SinkError``.
     func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]?
     /// Releases resources.
