@@ -346,31 +346,27 @@ public final class FerryClient: Sendable {
     /// Sends new batches from the outbox while the in-flight window allows.
     private func sendPending(_ socket: ZMQSocket, now: ContinuousClock.Instant) -> Bool {
         while true {
-            let next = state.withLock { state -> (UInt32, InFlight)? in
+            // The send happens under the lock (a non-blocking copy into libzmq, microseconds), so
+            // a batch is either still pending or in flight, never in between where the overflow
+            // policy could not see it.
+            let outcome = state.withLock { state -> Bool? in
                 guard !state.pending.isEmpty, state.inFlight.count < configuration.maxInFlightBatches else { return nil }
                 let requestID = state.nextRequestID
-                state.nextRequestID = state.nextRequestID &+ 1
                 let count = min(configuration.batchMaxEvents, state.pending.count)
-                let entries = Array(state.pending.prefix(count))
-                state.pending.removeFirst(count)
                 var message = [MessageHeader(kind: .events, requestID: requestID).encoded()]
                 message.reserveCapacity(count + 1)
-                for entry in entries { message.append(entry.frame) }
-                let batch = InFlight(entries: entries, message: message, sentAt: now)
-                state.inFlight[requestID] = batch
+                for entry in state.pending.prefix(count) { message.append(entry.frame) }
+                // Nobody to send to (or the pipe is full): the batch stays pending, in order.
+                guard (try? socket.send(message, dontWait: true)) == true else { return false }
+                state.nextRequestID = requestID &+ 1
+                let entries = Array(state.pending.prefix(count))
+                state.pending.removeFirst(count)
+                state.inFlight[requestID] = InFlight(entries: entries, message: message, sentAt: now)
                 state.inFlightEvents += count
-                return (requestID, batch)
+                return true
             }
-            guard let (requestID, batch) = next else { return true }
-            if (try? socket.send(batch.message, dontWait: true)) != true {
-                // Nobody to send to: put the batch back at the front, in order.
-                state.withLock { state in
-                    state.inFlight.removeValue(forKey: requestID)
-                    state.inFlightEvents -= batch.entries.count
-                    state.pending.insert(contentsOf: batch.entries, at: 0)
-                }
-                return false
-            }
+            guard let sent = outcome else { return true }
+            if !sent { return false }
         }
     }
 

@@ -19,7 +19,8 @@ public struct FerryClientConfiguration: Sendable, Hashable {
 
     /// What to drop when the outbox is full.
     public enum OverflowPolicy: String, Sendable, Hashable, CaseIterable {
-        /// Drop the oldest event not yet sent (the default: fresh data wins).
+        /// Drop the oldest event not yet sent (the default: fresh data wins). If every held
+        /// event is already in flight, the new one is dropped instead.
         case dropOldest = "drop-oldest"
         /// Drop the new event.
         case dropNewest = "drop-newest"

@@ -259,7 +259,7 @@ final class IngestServer: Sendable {
             }
             guard let message else { return }
             handle(message, socket)
-            if pipeline.backlog >= Self.maxCommitBacklog { return }
+            if pipeline.backlog >= Self.maxCommitBacklog || intakeStopped.load(ordering: .acquiring) { return }
         }
     }
 

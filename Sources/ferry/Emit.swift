@@ -64,6 +64,11 @@ struct Emit: AsyncParsableCommand {
                 while let line = readLine(strippingNewline: true) {
                     lineNumber += 1
                     if line.allSatisfy(\.isWhitespace) { continue }
+                    // Back-pressure instead of overflow: a script's events are never dropped by
+                    // the outbox; reading stdin pauses while the agent is slow or away.
+                    while client.statistics.pending >= client.configuration.outboxCapacity {
+                        try await Task.sleep(for: .milliseconds(5))
+                    }
                     client.enqueue(try Self.event(fromJSONLine: line, lineNumber: lineNumber, defaultType: type))
                     count += 1
                 }
