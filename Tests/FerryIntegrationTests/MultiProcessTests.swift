@@ -253,7 +253,7 @@ struct MultiProcessTests {
         #expect(final == .exited(0))
     }
 
-    @Test("kill -9 between the sink's first write and the first cursor save: no event twice in the sink")
+    @Test("kill -9 during the first batch's delivery: no event twice in the sink")
     func agentKilledBeforeFirstCursor() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
