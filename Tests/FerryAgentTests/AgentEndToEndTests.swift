@@ -1,0 +1,142 @@
+@testable import FerryAgent
+import FerryProtocol
+import Foundation
+import Testing
+
+@Suite("FerryAgent in process, over a raw DEALER socket")
+struct AgentEndToEndTests {
+    @Test("acks accepted / duplicate / rejected per event, error replies per message, the sink gets the accepted events")
+    func ingestToSink() async throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let configuration = agentConfiguration(scratch, maxEventBytes: 2048)
+        let running = try await RunningAgent(configuration)
+
+        let good = Events.frames(5)
+        let a = Events.make(10).encoded(), b = Events.make(11).encoded()
+        let garbage: [UInt8] = [0xDE, 0xAD, 0xBE, 0xEF, 1, 2, 3]
+        var unknownType = Events.make(12).encoded()
+        unknownType[36] = 99
+        var wrongLength = Events.make(13).encoded()
+        wrongLength.append(0) // one byte more than its header declares
+        let c = Events.make(14).encoded()
+        let tooLarge = Events.make(15, padding: 4096).encoded()
+        let d = Events.make(16).encoded()
+        let messages: [[[UInt8]]] = [
+            [eventsHeader(1)] + good,
+            [eventsHeader(2)] + good,
+            [eventsHeader(3), a, garbage, unknownType, wrongLength, b],
+            [eventsHeader(4), c, tooLarge],
+            [eventsHeader(5, version: 2), d],
+            [eventsHeader(6)],
+            [Array(eventsHeader(7).prefix(5)), d],
+            [eventsHeader(8), d],
+        ]
+        let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory, messages)
+        try #require(replies.count == messages.count)
+
+        #expect(replies[0] == .ack(requestID: 1, good.map { AckEntry(id: Events.id(of: $0), status: .accepted) }))
+        #expect(replies[1] == .ack(requestID: 2, good.map { AckEntry(id: Events.id(of: $0), status: .duplicate) }))
+        #expect(replies[2] == .ack(requestID: 3, [
+            AckEntry(id: Events.id(of: a), status: .accepted),
+            AckEntry(id: .zero, status: .rejected, reason: .malformed),
+            AckEntry(id: Events.id(of: unknownType), status: .rejected, reason: .malformed),
+            AckEntry(id: Events.id(of: wrongLength), status: .rejected, reason: .malformed),
+            AckEntry(id: Events.id(of: b), status: .accepted),
+        ]))
+        #expect(replies[3] == .ack(requestID: 4, [
+            AckEntry(id: Events.id(of: c), status: .accepted),
+            AckEntry(id: Events.id(of: tooLarge), status: .rejected, reason: .tooLarge),
+        ]))
+        guard case .error(let requestID, let versionError) = replies[4] else {
+            Issue.record("a version 2 header got \(replies[4]), expected an error reply")
+            return
+        }
+        #expect(requestID == 5)
+        #expect(versionError.code == .unsupportedVersion)
+        guard case .error(6, let emptyError) = replies[5] else {
+            Issue.record("a message without events got \(replies[5])")
+            return
+        }
+        #expect(emptyError.code == .malformedMessage)
+        guard case .error(_, let shortHeader) = replies[6] else {
+            Issue.record("a 5-byte header got \(replies[6])")
+            return
+        }
+        #expect(shortHeader.code == .malformedMessage)
+        // The connection is still served after the refusals, and the refused event was not stored.
+        #expect(replies[7] == .ack(requestID: 8, [AckEntry(id: Events.id(of: d), status: .accepted)]))
+
+        let accepted = good + [a, b, c, d]
+        let sinkDirectory = configuration.fileSinkDirectory
+        try await waitUntil("\(accepted.count) events in the file sink") {
+            try sinkLines(sinkDirectory).count >= accepted.count
+        }
+        let lines = try sinkLines(sinkDirectory)
+        #expect(lines.map { $0["id"] as? String } == accepted.map { Events.id(of: $0).description })
+        #expect(lines.allSatisfy { $0["source"] as? String == "agent-tests" && $0["accepted_at"] is NSNumber })
+
+        let counters = running.counters
+        #expect(counters["accepted"] == accepted.count)
+        #expect(counters["duplicate"] == good.count)
+        #expect(counters["rejected"] == 4)
+        #expect(counters["malformed_messages"] == 3)
+        try await waitUntil("delivered counter") { running.counters["delivered"] == accepted.count }
+        let status = running.agent.status()
+        #expect(status["ok"] as? Bool == true)
+        #expect((status["queue"] as? [String: Any])?["events"] as? Int == 0)
+        #expect((status["recovery"] as? [String: Any])?["events"] as? Int == 0)
+
+        try await running.stop()
+        #expect(try sinkLines(sinkDirectory).count == accepted.count)
+    }
+
+    @Test("after a restart the dedup window, the queue and the sink carry on: no duplicates, nothing lost")
+    func restart() async throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let configuration = agentConfiguration(scratch)
+        let sinkDirectory = configuration.fileSinkDirectory
+        let first = Events.frames(20)
+
+        let agent1 = try await RunningAgent(configuration)
+        let replies1 = try await exchange(runtimeDirectory: configuration.runtimeDirectory, [[eventsHeader(1)] + first])
+        #expect(replies1.first?.entries?.allSatisfy { $0.status == .accepted } == true)
+        try await waitUntil("the first events delivered") { try sinkLines(sinkDirectory).count == first.count }
+        try await agent1.stop()
+
+        let agent2 = try await RunningAgent(configuration)
+        #expect(agent2.agent.recoveryReport?.records == first.count)
+        #expect(agent2.agent.recoveryReport?.isClean == true)
+        let second = Events.frames(5)
+        let replies2 = try await exchange(runtimeDirectory: configuration.runtimeDirectory,
+                                          [[eventsHeader(1)] + Array(first.prefix(3)) + second])
+        let statuses = replies2.first?.entries?.map(\.status)
+        #expect(statuses == [.duplicate, .duplicate, .duplicate] + Array(repeating: .accepted, count: 5),
+                "ids from before the restart are still known: \(replies2)")
+        try await waitUntil("the second events delivered") { try sinkLines(sinkDirectory).count >= first.count + second.count }
+        try await agent2.stop()
+        let ids = try sinkLines(sinkDirectory).map { $0["id"] as? String ?? "" }
+        #expect(ids == (first + second).map { Events.id(of: $0).description }, "each event exactly once, in order")
+    }
+
+    @Test("a second agent on the same directories refuses to start")
+    func singleInstance() async throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let configuration = agentConfiguration(scratch)
+        let running = try await RunningAgent(configuration)
+        do {
+            let second = try await RunningAgent(configuration)
+            Issue.record("a second agent started")
+            try await second.stop()
+        } catch let error as AgentError {
+            #expect(error.code == .alreadyRunning)
+        }
+        // The first one still serves.
+        let frame = Events.make(1).encoded()
+        let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory, [[eventsHeader(1), frame]])
+        #expect(replies == [.ack(requestID: 1, [AckEntry(id: Events.id(of: frame), status: .accepted)])])
+        try await running.stop()
+    }
+}

@@ -1,0 +1,233 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+@testable import FerryAgent
+import FerryProtocol
+import Foundation
+import Synchronization
+import Testing
+
+/// Drives the commit thread directly: submit ingest batches, collect the committed results.
+final class PipelineHarness: Sendable {
+    let scratch: ScratchDirectory
+    let log: SegmentedLog
+    let pipeline: CommitPipeline
+    let counters = AgentCounters()
+    let configuration: AgentConfiguration
+    private let results = ThreadInbox<CommittedBatch>()
+    private let pending = Locked<[CommittedBatch]>([])
+    let droppedOnBus = Locked<[EventID]>([])
+    private let nextRequest = Atomic<UInt32>(1)
+
+    init(log logConfiguration: LogConfiguration, dedup: DedupWindow = DedupWindow(maxEntries: 100_000, maxAgeMilliseconds: 3_600_000)) throws {
+        scratch = try ScratchDirectory()
+        configuration = AgentConfiguration(runtimeDirectory: scratch.appending("run"), dataDirectory: scratch.path,
+                                           log: logConfiguration)
+        var report = RecoveryReport()
+        log = try SegmentedLog(directory: scratch.appending("segments"), configuration: logConfiguration, cursor: nil,
+                               logger: quietLogger, recovered: &report) { _, _ in }
+        let dropped = droppedOnBus
+        pipeline = CommitPipeline(log: log, configuration: configuration, counters: counters, logger: quietLogger,
+                                  wantsDropped: { true },
+                                  droppedEvents: { events in dropped.withLock { $0 += events.map(\.decodedID) } })
+        let results = self.results
+        try pipeline.start(dedup: dedup) { batches in
+            for batch in batches { results.put(batch) }
+        } committedEvents: {}
+    }
+
+    /// Submits one message of `frames` and waits for its result.
+    func submit(_ frames: [[UInt8]]) async throws -> [AckEntry] {
+        let request = nextRequest.add(1, ordering: .relaxed).oldValue
+        let items: [IngestBatch.Item] = frames.map { .event(id: EventID(bytes: $0), frame: $0) }
+        #expect(pipeline.submit(IngestBatch(peer: [1, 2, 3], requestID: request, items: items)))
+        let results = self.results, pending = self.pending
+        let batch = try await offPool { () throws -> CommittedBatch in
+            let deadline = ContinuousClock.now + .seconds(20)
+            while ContinuousClock.now < deadline {
+                if let hit = pending.withLock({ list -> CommittedBatch? in
+                    guard let index = list.firstIndex(where: { $0.requestID == request }) else { return nil }
+                    return list.remove(at: index)
+                }) { return hit }
+                if let arrived = results.takeAll(timeout: .milliseconds(200)) {
+                    pending.withLock { $0 += arrived }
+                }
+            }
+            throw TestFailure("no commit result for request \(request)")
+        }
+        #expect(batch.peer == [1, 2, 3])
+        #expect(batch.entries.count == frames.count)
+        #expect(batch.entries.map(\.id) == frames.map(Events.id(of:)))
+        return batch.entries
+    }
+
+    func stop() async {
+        await pipeline.stop()
+        scratch.remove()
+    }
+
+    var segmentBytesOnDisk: Int64 { segmentFiles(scratch.appending("segments")).map(fileSize).reduce(0, +) }
+}
+
+@Suite("Retention and the commit pipeline")
+struct RetentionTests {
+    static let segment: Int64 = 4096
+    static let cap: Int64 = 8192
+
+    @Test("reject: once the cap is reached new events are rejected `full`; nothing accepted is lost",
+          arguments: [60, 150, 333])
+    func rejectWhenFull(padding: Int) async throws {
+        let harness = try PipelineHarness(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
+                                                                fullPolicy: .reject))
+        var accepted: [[UInt8]] = []
+        var rejected: [[UInt8]] = []
+        for i in 1...200 {
+            let frame = Events.make(UInt64(i), padding: padding).encoded()
+            let entry = try #require(try await harness.submit([frame]).first)
+            switch entry.status {
+            case .accepted:
+                #expect(rejected.isEmpty, "an event was accepted after the queue was full")
+                accepted.append(frame)
+            case .rejected:
+                #expect(entry.reason == .full)
+                rejected.append(frame)
+            default:
+                Issue.record("unexpected status \(entry.status)")
+            }
+            #expect(harness.log.status().bytes <= Self.cap, "log holds \(harness.log.status().bytes) bytes after event \(i)")
+            #expect(harness.segmentBytesOnDisk <= Self.cap, "segment files hold \(harness.segmentBytesOnDisk) bytes after event \(i)")
+            if rejected.count >= 5 { break }
+        }
+        #expect(accepted.count > 10)
+        #expect(rejected.count == 5)
+        #expect(harness.counters.rejected.load(ordering: .relaxed) == 5)
+        #expect(harness.counters.rejectedFull.load(ordering: .relaxed) == 5)
+        #expect(harness.counters.accepted.load(ordering: .relaxed) == accepted.count)
+        #expect(harness.counters.dropped.load(ordering: .relaxed) == 0)
+        #expect(try readAll(harness.log).map(\.decodedID) == idsOf(accepted))
+
+        // A rejected event was not remembered by dedup: re-sent, it is rejected again (not duplicate).
+        #expect(try await harness.submit([rejected[0]]).map(\.status) == [.rejected])
+        // Once delivered segments are deleted there is room again, and it is accepted.
+        let all = try harness.log.read(from: harness.log.cursor, maxEvents: 10_000, maxBytes: 1 << 30)
+        harness.log.markDelivered(all.events, next: all.next)
+        #expect(try await harness.submit([rejected[0]]).map(\.status) == [.accepted])
+        #expect(harness.log.status().bytes <= Self.cap)
+        // The ids of the deleted segment live on in the dedup snapshot.
+        let snapshot = try #require(DedupWindow.parseSnapshot(try readBytes(harness.scratch.appending("dedup.snapshot"))))
+        #expect(Set(snapshot.map { $0.id }).isSuperset(of: accepted.map(Events.id(of:))))
+        #expect(try await harness.submit([accepted[0]]).map(\.status) == [.duplicate])
+        await harness.stop()
+    }
+
+    @Test("drop-oldest: the queue never exceeds the cap, the oldest events go and are counted",
+          arguments: [60, 150, 333])
+    func dropOldest(padding: Int) async throws {
+        let harness = try PipelineHarness(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
+                                                                fullPolicy: .dropOldest))
+        var sent: [[UInt8]] = []
+        for i in 1...40 {
+            let frames = (0..<3).map { Events.make(UInt64(i * 3 + $0), padding: padding).encoded() }
+            let entries = try await harness.submit(frames)
+            #expect(entries.allSatisfy { $0.status == .accepted }, "batch \(i): \(entries.map(\.status))")
+            sent += frames
+            #expect(harness.log.status().bytes <= Self.cap, "log holds \(harness.log.status().bytes) bytes after batch \(i)")
+            #expect(harness.segmentBytesOnDisk <= Self.cap, "segment files hold \(harness.segmentBytesOnDisk) bytes after batch \(i)")
+        }
+        let dropped = harness.counters.dropped.load(ordering: .relaxed)
+        let status = harness.log.status()
+        #expect(dropped > 0)
+        #expect(status.droppedEvents == dropped)
+        #expect(harness.counters.accepted.load(ordering: .relaxed) == sent.count)
+        #expect(status.undeliveredEvents + dropped == sent.count)
+        // What is left is the newest events, in order, with nothing missing in between.
+        let left = try readAll(harness.log, from: harness.log.cursor).map(\.decodedID)
+        #expect(left == idsOf(Array(sent.suffix(left.count))))
+        #expect(left.count == status.undeliveredEvents)
+        // The bus was told exactly which events were dropped.
+        #expect(harness.droppedOnBus.withLock { $0 } == sent.prefix(dropped).map(Events.id(of:)))
+        // Dropped ids stay in the dedup window (a re-send is still a duplicate).
+        #expect(try await harness.submit([sent[0]]).map(\.status) == [.duplicate])
+        await harness.stop()
+    }
+
+    /// Paddings for which the event that no longer fits in the active segment still fits under
+    /// the cap by its own size, but not with the header of the segment it opens.
+    @Test("the cap also holds when the next event opens a new segment",
+          arguments: [LogConfiguration.FullPolicy.reject, .dropOldest], [88, 191])
+    func capIncludesNewSegmentHeader(policy: LogConfiguration.FullPolicy, padding: Int) async throws {
+        let harness = try PipelineHarness(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
+                                                                fullPolicy: policy))
+        var worst: Int64 = 0
+        for i in 1...80 {
+            let entries = try await harness.submit([Events.make(UInt64(i), padding: padding).encoded()])
+            if entries.first?.status != .accepted { break }
+            worst = max(worst, harness.segmentBytesOnDisk)
+        }
+        withKnownIssue("""
+            CommitPipeline.makeRoom checks totalBytes + framedSize against the cap, but the append may \
+            rotate and add a 16-byte segment header on top, so the log can exceed retentionMaxBytes
+            """) {
+            #expect(worst <= Self.cap, "the segment files reached \(worst) bytes with retentionMaxBytes \(Self.cap)")
+        }
+        await harness.stop()
+    }
+
+    @Test("an event that alone exceeds what the queue may hold is rejected `full` even under drop-oldest")
+    func tooBigForTheQueue() async throws {
+        let harness = try PipelineHarness(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
+                                                                fullPolicy: .dropOldest))
+        let small = Events.make(1).encoded()
+        #expect(try await harness.submit([small]).map(\.status) == [.accepted])
+        let huge = Events.make(2, padding: Int(Self.cap)).encoded()
+        let entry = try #require(try await harness.submit([huge]).first)
+        #expect(entry.status == .rejected)
+        #expect(entry.reason == .full)
+        #expect(try readAll(harness.log).map(\.decodedID) == idsOf([small]))
+        await harness.stop()
+    }
+
+    @Test("within one message: duplicates of earlier events and of each other are answered `duplicate`")
+    func dedupWithinAndAcrossMessages() async throws {
+        let harness = try PipelineHarness(log: LogConfiguration())
+        let a = Events.make(1).encoded(), b = Events.make(2).encoded()
+        #expect(try await harness.submit([a]).map(\.status) == [.accepted])
+        #expect(try await harness.submit([b, a, b]).map(\.status) == [.accepted, .duplicate, .duplicate])
+        #expect(try readAll(harness.log).map(\.decodedID) == idsOf([a, b]))
+        #expect(harness.counters.duplicate.load(ordering: .relaxed) == 2)
+        #expect(harness.counters.commits.load(ordering: .relaxed) == 2)
+        // A message of only duplicates needs no fsync.
+        #expect(try await harness.submit([a, b]).map(\.status) == [.duplicate, .duplicate])
+        #expect(harness.counters.commits.load(ordering: .relaxed) == 2)
+        await harness.stop()
+    }
+
+    @Test("a failed group commit rejects the whole group and forgets its ids; a re-send is accepted",
+          .enabled(if: FileManager.default.fileExists(atPath: "/dev/full")))
+    func failedCommitRejectsGroup() async throws {
+        let harness = try PipelineHarness(log: LogConfiguration())
+        let first = Events.frames(2)
+        #expect(try await harness.submit(first).map(\.status) == [.accepted, .accepted])
+        let path = harness.scratch.appending("segments") + "/" + SegmentedLog.fileName(for: 1)
+        let fds = openDescriptors(of: path)
+        try #require(fds.count == 1, "expected the commit thread's descriptor on \(path), found \(fds)")
+        try breakWrites(fd: fds[0])
+        let group = Events.frames(3)
+        let failed = try await harness.submit(group + [group[0]])
+        try restoreWrites(fd: fds[0], path: path)
+        #expect(failed.map(\.status) == [.rejected, .rejected, .rejected, .rejected])
+        #expect(failed.allSatisfy { $0.reason == .full }, "ENOSPC maps to `full`: \(failed.map(\.reason))")
+        #expect(try readAll(harness.log).map(\.decodedID) == idsOf(first))
+        #expect(harness.log.status().undeliveredEvents == 2)
+
+        // The ids were forgotten: the client's re-send is accepted, once.
+        #expect(try await harness.submit(group).map(\.status) == [.accepted, .accepted, .accepted])
+        #expect(try readAll(harness.log).map(\.decodedID) == idsOf(first + group))
+        let reopened = try openLog(harness.scratch.appending("segments"))
+        #expect(reopened.report.isClean)
+        #expect(try readAll(reopened.log).map(\.decodedID) == idsOf(first + group))
+        await harness.stop()
+    }
+}
