@@ -81,7 +81,8 @@ private struct FieldReader {
                 guard let string = value as? String else { throw fail(name, "expected a string") }
                 set(string)
             case .int(let set):
-                guard !(value is Bool), let number = value as? NSNumber,
+                // On Linux 0 and 1 also cast to Bool; the objCType tells a real boolean ("c").
+                guard let number = value as? NSNumber, String(cString: number.objCType) != "c",
                       number.doubleValue == number.doubleValue.rounded() else { throw fail(name, "expected an integer") }
                 set(number.intValue)
             case .choice(let valid, let set):

@@ -212,7 +212,8 @@ final class CommitPipeline: Sendable {
 
     /// Applies the retention cap before an append. Returns false if the event must be rejected.
     private func makeRoom(for frameSize: Int, writer: LogWriter, dedup: DedupWindow, pending: [EventID]) -> Bool {
-        let size = Int64(LogRecord.framedSize(frameSize: frameSize))
+        // Count a segment header too: the append may start a new segment.
+        let size = Int64(LogRecord.framedSize(frameSize: frameSize)) + SegmentedLog.segmentHeaderSize
         let cap = configuration.log.retentionMaxBytes
         while writer.totalBytes + size > cap {
             guard configuration.log.fullPolicy == .dropOldest else { return false }

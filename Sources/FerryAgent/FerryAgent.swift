@@ -31,7 +31,12 @@ public final class FerryAgent: Service, Sendable {
     private let sink: any Sink
     private let startedAt = WallClock.unixMilliseconds()
     private let running = Mutex<Running?>(nil)
-    private let readyWaiters = Mutex<(ready: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+    private let readyWaiters = Mutex<ReadyState>(ReadyState())
+
+    private struct ReadyState {
+        var outcome: Result<Void, any Error>?
+        var waiters: [CheckedContinuation<Void, any Error>] = []
+    }
 
     private struct Running: Sendable {
         var log: SegmentedLog
@@ -49,31 +54,45 @@ public final class FerryAgent: Service, Sendable {
         }
     }
 
-    /// Suspends until the agent is bound and serving (for in-process tests and embedding).
-    public func waitUntilReady() async {
-        await withCheckedContinuation { continuation in
-            let now = readyWaiters.withLock { state -> Bool in
-                if state.ready { return true }
+    /// Suspends until the agent is bound and serving; throws the error ``run()`` failed with if
+    /// it ends first (for example because another agent owns the directories). For in-process
+    /// tests and embedding.
+    public func waitUntilReady() async throws {
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            let outcome = readyWaiters.withLock { state -> Result<Void, any Error>? in
+                if let outcome = state.outcome { return outcome }
                 state.waiters.append(continuation)
-                return false
+                return nil
             }
-            if now { continuation.resume() }
+            if let outcome { continuation.resume(with: outcome) }
         }
     }
 
-    private func markReady() {
-        let waiters = readyWaiters.withLock { state in
-            state.ready = true
+    private func settleReadiness(_ outcome: Result<Void, any Error>) {
+        let waiters = readyWaiters.withLock { state -> [CheckedContinuation<Void, any Error>] in
+            guard state.outcome == nil else { return [] }
+            state.outcome = outcome
             defer { state.waiters = [] }
             return state.waiters
         }
-        waiters.forEach { $0.resume() }
+        waiters.forEach { $0.resume(with: outcome) }
     }
 
     /// What recovery found at start, once running.
     public var recoveryReport: RecoveryReport? { running.withLock { $0?.recovery } }
 
     public func run() async throws {
+        do {
+            try await serve()
+        } catch {
+            // Waiters must not hang when start-up fails.
+            settleReadiness(.failure(error))
+            throw error
+        }
+        settleReadiness(.failure(AgentError(code: .configuration, message: "the agent stopped before it was ready")))
+    }
+
+    private func serve() async throws {
         try configuration.validate()
         let io = BlockingExecutor.shared
         let configuration = self.configuration, logger = self.logger
@@ -184,7 +203,7 @@ public final class FerryAgent: Service, Sendable {
             "ingest": "\(FerryPaths.ingestEndpoint(configuration.runtimeDirectory))",
             "data": "\(configuration.dataDirectory)", "sink": "\(sink.name)",
         ])
-        markReady()
+        settleReadiness(.success(()))
 
         // Serve until graceful shutdown (or cancellation), then stop in order: intake, commit
         // (acks of what was written go out), sockets, delivery.

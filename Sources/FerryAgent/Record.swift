@@ -72,15 +72,23 @@ public enum LogRecord {
     }
 
     /// The offset of the next valid record after `offset` (exclusive), or `nil` if none is
-    /// complete within the buffer.
-    public static func resynchronise(_ buffer: UnsafeRawBufferPointer, after offset: Int) -> Int? {
+    /// complete within the buffer. With `allowIncomplete` (the buffer is a window onto a longer
+    /// file), it also stops at the first place a record may start that the buffer cannot show
+    /// whole, so the caller can read on from there instead of skipping it.
+    public static func resynchronise(_ buffer: UnsafeRawBufferPointer, after offset: Int, allowIncomplete: Bool = false) -> Int? {
         var candidate = offset + 1
-        let magicBytes: (UInt8, UInt8, UInt8, UInt8) = (0xF5, 0x7E, 0xA1, 0x1D)
-        while candidate + headerSize <= buffer.count {
-            if buffer[candidate] == magicBytes.0, buffer[candidate + 1] == magicBytes.1,
-               buffer[candidate + 2] == magicBytes.2, buffer[candidate + 3] == magicBytes.3,
-               case .record = parse(buffer, at: candidate) {
-                return candidate
+        while candidate < buffer.count {
+            if buffer.count - candidate < headerSize {
+                // Too short to tell: only a window's caller can look further.
+                return allowIncomplete ? candidate : nil
+            }
+            if buffer[candidate] == 0xF5, buffer[candidate + 1] == 0x7E, buffer[candidate + 2] == 0xA1,
+               buffer[candidate + 3] == 0x1D {
+                switch parse(buffer, at: candidate) {
+                case .record: return candidate
+                case .incomplete where allowIncomplete: return candidate
+                case .incomplete, .invalid: break
+                }
             }
             candidate += 1
         }

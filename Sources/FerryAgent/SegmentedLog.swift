@@ -169,6 +169,9 @@ public final class SegmentedLog: Sendable {
             }
             let want = Int(min(Int64(max(maxBytes - bytes, 64 << 10)), segment.size - position.offset))
             let chunk = try readChunk(segment: segment, at: position.offset, count: want)
+            // Committed bytes hold only complete records, so within the last chunk of a segment
+            // "incomplete" means damage; before that it may be a record crossing the chunk's end.
+            let reachesEnd = position.offset + Int64(chunk.count) >= segment.size
             var consumed = 0
             let parsed: Bool = chunk.withUnsafeBytes { raw in
                 var offset = 0
@@ -182,25 +185,22 @@ public final class SegmentedLog: Sendable {
                             size: size, acceptedAt: acceptedAt, frame: frame))
                         bytes += size
                         offset += size
-                    case .incomplete:
+                    case .incomplete where !reachesEnd:
                         consumed = offset
                         return offset > 0
-                    case .invalid:
-                        // Recovery already reported this region; skip it the same way.
-                        if let next = LogRecord.resynchronise(raw, after: offset) {
-                            offset = next
-                        } else {
-                            offset = raw.count
-                        }
+                    case .incomplete, .invalid:
+                        // Recovery already reported this region; skip it the same way, stopping
+                        // where a record may start that this chunk cannot show whole.
+                        offset = LogRecord.resynchronise(raw, after: offset, allowIncomplete: !reachesEnd) ?? raw.count
                     }
                 }
                 consumed = offset
                 return true
             }
             if !parsed {
-                // A record larger than the chunk: read exactly it.
+                // A record larger than the chunk: read exactly it (parse capped its length).
                 let header = try readChunk(segment: segment, at: position.offset, count: LogRecord.headerSize)
-                let length = Int(readLE(header, at: 4, as: UInt32.self))
+                let length = header.count == LogRecord.headerSize ? Int(readLE(header, at: 4, as: UInt32.self)) : 0
                 let whole = try readChunk(segment: segment, at: position.offset, count: LogRecord.headerSize + length)
                 if case .record(let body, let size) = whole.withUnsafeBytes({ LogRecord.parse($0, at: 0) }) {
                     events.append(StoredEvent(
@@ -343,6 +343,7 @@ public enum SegmentScanner {
                         offset = next
                     } else {
                         // Nothing valid follows: a torn tail (or damage reaching the end).
+                        result.corruptRegions += 1
                         result.corruptBytes += Int64(raw.count - offset)
                         result.damage.append((Int64(offset), Int64(raw.count - offset)))
                         offset = raw.count
@@ -356,6 +357,7 @@ public enum SegmentScanner {
             try FileIO.fdatasync(fd, path: path)
             result.truncatedBytes = size - Int64(validEnd)
             result.corruptBytes -= result.truncatedBytes
+            result.corruptRegions -= 1
             result.damage.removeLast()
             result.size = Int64(validEnd)
         } else if truncateTornTail && size < Int64(headerSize) {

@@ -187,14 +187,8 @@ struct RecoveryTests {
         #expect(try readAll(opened.log).map(\.decodedID) == idsOf(expected))
         #expect(opened.report.corruptBytes == Int64(inFirst[victim].size))
         // A record was lost: the report must say so.
-        withKnownIssue("""
-            SegmentScanner.scan (SegmentedLog.swift, the `else` branch "Nothing valid follows") adds the \
-            bytes to corruptBytes but never counts a region, so damage reaching the end of a non-last \
-            segment leaves corruptRegions == 0 and isClean == true although a record was lost
-            """) {
-            #expect(!opened.report.isClean, "a lost record must not be reported as a clean recovery")
-            #expect(opened.report.corruptRegions == 1)
-        }
+        #expect(!opened.report.isClean, "a lost record must not be reported as a clean recovery")
+        #expect(opened.report.corruptRegions == 1)
     }
 
     @Test("reading with batches smaller than a segment never loses a valid record next to damage")
@@ -222,14 +216,8 @@ struct RecoveryTests {
         // Delivery-sized reads (maxBytes 64 KiB, the first chunk of the segment).
         let delivered = try readAll(opened.log, maxEvents: 10_000, maxBytes: 65_536)
         let missing = Set(expected.map(Events.id(of:))).subtracting(delivered.map(\.decodedID))
-        withKnownIssue("""
-            SegmentedLog.read: in the `.invalid` case, when resynchronise finds no complete record in \
-            the chunk it sets `offset = raw.count`, skipping the start of a valid record that straddles \
-            the chunk's end; the next chunk then begins inside that record and loses it too
-            """) {
-            #expect(missing.isEmpty, "valid records skipped by read(): \(missing.count) (record \(straddling) straddles the chunk end)")
-            #expect(delivered.map(\.decodedID) == idsOf(expected))
-        }
+        #expect(missing.isEmpty, "valid records skipped by read(): \(missing.count) (record \(straddling) straddles the chunk end)")
+        #expect(delivered.map(\.decodedID) == idsOf(expected))
     }
 
     @Test("an empty or missing data directory is an empty log with a clean report")

@@ -166,12 +166,7 @@ struct RetentionTests {
             if entries.first?.status != .accepted { break }
             worst = max(worst, harness.segmentBytesOnDisk)
         }
-        withKnownIssue("""
-            CommitPipeline.makeRoom checks totalBytes + framedSize against the cap, but the append may \
-            rotate and add a 16-byte segment header on top, so the log can exceed retentionMaxBytes
-            """) {
-            #expect(worst <= Self.cap, "the segment files reached \(worst) bytes with retentionMaxBytes \(Self.cap)")
-        }
+        #expect(worst <= Self.cap, "the segment files reached \(worst) bytes with retentionMaxBytes \(Self.cap)")
         await harness.stop()
     }
 

@@ -82,14 +82,18 @@ final class RunningAgent: Sendable {
         let task = Task { try await agent.run() }
         self.agent = agent
         self.task = task
-        // waitUntilReady() never returns if run() fails first, so race the two.
+        // waitUntilReady() throws run()'s error if start-up fails; the race adds a deadline.
         let once = Once<Void>()
         do {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 once.set(continuation)
                 Task {
-                    await agent.waitUntilReady()
-                    once.resume(.success(()))
+                    do {
+                        try await agent.waitUntilReady()
+                        once.resume(.success(()))
+                    } catch {
+                        once.resume(.failure(error))
+                    }
                 }
                 Task {
                     let result = await asyncResult { try await task.value }
