@@ -183,6 +183,9 @@ public struct EventHeader: Sendable {
         guard let header = parsed.0 else { throw .malformed("unknown event type \(parsed.1)") }
         let declared = WireEvent.fixedHeaderSize + header.sourceLength + header.nameLength
             + header.userIDLength + header.onceKeyLength + header.propertiesLength
+        guard declared <= frame.count else {
+            throw .truncated("event frame is \(frame.count) bytes but its header declares \(declared)")
+        }
         guard declared == frame.count else {
             throw .malformed("event frame is \(frame.count) bytes but its header declares \(declared)")
         }

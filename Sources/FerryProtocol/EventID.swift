@@ -33,7 +33,9 @@ public struct EventID: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// Parses the canonical text form `xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`.
     public init?(_ text: String) {
         let hex = text.filter { $0 != "-" }
-        guard hex.count == 32, let high = UInt64(hex.prefix(16), radix: 16),
+        // `UInt64(_:radix:)` accepts a leading sign, so check for hex digits first.
+        guard hex.count == 32, hex.allSatisfy({ $0.isASCII && $0.isHexDigit }),
+              let high = UInt64(hex.prefix(16), radix: 16),
               let low = UInt64(hex.suffix(16), radix: 16) else { return nil }
         self.init(high: high, low: low)
     }
