@@ -189,6 +189,17 @@ public struct EventHeader: Sendable {
         guard declared == frame.count else {
             throw .malformed("event frame is \(frame.count) bytes but its header declares \(declared)")
         }
+        // The text fields are short; validating them here keeps undecodable events off the disk.
+        let invalidField: String? = frame.withUnsafeBytes { raw in
+            var offset = WireEvent.fixedHeaderSize
+            for (name, length) in [("source", header.sourceLength), ("name", header.nameLength),
+                                   ("user id", header.userIDLength), ("once key", header.onceKeyLength)] {
+                defer { offset += length }
+                if !UTF8Validation.isValid(UnsafeRawBufferPointer(rebasing: raw[offset..<(offset + length)])) { return name }
+            }
+            return nil
+        }
+        if let invalidField { throw .invalidUTF8("\(invalidField) is not valid UTF-8") }
         self = header
     }
 

@@ -207,7 +207,7 @@ struct WireEventTests {
         [0x61, 0x80, 0x62],         // stray continuation byte
     ]
 
-    @Test("invalid UTF-8 in any text field is refused by the full decoder",
+    @Test("invalid UTF-8 in any text field is refused at ingest and by the full decoder",
           arguments: ["source", "name", "user", "once"], invalidUTF8)
     func invalidText(field: String, bad: [UInt8]) throws {
         // Build the frame by hand: the Swift encoder only takes valid strings.
@@ -226,9 +226,9 @@ struct WireEventTests {
         let lengthOffset = ["source": 40, "name": 42, "user": 44, "once": 46][field]!
         frame[lengthOffset] = UInt8(bad.count)
 
-        // The fixed header alone does not look at the text...
-        #expect(throws: Never.self) { try EventHeader(frame) }
-        // ...the full decoder does, and names the field.
+        // The ingest path (the fixed header) and the full decoder both refuse it.
+        let atIngest = expectProtocolError(.invalidUTF8("")) { try EventHeader(frame) }
+        #expect(atIngest?.rejectReason == .invalidUTF8)
         let error = expectProtocolError(.invalidUTF8("")) { try WireEvent(decoding: frame) }
         #expect(error?.rejectReason == .invalidUTF8)
         #expect(error?.code == .malformedMessage)
