@@ -1,5 +1,6 @@
 import Foundation
 @testable import FerryAgent
+import FerryTestKit
 import FerryProtocol
 import Synchronization
 import ZeroMQ
@@ -82,31 +83,9 @@ final class RunningAgent: Sendable {
         let task = Task { try await agent.run() }
         self.agent = agent
         self.task = task
-        // waitUntilReady() throws run()'s error if start-up fails; the race adds a deadline.
-        let once = Once<Void>()
         do {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                once.set(continuation)
-                Task {
-                    do {
-                        try await agent.waitUntilReady()
-                        once.resume(.success(()))
-                    } catch {
-                        once.resume(.failure(error))
-                    }
-                }
-                Task {
-                    let result = await asyncResult { try await task.value }
-                    switch result {
-                    case .success: once.resume(.failure(TestFailure("agent run() returned before it was ready")))
-                    case .failure(let error): once.resume(.failure(error))
-                    }
-                }
-                Task {
-                    try? await Task.sleep(for: timeout)
-                    once.resume(.failure(TestFailure("agent not ready within \(timeout)")))
-                }
-            }
+            // waitUntilReady() throws run()'s error if start-up fails.
+            try await withTimeout(timeout, "the agent to be ready") { try await agent.waitUntilReady() }
         } catch {
             task.cancel()
             throw error

@@ -5,6 +5,7 @@ import Darwin
 #endif
 import Foundation
 @testable import FerryAgent
+import FerryTestKit
 import FerryProtocol
 import Logging
 import Synchronization
@@ -184,68 +185,21 @@ func restoreWrites(fd: CInt, path: String) throws {
     guard dup2(fresh, fd) == fd else { throw TestFailure("dup2 failed: \(errno)") }
 }
 
-// MARK: Waiting
+// MARK: Waiting (thin names over FerryTestKit's deadline-bounded helpers)
 
 /// Runs blocking `body` on a thread of its own (never on the concurrency pool).
 func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        _ = DedicatedThread(name: "agent-tests") {
-            continuation.resume(with: Result { try body() })
-        }
-    }
+    try await runOffPool(body)
 }
 
 /// Polls `condition` until it holds or `timeout` passes (then throws).
-func waitUntil(
-    _ what: String, timeout: Duration = .seconds(20), _ condition: () throws -> Bool
-) async throws {
-    let deadline = ContinuousClock.now + timeout
-    while true {
-        if try condition() { return }
-        if ContinuousClock.now >= deadline { throw TestFailure("timed out after \(timeout) waiting for \(what)") }
-        try await Task.sleep(for: .milliseconds(20))
-    }
+func waitUntil(_ what: String, timeout: Duration = .seconds(20), _ condition: () throws -> Bool) async throws {
+    try await eventually(what, timeout: timeout) { try condition() }
 }
 
 /// Awaits `task`'s value, or throws if it takes longer than `timeout`.
 func value<T: Sendable>(of task: Task<T, any Error>, timeout: Duration, _ what: String) async throws -> T {
-    let once = Once<T>()
-    return try await withCheckedThrowingContinuation { continuation in
-        once.set(continuation)
-        Task { once.resume(await asyncResult { try await task.value }) }
-        Task {
-            try? await Task.sleep(for: timeout)
-            once.resume(.failure(TestFailure("timed out after \(timeout) waiting for \(what)")))
-        }
-    }
-}
-
-/// Resumes a continuation at most once (first result wins).
-final class Once<T: Sendable>: Sendable {
-    private let state = Mutex<(continuation: CheckedContinuation<T, any Error>?, done: Bool)>((nil, false))
-
-    func set(_ continuation: CheckedContinuation<T, any Error>) {
-        let early = state.withLock { state -> Bool in
-            if state.done { return true }
-            state.continuation = continuation
-            return false
-        }
-        precondition(!early, "Once.set after resume")
-    }
-
-    func resume(_ result: Result<T, any Error>) {
-        let continuation = state.withLock { state -> CheckedContinuation<T, any Error>? in
-            guard !state.done, let continuation = state.continuation else { return nil }
-            state.done = true
-            state.continuation = nil
-            return continuation
-        }
-        continuation?.resume(with: result)
-    }
-}
-
-func asyncResult<T>(_ body: () async throws -> T) async -> Result<T, any Error> {
-    do { return .success(try await body()) } catch { return .failure(error) }
+    try await withTimeout(timeout, what) { try await task.value }
 }
 
 /// A lock-protected value that can be shared by reference (a `Mutex` cannot be copied).
