@@ -23,7 +23,7 @@ public enum FerryValue: Sendable, Hashable {
         case .double(let value):
             // JSON has no NaN or infinity.
             out += value.isFinite ? Array(String(value).utf8) : Array("null".utf8)
-        case .string(let value): Self.appendString(value, to: &out)
+        case .string(let value): JSONText.appendString(value, to: &out)
         case .array(let values):
             out.append(UInt8(ascii: "["))
             for (index, value) in values.enumerated() {
@@ -41,16 +41,13 @@ public enum FerryValue: Sendable, Hashable {
         out.append(UInt8(ascii: "{"))
         for (index, key) in fields.keys.sorted().enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
-            appendString(key, to: &out)
+            JSONText.appendString(key, to: &out)
             out.append(UInt8(ascii: ":"))
             fields[key]!.appendJSON(to: &out)
         }
         out.append(UInt8(ascii: "}"))
     }
 
-    static func appendString(_ string: String, to out: inout [UInt8]) {
-        JSONText.appendString(string, to: &out)
-    }
 }
 
 extension FerryValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,

@@ -45,13 +45,13 @@ struct JSONWriter {
     private mutating func key(_ name: String) {
         if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
-        Self.appendString(name, to: &bytes)
+        JSONText.appendString(name, to: &bytes)
         bytes.append(UInt8(ascii: ":"))
     }
 
     mutating func field(_ name: String, _ value: String) {
         key(name)
-        Self.appendString(value, to: &bytes)
+        JSONText.appendString(value, to: &bytes)
     }
 
     mutating func field(_ name: String, _ value: UInt64) {
@@ -86,7 +86,4 @@ struct JSONWriter {
         return bytes
     }
 
-    static func appendString(_ string: String, to out: inout [UInt8]) {
-        JSONText.appendString(string, to: &out)
-    }
 }

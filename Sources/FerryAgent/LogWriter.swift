@@ -186,7 +186,6 @@ final class LogWriter {
         return lost
     }
 
-    /// Forces a rotation so a fresh segment is active (used after the active one is fully delivered
-    /// and large, so it can be deleted).
+    /// The segment appends go to; it is never deleted.
     var activeIndex: UInt64 { active.index }
 }

@@ -118,8 +118,7 @@ public final class SegmentedLog: Sendable {
             let path = directory + "/" + Self.fileName(for: index)
             let isLast = position == indices.count - 1
             let scan = try SegmentScanner.scan(path: path, truncateTornTail: isLast) { offset, size, body in
-                let start = LogRecord.headerSize + LogRecord.bodyPrefixSize
-                guard body.count >= start - LogRecord.headerSize + 16 else { return }
+                guard body.count >= LogRecord.bodyPrefixSize + 16 else { return }
                 let acceptedAt = body.loadLE(at: 1, as: UInt64.self)
                 seedDedup(EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt)
             }

@@ -192,11 +192,14 @@ public struct EventHeader: Sendable {
         // The text fields are short; validating them here keeps undecodable events off the disk.
         let invalidField: String? = frame.withUnsafeBytes { raw in
             var offset = WireEvent.fixedHeaderSize
-            for (name, length) in [("source", header.sourceLength), ("name", header.nameLength),
-                                   ("user id", header.userIDLength), ("once key", header.onceKeyLength)] {
+            func valid(_ length: Int) -> Bool {
                 defer { offset += length }
-                if !UTF8Validation.isValid(UnsafeRawBufferPointer(rebasing: raw[offset..<(offset + length)])) { return name }
+                return UTF8Validation.isValid(UnsafeRawBufferPointer(rebasing: raw[offset..<(offset + length)]))
             }
+            if !valid(header.sourceLength) { return "source" }
+            if !valid(header.nameLength) { return "name" }
+            if !valid(header.userIDLength) { return "user id" }
+            if !valid(header.onceKeyLength) { return "once key" }
             return nil
         }
         if let invalidField { throw .invalidUTF8("\(invalidField) is not valid UTF-8") }

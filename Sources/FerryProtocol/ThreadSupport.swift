@@ -109,11 +109,15 @@ package final class WakePipe: Sendable {
     }
 }
 
-/// Starts a named dedicated thread running `body` and returns a handle to join it.
+/// Starts a dedicated thread running `body` and returns a handle to join it.
 package final class DedicatedThread: Sendable {
     private let done = ThreadInbox<Bool>()
+    /// What the thread is for, for logs and debugging (Glibc's module does not expose
+    /// `pthread_setname_np`, so the OS thread itself stays unnamed).
+    package let name: String
 
     package init(name: String, _ body: @escaping @Sendable () -> Void) {
+        self.name = name
         let done = self.done
         let box = Unmanaged.passRetained(ThreadBody {
             body()
@@ -127,7 +131,6 @@ package final class DedicatedThread: Sendable {
         }, box.toOpaque())
         precondition(result == 0, "pthread_create failed: \(result)")
         pthread_detach(thread)
-        _ = name // kept for debuggers once Glibc exposes pthread_setname_np
     }
 
     /// Blocks until the thread's body returns. Call from a thread that may block, never from the

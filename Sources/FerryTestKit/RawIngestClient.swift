@@ -18,6 +18,12 @@ public enum IngestReply: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
+    /// The per-event entries of an ack, `nil` for any other reply.
+    public var entries: [AckEntry]? {
+        if case .ack(_, let entries) = self { return entries }
+        return nil
+    }
+
     public var description: String {
         switch self {
         case .ack(let id, let entries):

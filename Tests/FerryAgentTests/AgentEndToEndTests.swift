@@ -35,16 +35,16 @@ struct AgentEndToEndTests {
         let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory, messages)
         try #require(replies.count == messages.count)
 
-        #expect(replies[0] == .ack(requestID: 1, good.map { AckEntry(id: Events.id(of: $0), status: .accepted) }))
-        #expect(replies[1] == .ack(requestID: 2, good.map { AckEntry(id: Events.id(of: $0), status: .duplicate) }))
-        #expect(replies[2] == .ack(requestID: 3, [
+        #expect(replies[0] == .ack(requestID: 1, entries: good.map { AckEntry(id: Events.id(of: $0), status: .accepted) }))
+        #expect(replies[1] == .ack(requestID: 2, entries: good.map { AckEntry(id: Events.id(of: $0), status: .duplicate) }))
+        #expect(replies[2] == .ack(requestID: 3, entries: [
             AckEntry(id: Events.id(of: a), status: .accepted),
             AckEntry(id: .zero, status: .rejected, reason: .malformed),
             AckEntry(id: Events.id(of: unknownType), status: .rejected, reason: .malformed),
             AckEntry(id: Events.id(of: wrongLength), status: .rejected, reason: .malformed),
             AckEntry(id: Events.id(of: b), status: .accepted),
         ]))
-        #expect(replies[3] == .ack(requestID: 4, [
+        #expect(replies[3] == .ack(requestID: 4, entries: [
             AckEntry(id: Events.id(of: c), status: .accepted),
             AckEntry(id: Events.id(of: tooLarge), status: .rejected, reason: .tooLarge),
         ]))
@@ -65,7 +65,7 @@ struct AgentEndToEndTests {
         }
         #expect(shortHeader.code == .malformedMessage)
         // The connection is still served after the refusals, and the refused event was not stored.
-        #expect(replies[7] == .ack(requestID: 8, [AckEntry(id: Events.id(of: d), status: .accepted)]))
+        #expect(replies[7] == .ack(requestID: 8, entries: [AckEntry(id: Events.id(of: d), status: .accepted)]))
 
         let accepted = good + [a, b, c, d]
         let sinkDirectory = configuration.fileSinkDirectory
@@ -136,7 +136,7 @@ struct AgentEndToEndTests {
         // The first one still serves.
         let frame = Events.make(1).encoded()
         let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory, [[eventsHeader(1), frame]])
-        #expect(replies == [.ack(requestID: 1, [AckEntry(id: Events.id(of: frame), status: .accepted)])])
+        #expect(replies == [.ack(requestID: 1, entries: [AckEntry(id: Events.id(of: frame), status: .accepted)])])
         try await running.stop()
     }
 }

@@ -5,65 +5,9 @@ import FerryProtocol
 import Synchronization
 import ZeroMQ
 
-/// A reply on the ingest socket as a raw client sees it.
-enum Reply: Equatable, CustomStringConvertible {
-    case ack(requestID: UInt32, [AckEntry])
-    case error(requestID: UInt32, ErrorReply)
-    case unreadable([[UInt8]])
-
-    var entries: [AckEntry]? {
-        if case .ack(_, let entries) = self { return entries }
-        return nil
-    }
-
-    var description: String {
-        switch self {
-        case .ack(let id, let entries):
-            "ack #\(id) " + entries.map { "\($0.status)/\($0.reason)" }.joined(separator: ",")
-        case .error(let id, let reply): "error #\(id) \(reply.code): \(reply.message)"
-        case .unreadable(let frames): "unreadable \(frames.map(\.count))"
-        }
-    }
-
-    static func decode(_ frames: [[UInt8]]) -> Reply {
-        guard frames.count == 2, let header = try? MessageHeader(decoding: frames[0]) else { return .unreadable(frames) }
-        switch header.kind {
-        case .ack:
-            guard let entries = try? AckCodec.decode(frames[1]) else { return .unreadable(frames) }
-            return .ack(requestID: header.requestID, entries)
-        case .error:
-            guard let reply = try? ErrorReply(decoding: frames[1]) else { return .unreadable(frames) }
-            return .error(requestID: header.requestID, reply)
-        case .events:
-            return .unreadable(frames)
-        }
-    }
-}
-
-/// Sends `messages` (each: header frame, then event frames) over one DEALER connection to the
-/// agent's ingest socket, one at a time, and returns one reply per message. The socket lives and
-/// dies on one dedicated thread.
-func exchange(runtimeDirectory: String, _ messages: [[[UInt8]]], timeout: Duration = .seconds(15)) async throws -> [Reply] {
-    try await offPool {
-        let context = try ZMQContext()
-        defer { context.terminate() }
-        let socket = try ZMQSocket(context: context, type: .dealer)
-        defer { socket.close() }
-        try socket.connect(FerryPaths.ingestEndpoint(runtimeDirectory))
-        var replies: [Reply] = []
-        for (index, message) in messages.enumerated() {
-            let writable = try ZMQPoller.poll([.socket(socket, .writable)], timeout: timeout)
-            guard writable[0].contains(.writable), try socket.send(message, dontWait: true) else {
-                throw TestFailure("could not send message \(index)")
-            }
-            let readable = try ZMQPoller.poll([.socket(socket, .readable)], timeout: timeout)
-            guard readable[0].contains(.readable), let reply = try socket.receive(dontWait: true) else {
-                throw TestFailure("no reply to message \(index) within \(timeout); replies so far: \(replies)")
-            }
-            replies.append(Reply.decode(reply))
-        }
-        return replies
-    }
+/// Sends `messages` over one DEALER connection, one at a time, one reply each (FerryTestKit).
+func exchange(runtimeDirectory: String, _ messages: [[[UInt8]]], timeout: Duration = .seconds(15)) async throws -> [IngestReply] {
+    try await RawIngestClient.exchange(runtimeDirectory: runtimeDirectory, messages: messages, timeout: timeout)
 }
 
 func eventsHeader(_ requestID: UInt32, version: UInt8 = ferryProtocolVersion) -> [UInt8] {
