@@ -6,7 +6,7 @@ import Synchronization
 public struct DeliveryState: Sendable {
     /// What the loop is doing.
     public enum Phase: String, Sendable {
-        case starting, idle, delivering, retrying, stopped
+        case starting, idle, delivering, retrying, paused, stopped
     }
     /// The sink's name.
     public var sink: String
@@ -77,12 +77,23 @@ final class DeliveryLoop: Sendable {
     let wakeup = AsyncSignal()
     let state: Mutex<DeliveryState>
     private let published: @Sendable (DeliveryBatch) -> Void
+    private let gate: any DeliveryGate
+    private let blocked: @Sendable ([StoredEvent], String) -> Void
+    private let initialCheckpoint: [UInt8]?
 
+    /// `gate` is asked before every attempt; `blocked` is told about events it refused.
+    /// `checkpoint` is the sink's checkpoint at start, stored again when a batch is skipped whole.
     init(
         sink: any Sink, log: SegmentedLog, cursorStore: CursorStore, configuration: AgentConfiguration.Delivery,
-        counters: AgentCounters, logger: Logger, published: @escaping @Sendable (DeliveryBatch) -> Void
+        counters: AgentCounters, logger: Logger, checkpoint: [UInt8]? = nil,
+        gate: any DeliveryGate = OpenDeliveryGate(),
+        blocked: @escaping @Sendable ([StoredEvent], String) -> Void = { _, _ in },
+        published: @escaping @Sendable (DeliveryBatch) -> Void
     ) {
         self.sink = sink
+        self.gate = gate
+        self.blocked = blocked
+        self.initialCheckpoint = checkpoint
         self.log = log
         self.cursorStore = cursorStore
         self.configuration = configuration
@@ -99,6 +110,7 @@ final class DeliveryLoop: Sendable {
         defer { state.withLock { $0.phase = .stopped } }
         let log = self.log
         let maxEvents = configuration.batchMaxEvents, maxBytes = configuration.batchMaxBytes
+        var lastCheckpoint = initialCheckpoint
         while !Task.isCancelled {
             let read: (events: [StoredEvent], next: LogPosition)
             do {
@@ -113,8 +125,19 @@ final class DeliveryLoop: Sendable {
                 await wakeup.wait()
                 continue
             }
-            let batch = DeliveryBatch(events: read.events)
-            guard let checkpoint = await deliverWithRetry(batch) else { return }
+            let batch: DeliveryBatch, checkpoint: [UInt8]?
+            switch await deliverWithRetry(DeliveryBatch(events: read.events)) {
+            case .cancelled:
+                return
+            case .paused:
+                state.withLock { $0.phase = .paused }
+                await wakeup.wait()
+                continue
+            case .delivered(let sent, let stored):
+                batch = sent
+                checkpoint = sent.events.isEmpty ? lastCheckpoint : stored
+            }
+            lastCheckpoint = checkpoint
             do {
                 let store = cursorStore, next = read.next
                 try await io.run { try store.save(next, checkpoint: checkpoint) }
@@ -125,6 +148,7 @@ final class DeliveryLoop: Sendable {
             }
             log.markDelivered(read.events, next: read.next)
             counters.delivered.add(batch.events.count, ordering: .relaxed)
+            guard !batch.events.isEmpty else { continue }
             state.withLock {
                 $0.phase = .delivering
                 $0.lastSuccessAt = WallClock.unixMilliseconds()
@@ -135,13 +159,31 @@ final class DeliveryLoop: Sendable {
         }
     }
 
-    /// Delivers one batch, retrying until it succeeds. Returns `nil` only when cancelled.
-    private func deliverWithRetry(_ batch: DeliveryBatch) async -> [UInt8]?? {
+    private enum Outcome {
+        case delivered(DeliveryBatch, checkpoint: [UInt8]?)
+        case paused
+        case cancelled
+    }
+
+    /// Delivers one batch, retrying until it succeeds, asking the gate before every attempt.
+    /// Events the gate blocks are reported and left out; an all-blocked batch is "delivered" empty.
+    private func deliverWithRetry(_ original: DeliveryBatch) async -> Outcome {
         var attempt = 0
+        var pending = original
         while !Task.isCancelled {
+            let batch: DeliveryBatch
+            switch gate.admit(pending, sink: sink.name) {
+            case .paused:
+                return .paused
+            case .deliver(let admitted, let refused, let reason):
+                if !refused.isEmpty { blocked(refused, reason) }
+                batch = admitted
+                pending.events = admitted.events
+            }
+            if batch.events.isEmpty { return .delivered(batch, checkpoint: nil) }
             state.withLock { $0.phase = attempt == 0 ? .delivering : .retrying }
             do {
-                return .some(try await sink.deliver(batch))
+                return .delivered(batch, checkpoint: try await sink.deliver(batch))
             } catch {
                 attempt += 1
                 counters.deliveryFailures.add(1, ordering: .relaxed)
@@ -160,10 +202,10 @@ final class DeliveryLoop: Sendable {
                     $0.lastError = message
                     $0.retryAt = retryAt
                 }
-                guard await pause(delay) else { return nil }
+                guard await pause(delay) else { return .cancelled }
             }
         }
-        return nil
+        return .cancelled
     }
 
     /// Exponential backoff with full jitter: uniform in [0, min(cap, initial·2^attempt)].

@@ -170,7 +170,7 @@ public final class FerryAgent: Service, Sendable {
         let sinkName = sink.name
         let delivery = DeliveryLoop(
             sink: sink, log: log, cursorStore: cursorStore, configuration: configuration.delivery,
-            counters: counters, logger: logger
+            counters: counters, logger: logger, checkpoint: checkpoint ?? initialCheckpoint
         ) { batch in
             guard let server = serverBox.withLock({ $0 }), server.wants(.delivered) else { return }
             let now = WallClock.unixMilliseconds()

@@ -4,6 +4,9 @@ import FerryProtocol
 public struct DeliveryBatch: Sendable {
     /// The events, oldest first.
     public var events: [StoredEvent]
+    /// The consent record stamped on the batch by the send-time gate (Google Consent Mode v2
+    /// fields such as `ad_storage`, each `granted`/`denied`/`unset`), for the upstream to honour.
+    public var consent: [String: String] = [:]
     /// A stable key for the batch (the first event's id and the count), the same on every retry,
     /// for upstream idempotency.
     public var idempotencyKey: String {
@@ -11,7 +14,10 @@ public struct DeliveryBatch: Sendable {
     }
 
     /// Creates a batch.
-    public init(events: [StoredEvent]) { self.events = events }
+    public init(events: [StoredEvent], consent: [String: String] = [:]) {
+        self.events = events
+        self.consent = consent
+    }
 }
 
 extension StoredEvent {
@@ -61,4 +67,30 @@ public protocol Sink: Sendable {
     func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]?
     /// Releases resources.
     func shutdown() async throws
+}
+
+/// What the send-time gate decided for one batch.
+public enum GateDecision: Sendable {
+    /// Nothing may be sent now (delivery paused, or consent forbids all delivery); the loop waits
+    /// for its wake-up signal and asks again. Nothing is skipped.
+    case paused
+    /// Send `batch` (the admitted events, stamped); `blocked` events are skipped for good because
+    /// the consent state at send time forbids them, with `reason` for the bus.
+    case deliver(DeliveryBatch, blocked: [StoredEvent], reason: String)
+}
+
+/// The consent check at send time: asked before every delivery attempt of every batch, so a
+/// revocation stops events already queued (except a batch already on the wire).
+public protocol DeliveryGate: Sendable {
+    /// Decides what of `batch` may go to `sink` now.
+    func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision
+}
+
+/// A gate that admits everything (no consent engine).
+public struct OpenDeliveryGate: DeliveryGate {
+    /// Creates the gate.
+    public init() {}
+    public func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision {
+        .deliver(batch, blocked: [], reason: "")
+    }
 }
