@@ -39,11 +39,17 @@ public struct SinkError: Error, Sendable, CustomStringConvertible {
     public var disposition: Disposition
     /// What happened, for logs and status.
     public var message: String
+    /// The upstream's response status, when there was a response (for dead letters).
+    public var upstreamStatus: Int?
+    /// The start of the upstream's response body, when there was one (for dead letters).
+    public var upstreamBody: String?
 
     /// Creates an error.
-    public init(_ disposition: Disposition, _ message: String) {
+    public init(_ disposition: Disposition, _ message: String, upstreamStatus: Int? = nil, upstreamBody: String? = nil) {
         self.disposition = disposition
         self.message = message
+        self.upstreamStatus = upstreamStatus
+        self.upstreamBody = upstreamBody
     }
 
     public var description: String { message }
