@@ -134,6 +134,8 @@ final class ConsentEngine: DeliveryGate, Sendable {
             guard state.deliveryStarted, !persisted.enabledFeatures.isEmpty else { return .paused }
             var stamp = persisted.gdpr.stamp
             stamp["anonymous_id"] = state.anonymousID
+            // The audit entry the state was last changed by: which state admitted this batch.
+            stamp["consent_seq"] = String(persisted.auditSeq)
             if !configuration.networkTracking {
                 return .deliver(DeliveryBatch(events: [], consent: stamp), blocked: batch.events, reason: "kill_switch")
             }
@@ -145,7 +147,9 @@ final class ConsentEngine: DeliveryGate, Sendable {
             var reasons = Set<String>()
             admitted.reserveCapacity(batch.events.count)
             for event in batch.events {
-                if let reason = refusal(event, state: state) {
+                if event.isErased {
+                    refused.append(event)  // purged: nothing left to send or to report
+                } else if let reason = refusal(event, state: state) {
                     refused.append(event)
                     reasons.insert(reason)
                 } else {

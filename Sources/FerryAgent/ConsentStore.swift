@@ -216,7 +216,8 @@ struct ConsentStateFile {
 
 /// The process name of `pid` (`/proc/<pid>/comm`), if readable.
 func processName(of pid: Int32) -> String? {
-    guard let bytes = try? FileIO.readFile("/proc/\(pid)/comm") else { return nil }
-    let name = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+    // procfs files report size 0: read them as a stream.
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8) else { return nil }
+    let name = text.trimmingCharacters(in: .whitespacesAndNewlines)
     return name.isEmpty ? nil : name
 }
