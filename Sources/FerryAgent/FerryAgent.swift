@@ -133,7 +133,8 @@ public final class FerryAgent: Service, Sendable {
                 }
             }
             var cursors: [String: LogPosition?] = [:]
-            for (sink, position) in zip(sinks, stored) { cursors[sink.configuration.name] = position?.position }
+            // updateValue: assigning a nil position through the subscript would drop the consumer.
+            for (sink, position) in zip(sinks, stored) { cursors.updateValue(position?.position, forKey: sink.configuration.name) }
             var dedup = DedupWindow(maxEntries: configuration.dedup.maxEntries,
                                     maxAgeMilliseconds: UInt64(configuration.dedup.maxAgeSeconds) * 1000)
             let snapshotPath = configuration.dataDirectory + "/dedup.snapshot"
