@@ -67,7 +67,7 @@ final class LogWriter {
         }
         log.state.withLock { state in
             state.segments.append(SegmentInfo(index: index, path: path, size: SegmentedLog.segmentHeaderSize,
-                                              records: 0, deliveredRecords: 0))
+                                              records: 0, deliveredRecords: [:]))
         }
         return Open(index: index, path: path, fd: fd, written: SegmentedLog.segmentHeaderSize, records: 0)
     }
@@ -174,13 +174,16 @@ final class LogWriter {
         }
         try FileIO.unlink(oldest.path)
         try FileIO.syncDirectory(log.directory)
-        let lost = oldest.records - oldest.deliveredRecords
-        log.state.withLock { state in
+        let lost = log.state.withLock { state -> Int in
+            let lost = oldest.undelivered(consumers: state.cursors.keys)
             state.segments.removeAll { $0.index == oldest.index }
             state.droppedRecords += lost
-            if state.cursor.segment <= oldest.index, let next = state.segments.first {
-                state.cursor = LogPosition(segment: next.index, offset: SegmentedLog.segmentHeaderSize)
+            if let next = state.segments.first {
+                for (consumer, cursor) in state.cursors where cursor.segment <= oldest.index {
+                    state.cursors[consumer] = LogPosition(segment: next.index, offset: SegmentedLog.segmentHeaderSize)
+                }
             }
+            return lost
         }
         totalBytes -= oldest.size
         return lost

@@ -7,6 +7,8 @@ package final class AsyncSignal: Sendable {
         var pending = false
         var cancelled = false
         var waiter: CheckedContinuation<Void, Never>?
+        /// Counts waits, so a timer of an earlier wait never ends a later one.
+        var generation: UInt64 = 0
     }
     private let state = Mutex(State())
 
@@ -34,18 +36,57 @@ package final class AsyncSignal: Sendable {
                         state.pending = false
                         return true
                     }
+                    state.generation &+= 1
                     state.waiter = continuation
                     return false
                 }
                 if resumeNow { continuation.resume() }
             }
         } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-                state.cancelled = true
-                defer { state.waiter = nil }
-                return state.waiter
-            }
-            waiter?.resume()
+            cancelWaiter()
         }
+    }
+
+    /// Waits for a signal, at most `timeout` (no polling: one timer per wait). Returns at once if
+    /// a signal is pending; cancellation ends it too.
+    package func wait(timeout: Duration) async {
+        guard timeout > .zero else { return }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ticket = state.withLock { state -> UInt64? in
+                    if state.pending || state.cancelled {
+                        state.pending = false
+                        return nil
+                    }
+                    state.generation &+= 1
+                    state.waiter = continuation
+                    return state.generation
+                }
+                guard let ticket else {
+                    continuation.resume()
+                    return
+                }
+                Task { [self] in
+                    try? await Task.sleep(for: timeout)
+                    let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                        guard state.generation == ticket, let waiter = state.waiter else { return nil }
+                        state.waiter = nil
+                        return waiter
+                    }
+                    waiter?.resume()
+                }
+            }
+        } onCancel: {
+            cancelWaiter()
+        }
+    }
+
+    private func cancelWaiter() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.cancelled = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
     }
 }

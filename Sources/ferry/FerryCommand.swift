@@ -6,7 +6,7 @@ struct FerryCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry",
         abstract: "Emit events to, watch and inspect the local Ferry agent (ferryd).",
-        subcommands: [Emit.self, Tail.self, Status.self, Queue.self]
+        subcommands: [Emit.self, Tail.self, Status.self, Queue.self, DeadLetterCommand.self]
     )
 }
 
