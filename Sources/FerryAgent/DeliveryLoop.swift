@@ -164,7 +164,11 @@ final class DeliveryLoop: Sendable {
     private let counters: AgentCounters
     private let logger: Logger
     private let io: BlockingExecutor
+    /// Signalled on every commit (new events) and by replay requests.
     let wakeup = AsyncSignal()
+    /// Signalled by replay requests only: retry and circuit-open pauses wait on it, so a busy
+    /// ingest does not wake a backing-off loop at every commit.
+    private let replayRequested = AsyncSignal()
     let state: Mutex<DeliveryState>
     private let published: @Sendable (DeliveryBatch) -> Void
     private let gate: any DeliveryGate
@@ -451,6 +455,7 @@ final class DeliveryLoop: Sendable {
             }
             if accepted {
                 wakeup.signal()
+                replayRequested.signal()
             } else {
                 continuation.resume(throwing: AgentError(code: .delivery, message: "the agent is stopping"))
             }
@@ -528,7 +533,7 @@ final class DeliveryLoop: Sendable {
             await serveReplays()
             let remaining = deadline - ContinuousClock.now
             if remaining <= .zero { return true }
-            await wakeup.wait(timeout: remaining)
+            await replayRequested.wait(timeout: remaining)
         }
         return false
     }

@@ -41,6 +41,10 @@ final class LogWriter {
             active = Open(index: 0, path: "", fd: -1, written: 0, records: 0)
             active = try Self.create(log: log)
             try FileIO.syncDirectory(log.directory)
+            let index = active.index
+            log.state.withLock { state in
+                if let i = state.segments.firstIndex(where: { $0.index == index }) { state.segments[i].visible = true }
+            }
         }
         groupStart = (active.index, active.written)
         totalBytes = log.state.withLock { $0.segments.reduce(0) { $0 + $1.size } }
@@ -67,7 +71,7 @@ final class LogWriter {
         }
         log.state.withLock { state in
             state.segments.append(SegmentInfo(index: index, path: path, size: SegmentedLog.segmentHeaderSize,
-                                              records: 0, deliveredRecords: [:]))
+                                              records: 0, deliveredRecords: [:], visible: false))
         }
         return Open(index: index, path: path, fd: fd, written: SegmentedLog.segmentHeaderSize, records: 0)
     }
@@ -124,6 +128,7 @@ final class LogWriter {
                 if let i = state.segments.firstIndex(where: { $0.index == open.index }) {
                     state.segments[i].size = open.written
                     state.segments[i].records = open.records
+                    state.segments[i].visible = true
                 }
             }
         }

@@ -58,6 +58,9 @@ struct SegmentInfo: Sendable {
     var records: Int
     /// Records before each consumer's cursor, by consumer (sink) name.
     var deliveredRecords: [String: Int]
+    /// False for a segment the writer created in a group not yet committed: readers must not
+    /// move on to it, or they would skip that group's records still going into the one before.
+    var visible = true
 
     /// Records some consumer has not passed yet (the most any registered consumer lacks).
     func undelivered(consumers: some Collection<String>) -> Int {
@@ -185,7 +188,7 @@ public final class SegmentedLog: Sendable {
         var events: [StoredEvent] = []
         var bytes = 0
         while events.count < maxEvents && bytes < maxBytes {
-            let segments = state.withLock { $0.segments }
+            let segments = state.withLock { $0.segments.filter(\.visible) }
             guard let segment = segments.first(where: { $0.index >= position.segment }) else { break }
             if segment.index != position.segment {
                 position = LogPosition(segment: segment.index, offset: Self.segmentHeaderSize)
