@@ -19,6 +19,7 @@ extension AgentConfiguration {
         }
         var config = base
         var reader = FieldReader(path: path)
+        let sinkReader = reader
         try reader.apply(root, [
             "runtimeDirectory": .string { config.runtimeDirectory = $0 },
             "dataDirectory": .string { config.dataDirectory = $0 },
@@ -40,28 +41,47 @@ extension AgentConfiguration {
                 "retryInitialMilliseconds": .int { config.delivery.retryInitialMilliseconds = $0 },
                 "retryMaxMilliseconds": .int { config.delivery.retryMaxMilliseconds = $0 },
             ]),
-            "sink": .object([
-                "type": .choice(["file"]) { _ in },
-                "directory": .string { directory in
-                    if case .file(_, let max) = config.sink { config.sink = .file(directory: directory, maxFileBytes: max) }
-                },
-                "maxFileBytes": .int { max in
-                    if case .file(let directory, _) = config.sink { config.sink = .file(directory: directory, maxFileBytes: Int64(max)) }
-                },
-            ]),
+            "sink": .custom { value, name in
+                guard let object = value as? [String: Any] else { throw sinkReader.fail(name, "expected an object") }
+                switch object["type"].map({ $0 as? String ?? "" }) ?? "file" {
+                case "file":
+                    if case .http = config.sink { config.sink = AgentConfiguration().sink }
+                    var fileReader = FieldReader(path: path)
+                    try fileReader.apply(object, [
+                        "type": .choice(["file"]) { _ in },
+                        "directory": .string { directory in
+                            if case .file(_, let max) = config.sink { config.sink = .file(directory: directory, maxFileBytes: max) }
+                        },
+                        "maxFileBytes": .int { max in
+                            if case .file(let directory, _) = config.sink { config.sink = .file(directory: directory, maxFileBytes: Int64(max)) }
+                        },
+                    ], at: name)
+                case "http":
+                    config.sink = .http(try HTTPSinkConfiguration.parse(object, path: path, at: name))
+                default:
+                    throw sinkReader.fail(name + ".type", "expected one of: file, http")
+                }
+            },
         ], at: "")
         try config.validate()
         return config
     }
 }
 
-/// Applies a JSON object to setters, with precise errors naming the key path.
-private struct FieldReader {
+/// Applies a JSON object to setters, with precise errors naming the key path. Shared by the
+/// loaders of nested configurations (`HTTPSinkConfiguration+File.swift`).
+struct FieldReader {
     let path: String
 
     indirect enum Field {
         case string((String) -> Void)
         case int((Int) -> Void)
+        /// A JSON `true`/`false` (not 0/1).
+        case bool((Bool) -> Void)
+        /// An object whose keys are free-form and whose values are strings.
+        case stringMap(([String: String]) -> Void)
+        /// Anything: the closure gets the value and its key path and throws its own errors.
+        case custom((Any, String) throws -> Void)
         case choice([String], (String) -> Void)
         case object([String: Field])
     }
@@ -85,6 +105,21 @@ private struct FieldReader {
                 guard let number = value as? NSNumber, String(cString: number.objCType) != "c",
                       number.doubleValue == number.doubleValue.rounded() else { throw fail(name, "expected an integer") }
                 set(number.intValue)
+            case .bool(let set):
+                guard let number = value as? NSNumber, String(cString: number.objCType) == "c" else {
+                    throw fail(name, "expected true or false")
+                }
+                set(number.boolValue)
+            case .stringMap(let set):
+                guard let map = value as? [String: Any] else { throw fail(name, "expected an object of strings") }
+                var strings: [String: String] = [:]
+                for (key, element) in map {
+                    guard let string = element as? String else { throw fail(name + "." + key, "expected a string") }
+                    strings[key] = string
+                }
+                set(strings)
+            case .custom(let apply):
+                try apply(value, name)
             case .choice(let valid, let set):
                 guard let string = value as? String, valid.contains(string) else {
                     throw fail(name, "expected one of: \(valid.joined(separator: ", "))")

@@ -58,6 +58,8 @@ public struct AgentConfiguration: Sendable, Hashable {
     public enum SinkConfiguration: Sendable, Hashable {
         /// JSON Lines files in a directory (the embedded default). `nil` = `<data dir>/delivered`.
         case file(directory: String?, maxFileBytes: Int64)
+        /// POSTs batches to an HTTP collector (see `docs/HTTP-SINK.md`).
+        case http(HTTPSinkConfiguration)
     }
 
     /// Creates a configuration; every argument has a default.
@@ -83,6 +85,7 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var fileSinkDirectory: String {
         switch sink {
         case .file(let directory, _): directory ?? dataDirectory + "/delivered"
+        case .http: dataDirectory + "/delivered"
         }
     }
 
@@ -99,6 +102,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0 else { throw fail("dedup limits must be positive") }
         guard delivery.batchMaxEvents > 0, delivery.batchMaxBytes > 0 else { throw fail("delivery batch limits must be positive") }
+        if case .http(let http) = sink { try http.validate() }
         guard !runtimeDirectory.isEmpty, !dataDirectory.isEmpty else { throw fail("directories must not be empty") }
         // ipc:// paths are limited by sockaddr_un (108 bytes on Linux).
         guard runtimeDirectory.utf8.count + "/control".utf8.count < 108 else {
