@@ -76,7 +76,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// Loads the token and checks the CA file, so a misconfiguration stops `ferryd` at start
     /// instead of failing every batch. The sink keeps no checkpoint.
     public func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? {
-        _ = try authorization()
+        _ = try await authorization()
         if let caFile = configuration.caFile {
             do {
                 let certificates = try await BlockingExecutor.shared.run { try NIOSSLCertificate.fromPEMFile(caFile) }
@@ -143,7 +143,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// One POST; returns the status, the headers and (for non-2xx answers) the start of the body.
     /// Transport failures are ``SinkError`` `.retry(after: nil)`.
     private func post(_ batch: DeliveryBatch) async throws -> (Int, HTTPHeaders, String?) {
-        let authorization = try authorization()
+        let authorization = try await authorization()
         var body = HTTPBatchBody.encode(batch, format: configuration.format, sentAt: WallClock.unixMilliseconds())
         var request = HTTPClientRequest(url: configuration.url)
         request.method = .POST
@@ -211,9 +211,10 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     // MARK: Credentials
 
     /// `Bearer <token>`, or `nil` without a configured token. Loads the token on first use.
-    private func authorization() throws -> String? {
+    private func authorization() async throws -> String? {
         if let loaded = state.withLock({ $0.token }) { return loaded.map { "Bearer " + $0 } }
-        let token = try Self.loadToken(configuration, logger: logger)
+        let configuration = self.configuration, logger = self.logger
+        let token = try await BlockingExecutor.shared.run { try Self.loadToken(configuration, logger: logger) }
         state.withLock { $0.token = .some(token) }
         return token.map { "Bearer " + $0 }
     }

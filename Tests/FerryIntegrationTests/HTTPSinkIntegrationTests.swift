@@ -140,4 +140,26 @@ struct HTTPSinkIntegrationTests {
         try await agent.terminate()
         await server.shutdown()
     }
+
+    @Test("SIGTERM while a request is unanswered: ferryd cancels it and exits 0; after restart the batch is sent again")
+    func gracefulStopInFlight() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let server = try await HTTPTestServer.start()
+        server.enqueue(.never)
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configure(dir, url: server.url(), token: "t"))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        try await Self.emit(5, prefix: "term", agent: agent)
+        let inFlight = try await waitForValue("a request in flight") { server.requests.first }
+        // The request timeout is 30 s: a prompt exit means the request was cancelled.
+        #expect(try await agent.terminate(timeout: .seconds(10)) == .exited(0), "\(agent.logs.suffix(2000))")
+        try await agent.restart()
+        try await eventually("the five events acknowledged") {
+            Set(server.requests.dropFirst().flatMap(\.batchEventIDs)).count == 5
+        }
+        #expect(server.requests[1].batchEventIDs.starts(with: inFlight.batchEventIDs.prefix(1)))
+        try await agent.terminate()
+        await server.shutdown()
+    }
 }
