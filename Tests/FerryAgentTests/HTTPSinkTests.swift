@@ -439,6 +439,19 @@ struct HTTPSinkTests {
         try await sink.shutdown()
     }
 
+    @Test("a sink released without shutdown() closes its client instead of trapping (an agent that failed to start)")
+    func releasedWithoutShutdown() async throws {
+        for _ in 0..<3 {
+            _ = HTTPSink(configuration: HTTPSinkConfiguration(url: "http://127.0.0.1:9/"), logger: quietLogger)
+        }
+        // A used one too: its pool has a connection.
+        try await Self.withServer { server in
+            let sink = HTTPSink(configuration: HTTPSinkConfiguration(url: server.url()), logger: quietLogger)
+            _ = try await sink.deliver(Self.batch(1))
+            #expect(server.requests.count == 1)
+        }
+    }
+
     static func httpDate(_ date: Date) -> String {
         let formatter = DateFormatter()
         formatter.locale = Locale(identifier: "en_US_POSIX")
