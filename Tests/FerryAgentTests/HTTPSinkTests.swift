@@ -338,7 +338,8 @@ struct HTTPSinkTests {
                 }
                 #expect(error?.disposition == .retry(after: nil))
                 #expect(error?.message.contains("timed out") == true, "\(String(describing: error))")
-                #expect(server.requests.count == 1)
+                // On a loaded machine the deadline can pass before the request reaches the server.
+                #expect(server.requests.count <= 1)
             }
         }
     }

@@ -61,6 +61,8 @@ struct HTTPSinkIntegrationTests {
             let status = try await agent.status()
             return status.counters["delivered"] == 25 && status.queuedEvents == 0
         }
+        let wire = requests.reduce(0) { $0 + $1.rawBody.count }, json = requests.reduce(0) { $0 + $1.body.count }
+        print("[measure] 25 emitted events in \(requests.count) request(s): \(json) JSON bytes, \(wire) gzip bytes on the wire")
         let status = try await agent.status()
         #expect(status.object["delivery"].flatMap { ($0 as? [String: Any])?["sink"] as? String } == "http")
         #expect(!agent.logs.contains(token), "the token must not be logged")
