@@ -18,6 +18,9 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.6.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.81.0"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.29.0"),
     ],
     targets: [
         // C module: libzmq from the system (Debian: libzmq3-dev).
@@ -25,6 +28,12 @@ let package = Package(
             name: "CZeroMQ",
             pkgConfig: "libzmq",
             providers: [.apt(["libzmq3-dev"]), .brew(["zeromq"])]
+        ),
+        // C module: zlib from the system (Debian: zlib1g-dev), for gzip request bodies.
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"]), .brew(["zlib"])]
         ),
         // Safe Swift wrapper: context, sockets, multipart messages, poll, errors.
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ"]),
@@ -43,14 +52,27 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryProtocol",
+                "ZeroMQ", "FerryProtocol", "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
         // Helpers for tests: temp dirs, launching agents, waiting on conditions.
-        .target(name: "FerryTestKit", dependencies: ["Ferry", "FerryAgent", "FerryProtocol", "ZeroMQ"]),
+        .target(
+            name: "FerryTestKit",
+            dependencies: [
+                "Ferry", "FerryAgent", "FerryProtocol", "ZeroMQ",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .executableTarget(
             name: "ferryd",
             dependencies: [

@@ -175,6 +175,8 @@ extension FieldReader {
                 if case .file(let directory, _) = draft.kind { draft.kind = .file(directory: directory, maxFileBytes: Int64(max)) }
             },
         ] }),
+        // Placeholder until `sink(_:at:name:delivery:)` parses the object (HTTPSinkConfiguration.parse).
+        "http": (.http(HTTPSinkConfiguration(url: "")), { _ in [:] }),
     ] }
 
     /// One sink object. `name`: `nil` for the single `sink` form (named after its type), `""`
@@ -190,8 +192,15 @@ extension FieldReader {
         guard let type = typeValue as? String, let kind = Self.sinkKinds[type] else {
             throw fail(prefix + ".type", "expected one of: \(types.joined(separator: ", "))")
         }
+        var object = object
         let draft = SinkDraft(kind: kind.initial, delivery: delivery)
         var fields = kind.keys(draft)
+        if type == "http" {
+            // The HTTP settings have a loader of their own; the common keys stay here.
+            let common: Set = ["name", "type", "batch", "retry", "circuit"]
+            draft.kind = .http(try HTTPSinkConfiguration.parse(object.filter { !common.contains($0.key) }, path: path, at: prefix))
+            object = object.filter { common.contains($0.key) }
+        }
         fields["type"] = .string { _ in }
         if name != nil { fields["name"] = .string { draft.name = $0 } }
         fields["batch"] = .object([
@@ -224,17 +233,22 @@ extension FieldReader {
     }
 }
 
-/// Applies a JSON object to setters, with precise errors naming the key path.
-private struct FieldReader {
+/// Applies a JSON object to setters, with precise errors naming the key path. Shared by the
+/// loaders of nested configurations (`HTTPSinkConfiguration+File.swift`).
+struct FieldReader {
     let path: String
 
     indirect enum Field {
         case string((String) -> Void)
         case int((Int) -> Void)
+        /// Anything: the closure gets the value and its key path and throws its own errors.
+        case custom((Any, String) throws -> Void)
         case choice([String], (String) -> Void)
         case object([String: Field])
+        /// A JSON `true`/`false` (not 0/1).
         case bool((Bool) -> Void)
         case strings(([String]) throws -> Void)
+        /// An object whose keys are free-form and whose values are strings.
         case stringMap(([String: String]) throws -> Void)
         case intMap(([String: Int]) throws -> Void)
         /// An integer or `null`.
@@ -277,6 +291,21 @@ private struct FieldReader {
                 guard let number = value as? NSNumber, String(cString: number.objCType) != "c",
                       number.doubleValue == number.doubleValue.rounded() else { throw fail(name, "expected an integer") }
                 set(number.intValue)
+            case .bool(let set):
+                guard let number = value as? NSNumber, String(cString: number.objCType) == "c" else {
+                    throw fail(name, "expected true or false")
+                }
+                set(number.boolValue)
+            case .stringMap(let set):
+                guard let map = value as? [String: Any] else { throw fail(name, "expected an object of strings") }
+                var strings: [String: String] = [:]
+                for (key, element) in map {
+                    guard let string = element as? String else { throw fail(name + "." + key, "expected a string") }
+                    strings[key] = string
+                }
+                try checked(name) { try set(strings) }
+            case .custom(let apply):
+                try apply(value, name)
             case .choice(let valid, let set):
                 guard let string = value as? String, valid.contains(string) else {
                     throw fail(name, "expected one of: \(valid.joined(separator: ", "))")
@@ -285,21 +314,11 @@ private struct FieldReader {
             case .object(let nested):
                 guard let child = value as? [String: Any] else { throw fail(name, "expected an object") }
                 try apply(child, nested, at: name)
-            case .bool(let set):
-                guard let number = value as? NSNumber, String(cString: number.objCType) == "c" else {
-                    throw fail(name, "expected true or false")
-                }
-                set(number.boolValue)
             case .strings(let set):
                 guard let strings = value as? [Any], strings.allSatisfy({ $0 is String }) else {
                     throw fail(name, "expected an array of strings")
                 }
                 try checked(name) { try set(strings.map { $0 as! String }) }
-            case .stringMap(let set):
-                guard let map = value as? [String: Any], map.values.allSatisfy({ $0 is String }) else {
-                    throw fail(name, "expected an object of strings")
-                }
-                try checked(name) { try set(map.mapValues { $0 as! String }) }
             case .intMap(let set):
                 guard let map = value as? [String: Any] else { throw fail(name, "expected an object of integers") }
                 var ints: [String: Int] = [:]

@@ -1,4 +1,5 @@
 import FerryProtocol
+import Foundation
 
 /// Topics of the event bus (`ipc://<runtime dir>/events`).
 public enum BusTopic: String, Sendable, CaseIterable {
@@ -115,4 +116,47 @@ struct JSONWriter {
         return bytes
     }
 
+}
+
+extension JSONWriter {
+    /// The JSON object of a stored event, one line (no raw newline), shared by the file sink's
+    /// lines and the HTTP sink's `envelope` body: id, type, name, source, pid, seq, timestamp,
+    /// accepted_at, category when not 0, user_id/once_key when set, local_only when set, and
+    /// properties (as sent; a body that is not a JSON object is kept as a string under
+    /// `properties_raw`). An undecodable frame gives `{"id":…,"undecodable":true}`.
+    static func storedEventObject(_ stored: StoredEvent, consent: [UInt8]? = nil) -> [UInt8] {
+        guard let event = try? stored.decoded() else {
+            var json = JSONWriter()
+            json.field("id", stored.decodedID.description)
+            json.field("undecodable", true)
+            return json.finish()
+        }
+        var json = JSONWriter()
+        json.eventFields(event)
+        json.field("accepted_at", stored.acceptedAt)
+        if event.category != 0 { json.field("category", UInt64(event.category)) }
+        if !event.userID.isEmpty { json.field("user_id", event.userID) }
+        if !event.onceKey.isEmpty { json.field("once_key", event.onceKey) }
+        if event.flags.contains(.localOnly) { json.field("local_only", true) }
+        if event.properties.isEmpty {
+            json.rawField("properties", Array("{}".utf8))
+        } else if isJSONObject(event.properties) {
+            json.rawField("properties", compactJSON(event.properties))
+        } else {
+            json.field("properties_raw", String(decoding: event.properties, as: UTF8.self))
+        }
+        if let consent { json.rawField("consent", consent) }
+        return json.finish()
+    }
+
+    static func isJSONObject(_ bytes: [UInt8]) -> Bool {
+        (try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any]
+    }
+
+    /// The properties without raw newlines, so one event stays on one line.
+    static func compactJSON(_ bytes: [UInt8]) -> [UInt8] {
+        guard bytes.contains(UInt8(ascii: "\n")) || bytes.contains(UInt8(ascii: "\r")) else { return bytes }
+        // Newlines can only occur as whitespace in valid JSON (inside strings they are escaped).
+        return bytes.map { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") ? UInt8(ascii: " ") : $0 }
+    }
 }

@@ -62,7 +62,7 @@ public final class FerryAgent: Service, Sendable {
         self.configuration = configuration
         self.logger = logger
         sinks = configuration.sinks.map { sink in
-            (sink, overrides[sink.name] ?? sink.makeSink(dataDirectory: configuration.dataDirectory))
+            (sink, overrides[sink.name] ?? sink.makeSink(dataDirectory: configuration.dataDirectory, logger: logger))
         }
     }
 

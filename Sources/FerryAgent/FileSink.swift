@@ -113,35 +113,10 @@ public final class FileSink: Sink {
 
     public func shutdown() async throws {}
 
-    /// One JSON object line for `event`: id, type, name, source, pid, seq, timestamp, accepted_at,
-    /// user_id/once_key when set, local_only, category, and properties (as sent; a body that is
-    /// not a JSON object is kept as a string under `properties_raw`), and `consent`, the batch's
-    /// consent stamp, when there is one.
+    /// One JSON object line for `event` (``JSONWriter/storedEventObject(_:consent:)``) and a newline;
+    /// `consent` is the batch's consent stamp as a JSON object.
     static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, to out: inout [UInt8]) {
-        guard let event = try? stored.decoded() else {
-            var json = JSONWriter()
-            json.field("id", stored.decodedID.description)
-            json.field("undecodable", true)
-            out += json.finish()
-            out.append(UInt8(ascii: "\n"))
-            return
-        }
-        var json = JSONWriter()
-        json.eventFields(event)
-        json.field("accepted_at", stored.acceptedAt)
-        if event.category != 0 { json.field("category", UInt64(event.category)) }
-        if !event.userID.isEmpty { json.field("user_id", event.userID) }
-        if !event.onceKey.isEmpty { json.field("once_key", event.onceKey) }
-        if event.flags.contains(.localOnly) { json.field("local_only", true) }
-        if event.properties.isEmpty {
-            json.rawField("properties", Array("{}".utf8))
-        } else if isJSONObject(event.properties) {
-            json.rawField("properties", compactJSON(event.properties))
-        } else {
-            json.field("properties_raw", String(decoding: event.properties, as: UTF8.self))
-        }
-        if let consent { json.rawField("consent", consent) }
-        out += json.finish()
+        out += JSONWriter.storedEventObject(stored, consent: consent)
         out.append(UInt8(ascii: "\n"))
     }
 
@@ -151,16 +126,5 @@ public final class FileSink: Sink {
         var json = JSONWriter()
         for (key, value) in stamp.sorted(by: { $0.key < $1.key }) { json.field(key, value) }
         return json.finish()
-    }
-
-    private static func isJSONObject(_ bytes: [UInt8]) -> Bool {
-        (try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any]
-    }
-
-    /// The properties without raw newlines, so one event stays on one line.
-    private static func compactJSON(_ bytes: [UInt8]) -> [UInt8] {
-        guard bytes.contains(UInt8(ascii: "\n")) || bytes.contains(UInt8(ascii: "\r")) else { return bytes }
-        // Newlines can only occur as whitespace in valid JSON (inside strings they are escaped).
-        return bytes.map { $0 == UInt8(ascii: "\n") || $0 == UInt8(ascii: "\r") ? UInt8(ascii: " ") : $0 }
     }
 }

@@ -1,3 +1,4 @@
+import Logging
 extension AgentConfiguration {
     /// One sink events are delivered to, with its own delivery loop, cursor file
     /// (`<data>/cursors/<name>.cursor`), batching, retry policy and circuit breaker.
@@ -21,11 +22,14 @@ extension AgentConfiguration {
         public enum Kind: Sendable, Hashable {
             /// JSON Lines files in a directory (the embedded default). `nil` = `<data dir>/delivered`.
             case file(directory: String?, maxFileBytes: Int64)
+            /// POSTs batches to an HTTP collector (see `docs/HTTP-SINK.md`).
+            case http(HTTPSinkConfiguration)
 
             /// The `type` name in the configuration file.
             public var typeName: String {
                 switch self {
                 case .file: "file"
+                case .http: "http"
                 }
             }
         }
@@ -109,14 +113,17 @@ extension AgentConfiguration {
         public func fileDirectory(dataDirectory: String) -> String? {
             switch kind {
             case .file(let directory, _): directory ?? dataDirectory + "/delivered"
+            case .http: nil
             }
         }
 
         /// Builds the sink.
-        public func makeSink(dataDirectory: String) -> any Sink {
+        public func makeSink(dataDirectory: String, logger: Logger) -> any Sink {
             switch kind {
             case .file(_, let maxFileBytes):
                 FileSink(name: name, directory: fileDirectory(dataDirectory: dataDirectory)!, maxFileBytes: maxFileBytes)
+            case .http(let http):
+                HTTPSink(name: name, configuration: http, logger: logger)
             }
         }
 
@@ -142,6 +149,8 @@ extension AgentConfiguration {
             case .file(let directory, let maxFileBytes):
                 guard maxFileBytes > 0 else { throw fail("\(label): maxFileBytes must be positive") }
                 if let directory, directory.isEmpty { throw fail("\(label): directory must not be empty") }
+            case .http(let http):
+                try http.validate()
             }
         }
     }

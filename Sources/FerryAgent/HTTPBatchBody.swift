@@ -1,0 +1,115 @@
+import FerryProtocol
+
+/// The JSON request bodies of the HTTP sink (documented in `docs/HTTP-SINK.md`).
+///
+/// `envelope` — Ferry's own shape; each event is the object the file sink writes per line
+/// (``JSONWriter/storedEventObject(_:)``):
+///
+/// ```json
+/// {"batch_id":"<idempotency key>","sent_at":1714564800000,"consent":{"ad_storage":"granted"},
+///  "events":[{"id":"…","type":"track","name":"Signed Up","source":"web","pid":42,"seq":7,
+///             "timestamp":1714564799000,"accepted_at":1714564799001,"user_id":"u1",
+///             "properties":{"plan":"pro"}}]}
+/// ```
+///
+/// `segment` — a Segment-style batch (`/v1/batch`):
+///
+/// ```json
+/// {"batch":[{"messageId":"…","type":"track","event":"Signed Up","userId":"u1",
+///            "timestamp":"2024-05-01T11:59:59.000Z","properties":{"plan":"pro"},
+///            "context":{"ferry":{"source":"web","pid":42,"seq":7,"accepted_at":1714564799001}}}],
+///  "sentAt":"2024-05-01T12:00:00.000Z","context":{"consent":{"ad_storage":"granted"}}}
+/// ```
+enum HTTPBatchBody {
+    /// The body of `batch` in `format`, sent at `sentAt` (ms since the epoch).
+    static func encode(_ batch: DeliveryBatch, format: HTTPSinkConfiguration.BodyFormat, sentAt: UInt64) -> [UInt8] {
+        switch format {
+        case .envelope: envelope(batch, sentAt: sentAt)
+        case .segment: segment(batch, sentAt: sentAt)
+        }
+    }
+
+    static func envelope(_ batch: DeliveryBatch, sentAt: UInt64) -> [UInt8] {
+        var json = JSONWriter()
+        json.field("batch_id", batch.idempotencyKey)
+        json.field("sent_at", sentAt)
+        json.rawField("consent", consentObject(batch.consent))
+        json.rawField("events", array(batch.events.map { JSONWriter.storedEventObject($0) }))
+        return json.finish()
+    }
+
+    static func segment(_ batch: DeliveryBatch, sentAt: UInt64) -> [UInt8] {
+        var json = JSONWriter()
+        json.rawField("batch", array(batch.events.map(segmentEvent)))
+        json.field("sentAt", CivilTime.iso8601(milliseconds: sentAt))
+        var context = JSONWriter()
+        context.rawField("consent", consentObject(batch.consent))
+        json.rawField("context", context.finish())
+        return json.finish()
+    }
+
+    /// One Segment-style event: `track` names go to `event`, `page`/`screen` names to `name`;
+    /// `identify`/`group` properties are `traits`; Ferry's own fields go to `context.ferry`.
+    static func segmentEvent(_ stored: StoredEvent) -> [UInt8] {
+        var json = JSONWriter()
+        guard let event = try? stored.decoded() else {
+            json.field("messageId", stored.decodedID.description)
+            var ferry = JSONWriter()
+            ferry.field("undecodable", true)
+            var context = JSONWriter()
+            context.rawField("ferry", ferry.finish())
+            json.rawField("context", context.finish())
+            return json.finish()
+        }
+        json.field("messageId", event.id.description)
+        json.field("type", event.type.description)
+        switch event.type {
+        case .track: json.field("event", event.name)
+        case .page, .screen: json.field("name", event.name)
+        case .identify, .group, .alias: if !event.name.isEmpty { json.field("name", event.name) }
+        }
+        if !event.userID.isEmpty { json.field("userId", event.userID) }
+        json.field("timestamp", CivilTime.iso8601(milliseconds: event.timestamp))
+        let propertiesKey = event.type == .identify || event.type == .group ? "traits" : "properties"
+        var rawProperties: String?
+        if event.properties.isEmpty {
+            json.rawField(propertiesKey, Array("{}".utf8))
+        } else if JSONWriter.isJSONObject(event.properties) {
+            json.rawField(propertiesKey, JSONWriter.compactJSON(event.properties))
+        } else {
+            json.rawField(propertiesKey, Array("{}".utf8))
+            rawProperties = String(decoding: event.properties, as: UTF8.self)
+        }
+        var ferry = JSONWriter()
+        ferry.field("source", event.source)
+        ferry.field("pid", UInt64(event.pid))
+        ferry.field("seq", event.sequence)
+        ferry.field("accepted_at", stored.acceptedAt)
+        if event.category != 0 { ferry.field("category", UInt64(event.category)) }
+        if !event.onceKey.isEmpty { ferry.field("once_key", event.onceKey) }
+        if event.flags.contains(.localOnly) { ferry.field("local_only", true) }
+        if let rawProperties { ferry.field("properties_raw", rawProperties) }
+        var context = JSONWriter()
+        context.rawField("ferry", ferry.finish())
+        json.rawField("context", context.finish())
+        return json.finish()
+    }
+
+    /// The consent stamp as a JSON object with sorted keys.
+    static func consentObject(_ consent: [String: String]) -> [UInt8] {
+        var json = JSONWriter()
+        for (key, value) in consent.sorted(by: { $0.key < $1.key }) { json.field(key, value) }
+        return json.finish()
+    }
+
+    private static func array(_ elements: [[UInt8]]) -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "[")]
+        out.reserveCapacity(elements.reduce(2) { $0 + $1.count + 1 })
+        for (index, element) in elements.enumerated() {
+            if index > 0 { out.append(UInt8(ascii: ",")) }
+            out += element
+        }
+        out.append(UInt8(ascii: "]"))
+        return out
+    }
+}

@@ -1,0 +1,257 @@
+import AsyncHTTPClient
+import FerryProtocol
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOSSL
+import Synchronization
+
+/// Delivers batches by POSTing them to an HTTP collector. See `docs/HTTP-SINK.md`.
+///
+/// One `HTTPClient` (connection pool) serves every request; ``shutdown()`` closes it. Each
+/// batch is one request with an `Idempotency-Key` (``DeliveryBatch/idempotencyKey``), so a batch
+/// sent again after a crash or a lost answer carries the same key and the same event ids.
+///
+/// What the answer means to the delivery loop:
+///
+/// | Answer | Outcome |
+/// |---|---|
+/// | 2xx | acknowledged |
+/// | 429, 503 | ``SinkError`` `.retry(after:)` from `Retry-After` (``RetryAfter``), else normal backoff |
+/// | 408, other 5xx, connection errors, timeouts | `.retry(after: nil)` |
+/// | 413 | the batch is split in halves, each sent on its own (recursively); one event still too large is `.permanent` |
+/// | 3xx | `.permanent` (redirects are not followed for POST) |
+/// | other 4xx | `.permanent`, with the status and the start of the body |
+///
+/// The bearer token is read once (``recover(checkpoint:)`` or the first delivery) from the
+/// configured file or environment variable. It is never logged and is cut out of upstream
+/// body excerpts.
+public final class HTTPSink: Sink, CustomStringConvertible {
+    public let name: String
+    /// The configuration the sink runs with.
+    public let configuration: HTTPSinkConfiguration
+    private let logger: Logger
+    private let client: HTTPClient
+    private let state = Mutex<State>(State())
+
+    private struct State {
+        /// `nil` until loaded; then `.some(nil)` when no token is configured.
+        var token: String??
+        var isShutDown = false
+    }
+
+    /// How much of an error response's body is kept for the dead letter (``SinkError/upstreamBody``).
+    public static let upstreamBodyExcerptBytes = 1024
+    /// The `User-Agent` header.
+    public static let userAgent = "ferryd/0.1 (ferry-protocol/\(ferryProtocolVersion))"
+
+    /// Creates the sink and its connection pool; nothing is connected until the first batch.
+    /// The configuration is expected to be valid (``HTTPSinkConfiguration/validate()``).
+    public init(name: String = "http", configuration: HTTPSinkConfiguration, logger: Logger) {
+        self.name = name
+        self.configuration = configuration
+        self.logger = logger
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if !configuration.tlsVerify { tls.certificateVerification = .none }
+        if let caFile = configuration.caFile { tls.trustRoots = .file(caFile) }
+        var clientConfiguration = HTTPClient.Configuration(
+            tlsConfiguration: tls,
+            // A redirected POST would have to be re-sent somewhere else: the operator decides.
+            redirectConfiguration: .disallow,
+            timeout: .init(connect: .milliseconds(Int64(configuration.connectTimeoutMilliseconds))),
+            decompression: .disabled)
+        // A refused connection fails the request at once; the delivery loop owns the backoff.
+        clientConfiguration.connectionPool.retryConnectionEstablishment = false
+        client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: clientConfiguration)
+    }
+
+    deinit {
+        // Safety net for an agent that failed before calling shutdown(): HTTPClient traps when
+        // released while running. The callback form keeps the client alive until it is closed.
+        if !state.withLock({ $0.isShutDown }) { client.shutdown { _ in } }
+    }
+
+    public var description: String { "HTTPSink(\(configuration))" }
+
+    /// Loads the token and checks the CA file, so a misconfiguration stops `ferryd` at start
+    /// instead of failing every batch. The sink keeps no checkpoint.
+    public func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? {
+        _ = try await authorization()
+        if let caFile = configuration.caFile {
+            do {
+                let certificates = try await BlockingExecutor.shared.run { try NIOSSLCertificate.fromPEMFile(caFile) }
+                guard !certificates.isEmpty else { throw AgentError(code: .configuration, message: "no certificate") }
+            } catch {
+                throw AgentError(code: .configuration, message: "sink (http): caFile \(caFile) holds no readable PEM certificate: \(error)")
+            }
+        }
+        logger.info("http sink ready", metadata: ["sink": "\(configuration)"])
+        return nil
+    }
+
+    public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {
+        try await send(batch)
+        return nil
+    }
+
+    public func shutdown() async throws {
+        guard state.withLock({ state in
+            defer { state.isShutDown = true }
+            return !state.isShutDown
+        }) else { return }
+        try await client.shutdown()
+    }
+
+    // MARK: Sending
+
+    /// Posts `batch`; on 413 posts each half instead (recursively).
+    ///
+    /// A failure after the first half was acknowledged fails the whole batch: the loop retries
+    /// it and the first half goes out again, with the same idempotency key and event ids.
+    private func send(_ batch: DeliveryBatch) async throws {
+        let (status, headers, excerpt) = try await post(batch)
+        switch Self.classify(status: status, retryAfter: headers.first(name: "Retry-After")) {
+        case .acknowledged:
+            logger.debug("http sink: batch acknowledged", metadata: [
+                "batch": "\(batch.idempotencyKey)", "events": "\(batch.events.count)", "status": "\(status)",
+            ])
+        case .tooLarge:
+            guard batch.events.count > 1 else {
+                throw SinkError(.permanent, "http sink: HTTP 413 for a single event (\(batch.events.first?.frame.count ?? 0) bytes): the collector refuses it",
+                                upstreamStatus: status, upstreamBody: excerpt)
+            }
+            logger.info("http sink: HTTP 413, splitting the batch", metadata: [
+                "batch": "\(batch.idempotencyKey)", "events": "\(batch.events.count)",
+            ])
+            let middle = batch.events.count / 2
+            try await send(DeliveryBatch(events: Array(batch.events[..<middle]), consent: batch.consent))
+            try await send(DeliveryBatch(events: Array(batch.events[middle...]), consent: batch.consent))
+        case .retry(let after):
+            var message = "http sink: HTTP \(status)"
+            if let after { message += ", Retry-After \(after)" }
+            throw SinkError(.retry(after: after), message, upstreamStatus: status, upstreamBody: excerpt)
+        case .redirect:
+            let location = headers.first(name: "Location").map { " to \($0)" } ?? ""
+            throw SinkError(.permanent, "http sink: HTTP \(status) redirect\(location) not followed for POST; configure the final URL",
+                            upstreamStatus: status, upstreamBody: excerpt)
+        case .permanent:
+            throw SinkError(.permanent, "http sink: HTTP \(status) (\(HTTPResponseStatus(statusCode: status).reasonPhrase))",
+                            upstreamStatus: status, upstreamBody: excerpt)
+        }
+    }
+
+    /// One POST; returns the status, the headers and (for non-2xx answers) the start of the body.
+    /// Transport failures are ``SinkError`` `.retry(after: nil)`.
+    private func post(_ batch: DeliveryBatch) async throws -> (Int, HTTPHeaders, String?) {
+        let authorization = try await authorization()
+        var body = HTTPBatchBody.encode(batch, format: configuration.format, sentAt: WallClock.unixMilliseconds())
+        var request = HTTPClientRequest(url: configuration.url)
+        request.method = .POST
+        for (name, value) in configuration.headers.sorted(by: { $0.key < $1.key }) { request.headers.add(name: name, value: value) }
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "User-Agent", value: Self.userAgent)
+        request.headers.add(name: "Idempotency-Key", value: batch.idempotencyKey)
+        request.headers.add(name: "Ferry-Batch-Size", value: String(batch.events.count))
+        if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        if configuration.gzip {
+            body = try Gzip.compress(body)
+            request.headers.add(name: "Content-Encoding", value: "gzip")
+        }
+        request.body = .bytes(ByteBuffer(bytes: body))
+        do {
+            let response = try await client.execute(request, timeout: .milliseconds(Int64(configuration.requestTimeoutMilliseconds)))
+            let status = Int(response.status.code)
+            var excerpt: [UInt8]? = (200..<300).contains(status) ? nil : []
+            // Read the whole body (bounded) so the connection can be reused; keep the start of
+            // an error body.
+            var seen = 0
+            for try await chunk in response.body {
+                seen += chunk.readableBytes
+                if let kept = excerpt?.count, kept < Self.upstreamBodyExcerptBytes {
+                    excerpt! += chunk.readableBytesView.prefix(Self.upstreamBodyExcerptBytes - kept)
+                }
+                if seen > 1 << 20 { break }  // Enough: the connection is dropped instead of drained.
+            }
+            return (status, response.headers, excerpt.map { redact(String(decoding: $0, as: UTF8.self)) })
+        } catch let error as SinkError {
+            throw error
+        } catch {
+            throw SinkError(.retry(after: nil), "http sink: \(redact(Self.describe(error)))")
+        }
+    }
+
+    /// What an answer means; see the table in the type's documentation.
+    enum Verdict: Equatable {
+        case acknowledged, tooLarge, retry(after: Duration?), redirect, permanent
+    }
+
+    /// The verdict for `status` with the `Retry-After` header value, if any.
+    static func classify(status: Int, retryAfter: String?, now: UInt64 = WallClock.unixMilliseconds()) -> Verdict {
+        switch status {
+        case 200..<300: .acknowledged
+        case 413: .tooLarge
+        case 429, 503: .retry(after: retryAfter.flatMap { RetryAfter.delay($0, now: now) })
+        case 408, 500..<600: .retry(after: nil)
+        case 300..<400: .redirect
+        default: .permanent
+        }
+    }
+
+    private static func describe(_ error: any Error) -> String {
+        if let error = error as? HTTPClientError {
+            switch error {
+            case .deadlineExceeded, .readTimeout, .writeTimeout: return "request timed out (\(error))"
+            case .connectTimeout: return "connection timed out"
+            default: return "\(error)"
+            }
+        }
+        return "\(error)"
+    }
+
+    // MARK: Credentials
+
+    /// `Bearer <token>`, or `nil` without a configured token. Loads the token on first use.
+    private func authorization() async throws -> String? {
+        if let loaded = state.withLock({ $0.token }) { return loaded.map { "Bearer " + $0 } }
+        let configuration = self.configuration, logger = self.logger
+        let token = try await BlockingExecutor.shared.run { try Self.loadToken(configuration, logger: logger) }
+        state.withLock { $0.token = .some(token) }
+        return token.map { "Bearer " + $0 }
+    }
+
+    /// Reads the token from the configured file or environment variable. Errors never contain it.
+    static func loadToken(_ configuration: HTTPSinkConfiguration, logger: Logger) throws -> String? {
+        func fail(_ message: String) -> AgentError { AgentError(code: .configuration, message: "sink (http): " + message) }
+        let raw: String
+        if let path = configuration.tokenFile {
+            guard let bytes = try? FileIO.readFile(path) else { throw fail("cannot read tokenFile \(path)") }
+            raw = String(decoding: bytes, as: UTF8.self)
+            if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+               let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 {
+                logger.warning("http sink: tokenFile is readable by other users; chmod 600 it", metadata: ["path": "\(path)"])
+            }
+        } else if let variable = configuration.tokenEnvironment {
+            guard let value = ProcessInfo.processInfo.environment[variable] else {
+                throw fail("environment variable \(variable) (tokenEnvironment) is not set")
+            }
+            raw = value
+        } else {
+            return nil
+        }
+        let token = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !token.isEmpty else { throw fail("the token (\(configuration.tokenFile.map { "file " + $0 } ?? "$" + (configuration.tokenEnvironment ?? ""))) is empty") }
+        // Visible ASCII only, so the token can never split or inject header lines.
+        guard token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
+            throw fail("the token holds characters not allowed in a header (controls, spaces or non-ASCII)")
+        }
+        return token
+    }
+
+    /// `text` with the token (if loaded) replaced by `<redacted>`: some collectors echo the
+    /// request back in error bodies.
+    private func redact(_ text: String) -> String {
+        guard let token = state.withLock({ $0.token }) ?? nil, !token.isEmpty else { return text }
+        return text.replacingOccurrences(of: token, with: "<redacted>")
+    }
+}

@@ -1,0 +1,38 @@
+import Foundation
+
+extension HTTPSinkConfiguration {
+    /// Reads the `sink` object of a configuration file whose `type` is `"http"`. Unknown keys are
+    /// an error; `url` is required. `path` (the file) and `prefix` (the key path, `sink`) make
+    /// the error messages precise.
+    ///
+    /// ```json
+    /// {"type": "http", "url": "https://collector.example/v1/batch", "tokenFile": "/etc/ferry/token",
+    ///  "headers": {"X-Tenant": "acme"}, "format": "envelope", "gzip": true,
+    ///  "requestTimeoutMilliseconds": 30000, "connectTimeoutMilliseconds": 10000,
+    ///  "tlsVerify": true, "caFile": "/etc/ferry/ca.pem"}
+    /// ```
+    static func parse(_ object: [String: Any], path: String, at prefix: String) throws -> HTTPSinkConfiguration {
+        var reader = FieldReader(path: path)
+        guard object["url"] != nil else { throw reader.fail(prefix + ".url", "required for an http sink") }
+        var config = HTTPSinkConfiguration(url: "")
+        try reader.apply(object, [
+            "type": .choice(["http"]) { _ in },
+            "url": .string { config.url = $0 },
+            "headers": .stringMap { config.headers = $0 },
+            "tokenFile": .string { config.tokenFile = $0 },
+            "tokenEnvironment": .string { config.tokenEnvironment = $0 },
+            "tlsVerify": .bool { config.tlsVerify = $0 },
+            "caFile": .string { config.caFile = $0 },
+            "requestTimeoutMilliseconds": .int { config.requestTimeoutMilliseconds = $0 },
+            "connectTimeoutMilliseconds": .int { config.connectTimeoutMilliseconds = $0 },
+            "format": .choice(BodyFormat.allCases.map(\.rawValue)) { config.format = BodyFormat(rawValue: $0)! },
+            "gzip": .bool { config.gzip = $0 },
+        ], at: prefix)
+        do {
+            try config.validate()
+        } catch let error as AgentError {
+            throw AgentError(code: .configuration, message: "\(path): \(error.message)")
+        }
+        return config
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+
+/// How the HTTP sink posts batches to a collector. See `docs/HTTP-SINK.md`.
+///
+/// The bearer token is never part of the configuration: only where to read it from
+/// (``tokenFile`` or ``tokenEnvironment``), so it stays out of config files, command lines,
+/// `ferry status` and logs.
+public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible {
+    /// The JSON shape of a request body.
+    public enum BodyFormat: String, Sendable, Hashable, CaseIterable {
+        /// `{"batch_id", "sent_at", "consent", "events": [...]}` with Ferry's own event objects.
+        case envelope
+        /// A Segment-style batch: `{"batch": [...], "sentAt", "context": {"consent"}}`.
+        case segment
+    }
+
+    /// The collector's URL (`http://` or `https://`); batches are POSTed to it. Must not carry
+    /// credentials (`user:pass@`): use ``tokenFile`` or ``tokenEnvironment``.
+    public var url: String
+    /// Extra request headers (for example a tenant id). Values are never logged. The headers
+    /// the sink sets itself (``reservedHeaders``) cannot be overridden.
+    public var headers: [String: String]
+    /// A file holding the bearer token (surrounding whitespace ignored), sent as
+    /// `Authorization: Bearer <token>`. Read once when the agent starts.
+    public var tokenFile: String?
+    /// The name of an environment variable of `ferryd` holding the bearer token.
+    public var tokenEnvironment: String?
+    /// Whether the server's TLS certificate and host name are verified (default `true`).
+    public var tlsVerify: Bool
+    /// A PEM file of CA certificates to trust instead of the system's.
+    public var caFile: String?
+    /// Longest a request may take, connection included, before it counts as failed (retried).
+    public var requestTimeoutMilliseconds: Int
+    /// Longest a connection attempt may take.
+    public var connectTimeoutMilliseconds: Int
+    /// The body shape.
+    public var format: BodyFormat
+    /// Whether bodies are gzip-compressed (`Content-Encoding: gzip`).
+    public var gzip: Bool
+
+    /// Headers the sink sets itself; ``headers`` may not name them (case-insensitive).
+    public static let reservedHeaders: Set<String> = [
+        "authorization", "content-type", "content-encoding", "content-length", "transfer-encoding",
+        "host", "idempotency-key", "ferry-batch-size", "user-agent",
+    ]
+
+    /// Creates a configuration; only `url` is required.
+    public init(
+        url: String, headers: [String: String] = [:], tokenFile: String? = nil, tokenEnvironment: String? = nil,
+        tlsVerify: Bool = true, caFile: String? = nil, requestTimeoutMilliseconds: Int = 30_000,
+        connectTimeoutMilliseconds: Int = 10_000, format: BodyFormat = .envelope, gzip: Bool = false
+    ) {
+        self.url = url
+        self.headers = headers
+        self.tokenFile = tokenFile
+        self.tokenEnvironment = tokenEnvironment
+        self.tlsVerify = tlsVerify
+        self.caFile = caFile
+        self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
+        self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
+        self.format = format
+        self.gzip = gzip
+    }
+
+    /// Checks the values; throws ``AgentError`` with code `configuration`.
+    public func validate() throws {
+        func fail(_ message: String) -> AgentError { AgentError(code: .configuration, message: "sink (http): " + message) }
+        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
+              scheme == "http" || scheme == "https", let host = components.host, !host.isEmpty else {
+            throw fail("url must be an absolute http:// or https:// URL with a host")
+        }
+        guard components.user == nil, components.password == nil else {
+            throw fail("url must not contain credentials; use tokenFile or tokenEnvironment")
+        }
+        guard tokenFile == nil || tokenEnvironment == nil else {
+            throw fail("set at most one of tokenFile and tokenEnvironment")
+        }
+        if let tokenFile, tokenFile.isEmpty { throw fail("tokenFile must not be empty") }
+        if let tokenEnvironment, tokenEnvironment.isEmpty { throw fail("tokenEnvironment must not be empty") }
+        if let caFile, caFile.isEmpty { throw fail("caFile must not be empty") }
+        guard requestTimeoutMilliseconds > 0, connectTimeoutMilliseconds > 0 else {
+            throw fail("requestTimeoutMilliseconds and connectTimeoutMilliseconds must be positive")
+        }
+        for (name, value) in headers {
+            guard !name.isEmpty, name.utf8.allSatisfy(Self.isTokenCharacter) else {
+                throw fail("header name \"\(name)\" is not a valid HTTP field name")
+            }
+            guard !Self.reservedHeaders.contains(name.lowercased()) else {
+                throw fail("header \(name) is set by the sink and cannot be configured"
+                    + (name.lowercased() == "authorization" ? " (use tokenFile or tokenEnvironment)" : ""))
+            }
+            guard value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
+                throw fail("header \(name) has a control character in its value")
+            }
+        }
+    }
+
+    /// `!#$%&'*+-.^_`|~`, digits and letters (RFC 9110 `tchar`).
+    static func isTokenCharacter(_ byte: UInt8) -> Bool {
+        switch byte {
+        case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"):
+            true
+        default:
+            Array("!#$%&'*+-.^_`|~".utf8).contains(byte)
+        }
+    }
+
+    /// A description safe for logs: header values are left out, and the token only appears as
+    /// where it comes from.
+    public var description: String {
+        var parts = ["url: \(url)", "format: \(format.rawValue)", "gzip: \(gzip)", "tlsVerify: \(tlsVerify)"]
+        if let caFile { parts.append("caFile: \(caFile)") }
+        if let tokenFile { parts.append("token: <redacted, from file \(tokenFile)>") }
+        if let tokenEnvironment { parts.append("token: <redacted, from $\(tokenEnvironment)>") }
+        if !headers.isEmpty { parts.append("headers: \(headers.keys.sorted().joined(separator: ", ")) (values redacted)") }
+        parts.append("requestTimeoutMilliseconds: \(requestTimeoutMilliseconds)")
+        parts.append("connectTimeoutMilliseconds: \(connectTimeoutMilliseconds)")
+        return "HTTPSinkConfiguration(" + parts.joined(separator: ", ") + ")"
+    }
+}
