@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "FerryAgent", targets: ["FerryAgent"]),
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
         .library(name: "ZeroMQ", targets: ["ZeroMQ"]),
+        .library(name: "NATS", targets: ["NATS"]),
         .library(name: "FerryTestKit", targets: ["FerryTestKit"]),
         .executable(name: "ferryd", targets: ["ferryd"]),
         .executable(name: "ferry", targets: ["ferry"]),
@@ -28,6 +29,14 @@ let package = Package(
         ),
         // Safe Swift wrapper: context, sockets, multipart messages, poll, errors.
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ"]),
+        // C module: nats.c from the system (Debian: libnats-dev).
+        .systemLibrary(
+            name: "CNATS",
+            pkgConfig: "libnats",
+            providers: [.apt(["libnats-dev"])]
+        ),
+        // Safe Swift wrapper: connection, JetStream context, streams, async publish with PubAcks.
+        .target(name: "NATS", dependencies: ["CNATS"]),
         // Wire format v1, event model, record codec, CRC32C, UUIDv7.
         .target(name: "FerryProtocol"),
         // Client library linked by applications.
@@ -43,14 +52,14 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryProtocol",
+                "ZeroMQ", "NATS", "FerryProtocol",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         // Helpers for tests: temp dirs, launching agents, waiting on conditions.
-        .target(name: "FerryTestKit", dependencies: ["Ferry", "FerryAgent", "FerryProtocol", "ZeroMQ"]),
+        .target(name: "FerryTestKit", dependencies: ["Ferry", "FerryAgent", "FerryProtocol", "ZeroMQ", "NATS"]),
         .executableTarget(
             name: "ferryd",
             dependencies: [
@@ -68,10 +77,11 @@ let package = Package(
             ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
+        .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
         .testTarget(name: "FerryAgentTests", dependencies: ["FerryAgent", "FerryTestKit", "Ferry"]),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
-        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol"]),
+        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "NATS"]),
     ],
     swiftLanguageModes: [.v6]
 )
