@@ -40,15 +40,26 @@ extension AgentConfiguration {
                 "retryInitialMilliseconds": .int { config.delivery.retryInitialMilliseconds = $0 },
                 "retryMaxMilliseconds": .int { config.delivery.retryMaxMilliseconds = $0 },
             ]),
-            "sink": .object([
-                "type": .choice(["file"]) { _ in },
-                "directory": .string { directory in
-                    if case .file(_, let max) = config.sink { config.sink = .file(directory: directory, maxFileBytes: max) }
-                },
-                "maxFileBytes": .int { max in
-                    if case .file(let directory, _) = config.sink { config.sink = .file(directory: directory, maxFileBytes: Int64(max)) }
-                },
-            ]),
+            // The sink's keys depend on its "type" (default "file"), so the type is read first.
+            "sink": .custom { object, name, reader in
+                let type = object["type"] as? String ?? "file"
+                switch type {
+                case "jetstream":
+                    let jetstream = FieldBox(JetStreamSinkConfiguration())
+                    try reader.apply(object, JetStreamSinkConfiguration.fields(jetstream), at: name)
+                    config.sink = .jetstream(jetstream.value)
+                default:
+                    try reader.apply(object, [
+                        "type": .choice(["file", "jetstream"]) { _ in },
+                        "directory": .string { directory in
+                            if case .file(_, let max) = config.sink { config.sink = .file(directory: directory, maxFileBytes: max) }
+                        },
+                        "maxFileBytes": .int { max in
+                            if case .file(let directory, _) = config.sink { config.sink = .file(directory: directory, maxFileBytes: Int64(max)) }
+                        },
+                    ], at: name)
+                }
+            },
         ], at: "")
         try config.validate()
         return config
@@ -56,7 +67,7 @@ extension AgentConfiguration {
 }
 
 /// Applies a JSON object to setters, with precise errors naming the key path.
-private struct FieldReader {
+struct FieldReader {
     let path: String
 
     indirect enum Field {
@@ -64,6 +75,11 @@ private struct FieldReader {
         case int((Int) -> Void)
         case choice([String], (String) -> Void)
         case object([String: Field])
+        case bool((Bool) -> Void)
+        /// A non-empty array of strings.
+        case strings(([String]) -> Void)
+        /// A nested object the closure applies itself (given the object, its key path and the reader).
+        case custom(([String: Any], String, inout FieldReader) throws -> Void)
     }
 
     func fail(_ key: String, _ message: String) -> AgentError {
@@ -93,6 +109,19 @@ private struct FieldReader {
             case .object(let nested):
                 guard let child = value as? [String: Any] else { throw fail(name, "expected an object") }
                 try apply(child, nested, at: name)
+            case .bool(let set):
+                guard let number = value as? NSNumber, String(cString: number.objCType) == "c" else {
+                    throw fail(name, "expected true or false")
+                }
+                set(number.boolValue)
+            case .strings(let set):
+                guard let strings = value as? [Any], !strings.isEmpty, strings.allSatisfy({ $0 is String }) else {
+                    throw fail(name, "expected a non-empty array of strings")
+                }
+                set(strings.map { $0 as! String })
+            case .custom(let read):
+                guard let child = value as? [String: Any] else { throw fail(name, "expected an object") }
+                try read(child, name, &self)
             }
         }
     }

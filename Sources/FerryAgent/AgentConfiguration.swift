@@ -58,6 +58,8 @@ public struct AgentConfiguration: Sendable, Hashable {
     public enum SinkConfiguration: Sendable, Hashable {
         /// JSON Lines files in a directory (the embedded default). `nil` = `<data dir>/delivered`.
         case file(directory: String?, maxFileBytes: Int64)
+        /// A NATS JetStream stream (see `docs/JETSTREAM.md`).
+        case jetstream(JetStreamSinkConfiguration)
     }
 
     /// Creates a configuration; every argument has a default.
@@ -83,6 +85,7 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var fileSinkDirectory: String {
         switch sink {
         case .file(let directory, _): directory ?? dataDirectory + "/delivered"
+        case .jetstream: dataDirectory + "/delivered"
         }
     }
 
@@ -104,5 +107,6 @@ public struct AgentConfiguration: Sendable, Hashable {
         guard runtimeDirectory.utf8.count + "/control".utf8.count < 108 else {
             throw fail("runtimeDirectory is too long for a Unix socket path (max ~100 bytes): \(runtimeDirectory)")
         }
+        if case .jetstream(let jetstream) = sink { try jetstream.validate() }
     }
 }

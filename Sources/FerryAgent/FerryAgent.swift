@@ -51,6 +51,8 @@ public final class FerryAgent: Service, Sendable {
         switch configuration.sink {
         case .file(_, let maxFileBytes):
             self.sink = sink ?? FileSink(directory: configuration.fileSinkDirectory, maxFileBytes: maxFileBytes)
+        case .jetstream(let jetstream):
+            self.sink = sink ?? JetStreamSink(configuration: jetstream, logger: logger)
         }
     }
 
