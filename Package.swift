@@ -79,7 +79,7 @@ let package = Package(
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
-        .testTarget(name: "FerryAgentTests", dependencies: ["FerryAgent", "FerryTestKit", "Ferry"]),
+        .testTarget(name: "FerryAgentTests", dependencies: ["FerryAgent", "FerryTestKit", "Ferry", "NATS"]),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
         .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "NATS"]),
     ],

@@ -108,15 +108,17 @@ public final class JetStreamSink: Sink {
         if shutDown { throw SinkError(.retry(after: nil), "jetstream: the sink is shut down") }
         if let existing, streamReady { return existing }
         let configuration = self.configuration, logger = self.logger
-        let js = try await Self.io.run { () throws -> JetStreamContext in
-            let js = try existing ?? Self.connect(configuration, logger: logger)
-            try Self.checkStream(js, configuration, logger: logger)
-            return js
+        // The connection is kept even when the stream check fails: it keeps reconnecting in
+        // the background, and the next attempt only repeats the check.
+        let js: JetStreamContext
+        if let existing {
+            js = existing
+        } else {
+            js = try await Self.io.run { try Self.connect(configuration, logger: logger) }
+            state.withLock { $0.js = js }
         }
-        state.withLock { state in
-            state.js = js
-            state.streamReady = true
-        }
+        try await Self.io.run { try Self.checkStream(js, configuration, logger: logger) }
+        state.withLock { $0.streamReady = true }
         return js
     }
 

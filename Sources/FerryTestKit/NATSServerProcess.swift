@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Foundation
+import NATS
 import Synchronization
 
 /// Real `nats-server -js` processes for tests: one node, or a cluster of several on loopback,
@@ -172,6 +173,39 @@ public final class NATSServerProcess: Sendable {
             }
             try await Task.sleep(for: .milliseconds(50))
         }
+    }
+
+    /// Every message now in `stream`, read with a fresh connection (to any running node) and an
+    /// ephemeral pull consumer.
+    public func streamMessages(_ stream: String, timeout: Duration = .seconds(15)) async throws -> [ReceivedMessage] {
+        let urls = nodes.indices.filter { isRunning(node: $0) }.map { nodes[$0].url }
+        return try await runOffPool {
+            let connection = try NATSConnection(options: .init(servers: urls, name: "testkit-reader", retryOnFailedConnect: false))
+            defer { connection.close() }
+            let js = try JetStreamContext(connection: connection)
+            return try js.fetchAll(stream: stream, timeout: timeout)
+        }
+    }
+
+    /// The stream's state (`nil` if it does not exist), read with a fresh connection.
+    public func streamInfo(_ stream: String) async throws -> StreamInfo? {
+        let urls = nodes.indices.filter { isRunning(node: $0) }.map { nodes[$0].url }
+        return try await runOffPool {
+            let connection = try NATSConnection(options: .init(servers: urls, name: "testkit-reader", retryOnFailedConnect: false))
+            defer { connection.close() }
+            return try JetStreamContext(connection: connection).streamInfo(stream)
+        }
+    }
+
+    /// The names of the clients connected to node `index` (its `/connz`).
+    public func clientNames(node index: Int) async throws -> [String] {
+        let port = nodes[index].monitorPort
+        let answer = try await runOffPool { try httpGet(port: port, path: "/connz") }
+        guard let body = answer.range(of: "\r\n\r\n").map({ answer[$0.upperBound...] }),
+              let object = try? JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any] else {
+            throw FerryTestKitError("unreadable /connz answer: \(answer.prefix(300))")
+        }
+        return (object["connections"] as? [[String: Any]] ?? []).compactMap { $0["name"] as? String }
     }
 
     /// The standard error of every run so far (nats-server logs there).

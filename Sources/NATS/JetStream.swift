@@ -29,6 +29,9 @@ public final class JetStreamContext: @unchecked Sendable {
     public let connection: NATSConnection
     private let router: AckRouter
     private let token: UInt
+    /// Whether an async publish was ever attempted: before that nats.c has no pending map, and
+    /// `js_PublishAsyncGetPendingList` must not be called.
+    private let hasPublished = Atomic<Bool>(false)
     /// The options the context was created with.
     public let options: Options
 
@@ -78,7 +81,7 @@ public final class JetStreamContext: @unchecked Sendable {
         AckRouter.unregister(token)
         router.failAll(NATSError.wrapper(NATS_CONNECTION_CLOSED, "the JetStream context was released", "publish"))
         var pending = natsMsgList()
-        if js_PublishAsyncGetPendingList(&pending, handle) == NATS_OK {
+        if hasPublished.load(ordering: .acquiring), js_PublishAsyncGetPendingList(&pending, handle) == NATS_OK {
             natsMsgList_Destroy(&pending)
         }
         jsCtx_Destroy(handle)
@@ -188,6 +191,7 @@ public final class JetStreamContext: @unchecked Sendable {
         pubOpts.MaxWait = ackWait.milliseconds
         // Registered before the call: the acknowledgement may arrive before it returns.
         router.expect(created, batch: batch, index: index)
+        hasPublished.store(true, ordering: .releasing)
         while true {
             let status = js_PublishMsgAsync(handle, &msg, &pubOpts)
             if status == NATS_OK { return }
