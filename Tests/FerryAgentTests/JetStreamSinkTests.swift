@@ -79,6 +79,19 @@ struct JetStreamSinkConfigurationTests {
         #expect(try Self.load(#"{"sink": {"directory": "/tmp/x"}}"#).sink == .file(directory: "/tmp/x", maxFileBytes: 64 << 20))
     }
 
+    @Test("daemon/ferryd.jetstream.example.json loads")
+    func exampleFile() throws {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let config = try AgentConfiguration.load(fromFile: root.path + "/daemon/ferryd.jetstream.example.json")
+        guard case .jetstream(let jetstream) = config.sink else {
+            Issue.record("not a jetstream sink: \(config.sink)")
+            return
+        }
+        #expect(jetstream.replicas == 3)
+        #expect(jetstream.servers.count == 3)
+        #expect(jetstream.duplicateWindowSeconds == 120)
+    }
+
     @Test("mistakes in a jetstream sink object are errors naming the key", arguments: [
         (#"{"sink": {"type": "jetstream", "server": ["nats://a:1"]}}"#, "sink.server: unknown key"),
         (#"{"sink": {"type": "jetstream", "directory": "/tmp"}}"#, "sink.directory: unknown key"),
