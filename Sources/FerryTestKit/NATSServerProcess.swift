@@ -176,14 +176,17 @@ public final class NATSServerProcess: Sendable {
     }
 
     /// Every message now in `stream`, read with a fresh connection (to any running node) and an
-    /// ephemeral pull consumer.
-    public func streamMessages(_ stream: String, timeout: Duration = .seconds(15)) async throws -> [ReceivedMessage] {
+    /// ephemeral pull consumer. A read that fails (a cluster still electing a leader after a node
+    /// was lost cannot create the consumer yet) is retried until `timeout`.
+    public func streamMessages(_ stream: String, timeout: Duration = .seconds(30)) async throws -> [ReceivedMessage] {
         let urls = nodes.indices.filter { isRunning(node: $0) }.map { nodes[$0].url }
-        return try await runOffPool {
-            let connection = try NATSConnection(options: .init(servers: urls, name: "testkit-reader", retryOnFailedConnect: false))
-            defer { connection.close() }
-            let js = try JetStreamContext(connection: connection)
-            return try js.fetchAll(stream: stream, timeout: timeout)
+        return try await waitForValue("the messages of stream \(stream)", timeout: timeout, pollInterval: .milliseconds(200)) {
+            try await runOffPool {
+                let connection = try NATSConnection(options: .init(servers: urls, name: "testkit-reader", retryOnFailedConnect: false))
+                defer { connection.close() }
+                let js = try JetStreamContext(connection: connection)
+                return try js.fetchAll(stream: stream, timeout: .seconds(10))
+            }
         }
     }
 
