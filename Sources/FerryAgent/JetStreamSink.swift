@@ -83,7 +83,7 @@ public final class JetStreamSink: Sink {
                 state.withLock { $0.streamReady = false }
             }
             throw SinkError(.retry(after: nil),
-                            "jetstream: \(failures.count) of \(messages.count) events not acknowledged: \(first)")
+                            "jetstream: \(failures.count) of \(messages.count) events not acknowledged: \(first)\(Self.connectionNote(js))")
         }
         if duplicates > 0 {
             logger.debug("jetstream: events already in the stream", metadata: ["duplicates": "\(duplicates)", "batch": "\(batch.idempotencyKey)"])
@@ -169,7 +169,7 @@ public final class JetStreamSink: Sink {
                 "stream": "\(info.name)", "subjects": "\(info.subjects.joined(separator: ","))", "replicas": "\(info.replicas)",
             ])
         } catch let error as NATSError {
-            throw SinkError(.retry(after: nil), "jetstream: stream \(configuration.stream): \(error)")
+            throw SinkError(.retry(after: nil), "jetstream: stream \(configuration.stream): \(error)\(Self.connectionNote(js))")
         }
     }
 
@@ -191,6 +191,11 @@ public final class JetStreamSink: Sink {
             }
             return JetStreamMessage(subject: subject, payload: body, headers: headers, messageID: stored.decodedID.description)
         }
+    }
+
+    /// Says so when the connection is down, since nats.c then reports only timeouts.
+    private static func connectionNote(_ js: JetStreamContext) -> String {
+        js.connection.isConnected ? "" : " (not connected to NATS; reconnecting in the background)"
     }
 
     /// A header value without line breaks (they would end the header).

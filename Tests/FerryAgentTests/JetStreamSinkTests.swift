@@ -187,6 +187,7 @@ struct JetStreamSinkDeliveryTests {
             Issue.record("delivered with the server down")
         } catch let error as SinkError {
             #expect(error.disposition == .retry(after: nil), "\(error)")
+            #expect(error.message.contains("not connected to NATS"), "\(error)")
         }
         // The server comes back: the same sink delivers (its connection reconnected).
         try server.start(node: 0)
