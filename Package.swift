@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "FerryAgent", targets: ["FerryAgent"]),
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
         .library(name: "ZeroMQ", targets: ["ZeroMQ"]),
+        .library(name: "NATS", targets: ["NATS"]),
         .library(name: "FerryTestKit", targets: ["FerryTestKit"]),
         .executable(name: "ferryd", targets: ["ferryd"]),
         .executable(name: "ferry", targets: ["ferry"]),
@@ -37,6 +38,14 @@ let package = Package(
         ),
         // Safe Swift wrapper: context, sockets, multipart messages, poll, errors.
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ"]),
+        // C module: nats.c from the system (Debian: libnats-dev).
+        .systemLibrary(
+            name: "CNATS",
+            pkgConfig: "libnats",
+            providers: [.apt(["libnats-dev"])]
+        ),
+        // Safe Swift wrapper: connection, JetStream context, streams, async publish with PubAcks.
+        .target(name: "NATS", dependencies: ["CNATS"]),
         // Wire format v1, event model, record codec, CRC32C, UUIDv7.
         .target(name: "FerryProtocol"),
         // Client library linked by applications.
@@ -52,7 +61,7 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryProtocol", "CZlib",
+                "ZeroMQ", "NATS", "FerryProtocol", "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -66,7 +75,7 @@ let package = Package(
         .target(
             name: "FerryTestKit",
             dependencies: [
-                "Ferry", "FerryAgent", "FerryProtocol", "ZeroMQ",
+                "Ferry", "FerryAgent", "FerryProtocol", "ZeroMQ", "NATS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -90,10 +99,11 @@ let package = Package(
             ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
+        .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
-        .testTarget(name: "FerryAgentTests", dependencies: ["FerryAgent", "FerryTestKit", "Ferry"]),
+        .testTarget(name: "FerryAgentTests", dependencies: ["FerryAgent", "FerryTestKit", "Ferry", "NATS"]),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
-        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol"]),
+        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "NATS"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -177,6 +177,8 @@ extension FieldReader {
         ] }),
         // Placeholder until `sink(_:at:name:delivery:)` parses the object (HTTPSinkConfiguration.parse).
         "http": (.http(HTTPSinkConfiguration(url: "")), { _ in [:] }),
+        // Likewise (JetStreamSinkConfiguration.fields).
+        "jetstream": (.jetstream(JetStreamSinkConfiguration()), { _ in [:] }),
     ] }
 
     /// One sink object. `name`: `nil` for the single `sink` form (named after its type), `""`
@@ -200,6 +202,13 @@ extension FieldReader {
             let common: Set = ["name", "type", "batch", "retry", "circuit"]
             draft.kind = .http(try HTTPSinkConfiguration.parse(object.filter { !common.contains($0.key) }, path: path, at: prefix))
             object = object.filter { common.contains($0.key) }
+        } else if type == "jetstream" {
+            let common: Set = ["name", "batch", "retry", "circuit"]
+            let box = FieldBox(JetStreamSinkConfiguration())
+            var reader = FieldReader(path: path)
+            try reader.apply(object.filter { !common.contains($0.key) }, JetStreamSinkConfiguration.fields(box), at: prefix)
+            draft.kind = .jetstream(box.value)
+            object = object.filter { common.contains($0.key) || $0.key == "type" }
         }
         fields["type"] = .string { _ in }
         if name != nil { fields["name"] = .string { draft.name = $0 } }

@@ -24,12 +24,15 @@ extension AgentConfiguration {
             case file(directory: String?, maxFileBytes: Int64)
             /// POSTs batches to an HTTP collector (see `docs/HTTP-SINK.md`).
             case http(HTTPSinkConfiguration)
+            /// Publishes each event to a NATS JetStream stream (see `docs/JETSTREAM.md`).
+            case jetstream(JetStreamSinkConfiguration)
 
             /// The `type` name in the configuration file.
             public var typeName: String {
                 switch self {
                 case .file: "file"
                 case .http: "http"
+                case .jetstream: "jetstream"
                 }
             }
         }
@@ -113,7 +116,7 @@ extension AgentConfiguration {
         public func fileDirectory(dataDirectory: String) -> String? {
             switch kind {
             case .file(let directory, _): directory ?? dataDirectory + "/delivered"
-            case .http: nil
+            case .http, .jetstream: nil
             }
         }
 
@@ -124,6 +127,8 @@ extension AgentConfiguration {
                 FileSink(name: name, directory: fileDirectory(dataDirectory: dataDirectory)!, maxFileBytes: maxFileBytes)
             case .http(let http):
                 HTTPSink(name: name, configuration: http, logger: logger)
+            case .jetstream(let jetstream):
+                JetStreamSink(name: name, configuration: jetstream, logger: logger)
             }
         }
 
@@ -151,6 +156,8 @@ extension AgentConfiguration {
                 if let directory, directory.isEmpty { throw fail("\(label): directory must not be empty") }
             case .http(let http):
                 try http.validate()
+            case .jetstream(let jetstream):
+                try jetstream.validate()
             }
         }
     }

@@ -1,0 +1,206 @@
+import Foundation
+import FerryProtocol
+import Logging
+import NATS
+import Synchronization
+
+/// Delivers events to a NATS JetStream stream.
+///
+/// Each event is published asynchronously to the subject rendered from
+/// ``JetStreamSinkConfiguration/subjectTemplate``, with:
+/// - `Nats-Msg-Id`: the event id, so the stream drops a re-sent event within its duplicate window;
+/// - `Ferry-Batch`: the batch's idempotency key;
+/// - `Ferry-Consent-<field>`: one header per entry of the batch's consent stamp;
+/// - the body: the event as the same JSON object the file sink writes (one line of it).
+///
+/// ``deliver(_:)`` returns only when every event of the batch has a PubAck from the stream (a
+/// PubAck flagged duplicate counts: the stream already holds the event). Any failure or timeout
+/// is a retryable ``SinkError``; re-sending the batch is safe because of `Nats-Msg-Id`. A stream
+/// that does not exist while ``JetStreamSinkConfiguration/createStream`` is false is a permanent
+/// error. Delivery is therefore at-least-once from the agent and effectively once in the stream,
+/// as long as re-sends happen within the stream's duplicate window (see `docs/JETSTREAM.md`).
+///
+/// The connection is made on the first delivery and reconnects forever; a server that is down
+/// only delays delivery (the durable log keeps the events).
+public final class JetStreamSink: Sink {
+    public let name: String
+    /// The configuration the sink runs with.
+    public let configuration: JetStreamSinkConfiguration
+    private let template: Result<SubjectTemplate, SubjectTemplate.Invalid>
+    private let logger: Logger
+    private let state = Mutex<State>(State())
+
+    /// nats.c calls that may block (connecting, stream requests, a full publish window) run on
+    /// this thread, shared by every JetStream sink and never by the agent's log I/O.
+    private static let io = BlockingExecutor(name: "ferry-jetstream")
+
+    private struct State {
+        var js: JetStreamContext?
+        var streamReady = false
+        var shutDown = false
+    }
+
+    /// Creates the sink; nothing connects until the first delivery.
+    public init(name: String = "jetstream", configuration: JetStreamSinkConfiguration, logger: Logger) {
+        self.name = name
+        self.configuration = configuration
+        self.logger = logger
+        do throws(SubjectTemplate.Invalid) {
+            template = .success(try SubjectTemplate(configuration.subjectTemplate))
+        } catch {
+            template = .failure(error)
+        }
+    }
+
+    public func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? {
+        // The stream is the state; nothing to restore or cut back locally.
+        nil
+    }
+
+    public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {
+        let template: SubjectTemplate
+        switch self.template {
+        case .success(let parsed): template = parsed
+        case .failure(let error): throw SinkError(.permanent, "jetstream: subjectTemplate: \(error.message)")
+        }
+        if batch.events.isEmpty { return nil }
+        let js = try await ready()
+        let messages = Self.messages(for: batch, template: template)
+        let ackWait = Duration.milliseconds(configuration.ackTimeoutMilliseconds)
+        let pending = await Self.io.run { js.publish(messages, ackWait: ackWait) }
+        // nats.c fails each message after ackWait; the margin covers a closed connection.
+        let results = await pending.acknowledgements(timeout: ackWait + .seconds(1))
+        var failures: [NATSError] = []
+        var duplicates = 0
+        for result in results {
+            switch result {
+            case .success(let ack): if ack.duplicate { duplicates += 1 }
+            case .failure(let error): failures.append(error)
+            }
+        }
+        if let first = failures.first {
+            if failures.contains(where: \.isNoResponders) {
+                // The stream may have been deleted: look it up again before the next attempt.
+                state.withLock { $0.streamReady = false }
+            }
+            throw SinkError(.retry(after: nil),
+                            "jetstream: \(failures.count) of \(messages.count) events not acknowledged: \(first)\(Self.connectionNote(js))")
+        }
+        if duplicates > 0 {
+            logger.debug("jetstream: events already in the stream", metadata: ["duplicates": "\(duplicates)", "batch": "\(batch.idempotencyKey)"])
+        }
+        return nil
+    }
+
+    public func shutdown() async throws {
+        let js = state.withLock { state -> JetStreamContext? in
+            state.shutDown = true
+            defer { state.js = nil }
+            return state.js
+        }
+        guard let js else { return }
+        await Self.io.run { js.connection.close() }
+    }
+
+    /// The JetStream context, connected (or reconnecting) with the stream checked; creates them
+    /// on first use.
+    private func ready() async throws -> JetStreamContext {
+        let (existing, streamReady, shutDown) = state.withLock { ($0.js, $0.streamReady, $0.shutDown) }
+        if shutDown { throw SinkError(.retry(after: nil), "jetstream: the sink is shut down") }
+        if let existing, streamReady { return existing }
+        let configuration = self.configuration, logger = self.logger
+        // The connection is kept even when the stream check fails: it keeps reconnecting in
+        // the background, and the next attempt only repeats the check.
+        let js: JetStreamContext
+        if let existing {
+            js = existing
+        } else {
+            js = try await Self.io.run { try Self.connect(configuration, logger: logger) }
+            state.withLock { $0.js = js }
+        }
+        try await Self.io.run { try Self.checkStream(js, configuration, logger: logger) }
+        state.withLock { $0.streamReady = true }
+        return js
+    }
+
+    private static func connect(_ configuration: JetStreamSinkConfiguration, logger: Logger) throws -> JetStreamContext {
+        var token: String?
+        if let tokenFile = configuration.tokenFile {
+            guard let bytes = try? FileIO.readFile(tokenFile) else {
+                throw SinkError(.retry(after: nil), "jetstream: cannot read tokenFile \(tokenFile)")
+            }
+            token = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+        let options = NATSConnection.Options(
+            servers: configuration.servers, name: "ferryd",
+            reconnectWait: .milliseconds(configuration.reconnectWaitMilliseconds),
+            maxReconnectAttempts: nil,
+            connectTimeout: .milliseconds(configuration.connectTimeoutMilliseconds),
+            retryOnFailedConnect: true, token: token, credentialsFile: configuration.credentialsFile)
+        do {
+            let connection = try NATSConnection(options: options)
+            logger.info("jetstream: connection made", metadata: [
+                "servers": "\(configuration.servers.joined(separator: ","))", "connected": "\(connection.isConnected)",
+            ])
+            return try JetStreamContext(connection: connection, options: .init(
+                apiTimeout: .milliseconds(configuration.ackTimeoutMilliseconds), maxPending: configuration.maxInFlight))
+        } catch {
+            throw SinkError(.retry(after: nil), "jetstream: cannot connect: \(error)")
+        }
+    }
+
+    private static func checkStream(_ js: JetStreamContext, _ configuration: JetStreamSinkConfiguration, logger: Logger) throws {
+        do {
+            if let info = try js.streamInfo(configuration.stream) {
+                if info.duplicateWindow < .seconds(configuration.duplicateWindowSeconds) {
+                    logger.warning("jetstream: the stream's duplicate window is shorter than configured", metadata: [
+                        "stream": "\(info.name)", "duplicate_window_s": "\(info.duplicateWindow.components.seconds)",
+                        "configured_s": "\(configuration.duplicateWindowSeconds)",
+                    ])
+                }
+                return
+            }
+            guard configuration.createStream else {
+                throw SinkError(.permanent, "jetstream: stream \(configuration.stream) does not exist and createStream is false")
+            }
+            let info = try js.addStream(StreamConfiguration(
+                name: configuration.stream, subjects: configuration.streamSubjects, replicas: configuration.replicas,
+                duplicateWindow: .seconds(configuration.duplicateWindowSeconds), storage: .file))
+            logger.info("jetstream: stream created", metadata: [
+                "stream": "\(info.name)", "subjects": "\(info.subjects.joined(separator: ","))", "replicas": "\(info.replicas)",
+            ])
+        } catch let error as NATSError {
+            throw SinkError(.retry(after: nil), "jetstream: stream \(configuration.stream): \(error)\(Self.connectionNote(js))")
+        }
+    }
+
+    /// One message per event: subject, `Nats-Msg-Id`, batch and consent headers, JSON body.
+    static func messages(for batch: DeliveryBatch, template: SubjectTemplate) -> [JetStreamMessage] {
+        var headers: [(String, String)] = [("Ferry-Batch", batch.idempotencyKey)]
+        for (field, value) in batch.consent.sorted(by: { $0.key < $1.key }) {
+            headers.append(("Ferry-Consent-" + SubjectTemplate.sanitize(field), headerValue(value)))
+        }
+        return batch.events.map { stored in
+            var body: [UInt8] = []
+            FileSink.appendLine(for: stored, to: &body)
+            body.removeLast()  // the line's newline
+            let subject: String
+            if let event = try? stored.decoded() {
+                subject = template.render(type: event.type.description, category: event.category, source: event.source)
+            } else {
+                subject = template.render(type: "undecodable", category: 0, source: "")
+            }
+            return JetStreamMessage(subject: subject, payload: body, headers: headers, messageID: stored.decodedID.description)
+        }
+    }
+
+    /// Says so when the connection is down, since nats.c then reports only timeouts.
+    private static func connectionNote(_ js: JetStreamContext) -> String {
+        js.connection.isConnected ? "" : " (not connected to NATS; reconnecting in the background)"
+    }
+
+    /// A header value without line breaks (they would end the header).
+    private static func headerValue(_ value: String) -> String {
+        String(value.map { $0 == "\r" || $0 == "\n" ? " " : $0 })
+    }
+}

@@ -1,0 +1,113 @@
+/// Settings of the NATS JetStream sink (``JetStreamSink``). Every field has a default, so
+/// `JetStreamSinkConfiguration()` publishes to a local `nats-server -js` on the default port.
+///
+/// In the agent's JSON file it is the `sink` object with `"type": "jetstream"`; see
+/// `daemon/ferryd.jetstream.example.json` and `docs/JETSTREAM.md`.
+public struct JetStreamSinkConfiguration: Sendable, Hashable {
+    /// NATS server URLs (`nats://host:port`); give every cluster member you know.
+    public var servers: [String]
+    /// The subject of each event, with placeholders `{type}` (track, identify, …), `{category}`
+    /// (the event's category number) and `{source}` (the emitting app). Each placeholder becomes
+    /// one subject token: characters not allowed in a token (`.`, `*`, `>`, whitespace, control
+    /// characters) become `_`, and an empty value becomes `_`.
+    public var subjectTemplate: String
+    /// The stream the events go to.
+    public var stream: String
+    /// Create the stream at start when it does not exist (with ``streamSubjects``, ``replicas``
+    /// and ``duplicateWindowSeconds``). When false, a missing stream is a permanent error.
+    public var createStream: Bool
+    /// The subjects of a stream the sink creates; must cover every subject the template produces.
+    public var streamSubjects: [String]
+    /// Replicas of a stream the sink creates (1, or 3/5 in a cluster).
+    public var replicas: Int
+    /// The duplicate window of a stream the sink creates, in seconds: the server drops a message
+    /// whose `Nats-Msg-Id` (the event id) it stored this recently. It must exceed the longest time
+    /// between a first send and its re-send after a crash (the agent's restart plus its retry
+    /// backoff), or a re-sent event is stored twice.
+    public var duplicateWindowSeconds: Int
+    /// Most publishes awaiting their PubAck at once.
+    public var maxInFlight: Int
+    /// How long a batch may wait for all its PubAcks before the delivery counts as failed (and
+    /// is retried: events already stored are then acknowledged as duplicates).
+    public var ackTimeoutMilliseconds: Int
+    /// Timeout of one connection attempt.
+    public var connectTimeoutMilliseconds: Int
+    /// Pause between reconnection attempts (the sink reconnects forever).
+    public var reconnectWaitMilliseconds: Int
+    /// A NATS `.creds` file (user JWT and NKey seed), if the server requires one.
+    public var credentialsFile: String?
+    /// A file holding an authentication token (its surrounding whitespace is ignored), if the
+    /// server requires one.
+    public var tokenFile: String?
+
+    /// The default subject template.
+    public static let defaultSubjectTemplate = "ferry.events.{category}.{type}"
+
+    /// Creates a configuration; every argument has a default.
+    public init(
+        servers: [String] = ["nats://127.0.0.1:4222"],
+        subjectTemplate: String = JetStreamSinkConfiguration.defaultSubjectTemplate,
+        stream: String = "FERRY",
+        createStream: Bool = true,
+        streamSubjects: [String] = ["ferry.events.>"],
+        replicas: Int = 1,
+        duplicateWindowSeconds: Int = 120,
+        maxInFlight: Int = 256,
+        ackTimeoutMilliseconds: Int = 5_000,
+        connectTimeoutMilliseconds: Int = 2_000,
+        reconnectWaitMilliseconds: Int = 250,
+        credentialsFile: String? = nil,
+        tokenFile: String? = nil
+    ) {
+        self.servers = servers
+        self.subjectTemplate = subjectTemplate
+        self.stream = stream
+        self.createStream = createStream
+        self.streamSubjects = streamSubjects
+        self.replicas = replicas
+        self.duplicateWindowSeconds = duplicateWindowSeconds
+        self.maxInFlight = maxInFlight
+        self.ackTimeoutMilliseconds = ackTimeoutMilliseconds
+        self.connectTimeoutMilliseconds = connectTimeoutMilliseconds
+        self.reconnectWaitMilliseconds = reconnectWaitMilliseconds
+        self.credentialsFile = credentialsFile
+        self.tokenFile = tokenFile
+    }
+
+    /// Checks the values; throws ``AgentError`` with code `configuration`.
+    public func validate() throws {
+        func fail(_ message: String) -> AgentError {
+            AgentError(code: .configuration, message: "sink (jetstream): \(message)")
+        }
+        guard !servers.isEmpty else { throw fail("servers must list at least one URL") }
+        for server in servers where server.isEmpty || server.contains(where: \.isWhitespace) {
+            throw fail("server URL \"\(server)\" is empty or contains whitespace")
+        }
+        let template: SubjectTemplate
+        do {
+            template = try SubjectTemplate(subjectTemplate)
+        } catch {
+            throw fail("subjectTemplate: \(error.message)")
+        }
+        guard !stream.isEmpty, stream.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) else {
+            throw fail("stream name \"\(stream)\" must be letters, digits, '_' or '-'")
+        }
+        guard [1, 3, 5].contains(replicas) else { throw fail("replicas must be 1, 3 or 5") }
+        guard duplicateWindowSeconds >= 1 else { throw fail("duplicateWindowSeconds must be at least 1") }
+        guard maxInFlight >= 1 else { throw fail("maxInFlight must be at least 1") }
+        guard ackTimeoutMilliseconds >= 1, connectTimeoutMilliseconds >= 1, reconnectWaitMilliseconds >= 1 else {
+            throw fail("timeouts must be positive")
+        }
+        if credentialsFile == "" || tokenFile == "" { throw fail("credentialsFile and tokenFile must not be empty strings") }
+        if createStream {
+            guard !streamSubjects.isEmpty else { throw fail("streamSubjects must not be empty when createStream is true") }
+            for subject in streamSubjects where !SubjectTemplate.isValidFilter(subject) {
+                throw fail("stream subject \"\(subject)\" is not a valid subject filter")
+            }
+            // Every subject the template can render must land in the stream.
+            guard streamSubjects.contains(where: template.isCovered(by:)) else {
+                throw fail("streamSubjects (\(streamSubjects.joined(separator: ", "))) do not capture every subject of subjectTemplate \"\(subjectTemplate)\" (such as \(template.sampleSubject))")
+            }
+        }
+    }
+}

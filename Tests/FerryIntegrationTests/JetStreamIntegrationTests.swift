@@ -1,0 +1,149 @@
+import FerryTestKit
+import Foundation
+import NATS
+import Testing
+
+/// The real `ferryd` delivering to real `nats-server -js` processes, through crashes of the
+/// servers and of the agent: every event ends up in the stream exactly once.
+@Suite("JetStream sink end to end", .serialized)
+struct JetStreamIntegrationTests {
+    /// Writes a ferryd configuration with a jetstream sink and returns the `--config` arguments.
+    static func configArguments(_ dir: TemporaryDirectory, servers: [String], replicas: Int = 1, batchMaxEvents: Int = 10) throws -> [String] {
+        let path = dir.appending("ferryd.json")
+        let servers = servers.map { "\"\($0)\"" }.joined(separator: ", ")
+        try Data("""
+        {
+          "delivery": {"batchMaxEvents": \(batchMaxEvents), "retryInitialMilliseconds": 50, "retryMaxMilliseconds": 500},
+          "sink": {"type": "jetstream", "servers": [\(servers)], "replicas": \(replicas),
+                   "ackTimeoutMilliseconds": 2000, "connectTimeoutMilliseconds": 500, "reconnectWaitMilliseconds": 100}
+        }
+        """.utf8).write(to: URL(fileURLWithPath: path))
+        return ["--config", path]
+    }
+
+    /// Emits `count` events named `<prefix>-<i>` through `ferry emit --stdin --wait`.
+    static func emit(_ count: Int, prefix: String, first: Int = 1, agent: AgentProcess) async throws {
+        let result = try await runCLI(["emit", "--stdin", "--wait", "--source", "js-it"],
+                                      stdin: TestEvents.jsonLines(count: count, namePrefix: prefix, first: first),
+                                      environment: agent.environment)
+        #expect(result.status == .exited(0), "\(result)")
+        #expect(result.stdout.hasPrefix("accepted=\(count) "), "\(result)")
+    }
+
+    /// Waits until the stream holds `count` messages, then checks each event name is there once.
+    static func expectExactlyOnce(_ names: [String], in server: NATSServerProcess, agent: AgentProcess,
+                                  timeout: Duration = .seconds(30)) async throws {
+        do {
+            try await eventually("\(names.count) events in the stream", timeout: timeout, pollInterval: .milliseconds(100)) {
+                try await server.streamInfo("FERRY")?.messages ?? 0 >= UInt64(names.count)
+            }
+        } catch {
+            Issue.record("\(error)\n--- ferryd ---\n\(agent.logs.suffix(3000))")
+            throw error
+        }
+        let messages = try await server.streamMessages("FERRY")
+        let bodies = try messages.map { message in
+            try #require(try JSONSerialization.jsonObject(with: Data(message.payload)) as? [String: Any])
+        }
+        let stored = bodies.compactMap { $0["name"] as? String }
+        #expect(stored.count == names.count, "the stream holds \(stored.count) events for \(names.count) emitted")
+        #expect(Set(stored) == Set(names))
+        #expect(Set(messages.compactMap(\.messageID)).count == messages.count, "a Nats-Msg-Id is stored twice")
+        #expect(zip(messages, bodies).allSatisfy { $0.messageID == $1["id"] as? String })
+    }
+
+    static func names(_ prefix: String, _ range: ClosedRange<Int>) -> [String] { range.map { "\(prefix)-\($0)" } }
+
+    @Test("events emitted with `ferry emit` arrive in the stream, once each, on the templated subject")
+    func endToEnd() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let server = try NATSServerProcess(in: dir)
+        defer { server.cleanup() }
+        try await server.waitUntilReady()
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configArguments(dir, servers: server.urls))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+
+        try await Self.emit(200, prefix: "e2e", agent: agent)
+        try await Self.expectExactlyOnce(Self.names("e2e", 1...200), in: server, agent: agent)
+        let first = try #require(try await server.streamMessages("FERRY").first)
+        #expect(first.subject == "ferry.events.0.track")
+        #expect(first.headers["Ferry-Batch"]?.hasPrefix(first.messageID ?? "?") == true)
+        try await eventually("the agent's queue to drain") { try await agent.status().queuedEvents == 0 }
+        #expect(try await agent.status().object["delivery"].flatMap { ($0 as? [String: Any])?["sink"] as? String } == "jetstream")
+        let exit = try await agent.terminate()
+        #expect(exit == .exited(0), "\(agent.logs.suffix(2000))")
+    }
+
+    @Test("with the server down at start, events wait in the agent's log and all arrive once it comes up")
+    func serverDownAtStart() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let server = try NATSServerProcess(in: dir, start: false)
+        defer { server.cleanup() }
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configArguments(dir, servers: server.urls))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+
+        try await Self.emit(150, prefix: "early", agent: agent)
+        try await eventually("delivery to fail and be retried") {
+            let status = try await agent.status()
+            return status.deliveryState == "retrying" && status.queuedEvents == 150
+        }
+        try server.start(node: 0)
+        try await server.waitUntilReady()
+        try await Self.emit(50, prefix: "late", agent: agent)
+        try await Self.expectExactlyOnce(Self.names("early", 1...150) + Self.names("late", 1...50), in: server, agent: agent)
+    }
+
+    @Test("a 3-node cluster with an R3 stream loses a node (kill -9) during delivery: nothing lost, nothing twice")
+    func clusterNodeKilled() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let cluster = try NATSServerProcess(in: dir, nodes: 3)
+        defer { cluster.cleanup() }
+        try await cluster.waitUntilReady()
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configArguments(dir, servers: cluster.urls, replicas: 3))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+
+        try await Self.emit(600, prefix: "before", agent: agent)
+        // Kill the node the agent is connected to, as soon as delivery is under way.
+        try await eventually("delivery to start", pollInterval: .milliseconds(10)) {
+            try await cluster.streamInfo("FERRY")?.messages ?? 0 > 0
+        }
+        var victim = 0
+        for node in cluster.nodes.indices where try await cluster.clientNames(node: node).contains("ferryd") { victim = node }
+        cluster.kill9(node: victim)
+        try await Self.emit(400, prefix: "after", agent: agent)
+        try await Self.expectExactlyOnce(Self.names("before", 1...600) + Self.names("after", 1...400), in: cluster, agent: agent,
+                                         timeout: .seconds(40))
+        let info = try #require(try await cluster.streamInfo("FERRY"))
+        #expect(info.replicas == 3)
+    }
+
+    @Test("ferryd killed -9 during delivery and restarted: nothing lost, nothing twice in the stream")
+    func agentKilled() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let server = try NATSServerProcess(in: dir)
+        defer { server.cleanup() }
+        try await server.waitUntilReady()
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configArguments(dir, servers: server.urls, batchMaxEvents: 5))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+
+        try await Self.emit(2000, prefix: "crash", agent: agent)
+        try await eventually("delivery to start", pollInterval: .milliseconds(5)) {
+            try await server.streamInfo("FERRY")?.messages ?? 0 > 0
+        }
+        agent.kill9()
+        let atKill = try await server.streamInfo("FERRY")?.messages ?? 0
+        try agent.start()
+        try await agent.waitUntilReady()
+        try await Self.expectExactlyOnce(Self.names("crash", 1...2000), in: server, agent: agent)
+        // Recorded, not asserted: whether the crash really cut delivery short depends on timing.
+        print("jetstream agentKilled: \(atKill) of 2000 events were in the stream when ferryd was killed")
+    }
+}
