@@ -88,6 +88,8 @@ public struct FerryClientStatistics: Sendable, Hashable {
     public var rejected = 0
     /// Events acked `suppressed`.
     public var suppressed = 0
+    /// Of ``rejected``, events acked `blocked` by the agent's consent state.
+    public var blocked = 0
     /// Events dropped by the overflow policy.
     public var droppedFromOutbox = 0
     /// Messages sent again after no ack came.

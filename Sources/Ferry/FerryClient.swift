@@ -425,6 +425,9 @@ public final class FerryClient: Sendable {
                 case .accepted: state.statistics.accepted += 1
                 case .duplicate: state.statistics.duplicate += 1
                 case .suppressed: state.statistics.suppressed += 1
+                case .blocked:
+                    state.statistics.rejected += 1
+                    state.statistics.blocked += 1
                 default: state.statistics.rejected += 1
                 }
                 return (receipt, state.receipts.removeValue(forKey: entry.index))

@@ -1,4 +1,5 @@
 import Foundation
+import FerryProtocol
 
 extension AgentConfiguration {
     /// Loads a configuration from a JSON file, starting from the defaults: only the fields present
@@ -40,6 +41,7 @@ extension AgentConfiguration {
                 "retryInitialMilliseconds": .int { config.delivery.retryInitialMilliseconds = $0 },
                 "retryMaxMilliseconds": .int { config.delivery.retryMaxMilliseconds = $0 },
             ]),
+            "consent": .object(Self.consentFields { change in try change(&config.consent) }),
             "sink": .object([
                 "type": .choice(["file"]) { _ in },
                 "directory": .string { directory in
@@ -53,6 +55,64 @@ extension AgentConfiguration {
         try config.validate()
         return config
     }
+
+    /// The `consent` section. `update` applies one change to the configuration being loaded.
+    private static func consentFields(
+        _ update: @escaping ((inout ConsentConfiguration) throws -> Void) throws -> Void
+    ) -> [String: FieldReader.Field] {
+        func status(_ text: String) throws -> ConsentStatus {
+            guard let status = ConsentStatus(rawValue: text) else {
+                throw AgentError(code: .configuration, message: "unknown status \"\(text)\"; valid: \(ConsentStatus.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            return status
+        }
+        return [
+            "networkTracking": .bool { value in try? update { $0.networkTracking = value } },
+            "trackingInitial": .bool { value in try? update { $0.trackingInitial = value } },
+            "autoStart": .bool { value in try? update { $0.autoStart = value } },
+            "resetEnabledFeatures": .bool { value in try? update { $0.resetEnabledFeatures = value } },
+            "categories": .intMap { map in
+                try update { consent in
+                    for (name, code) in map {
+                        guard (0...255).contains(code) else {
+                            throw AgentError(code: .configuration, message: "\(name): code must be 16-254")
+                        }
+                        consent.categories[name] = UInt8(code)
+                    }
+                    consent.enabledFeatures.formUnion(map.keys)
+                }
+            },
+            "typeCategories": .stringMap { map in try update { $0.typeCategories.merge(map) { $1 } } },
+            "enabledFeatures": .strings { names in try update { $0.enabledFeatures = try $0.features(names) } },
+            "defaultConsent": .choice(ConsentStatus.allCases.map(\.rawValue)) { text in
+                try? update { $0.defaultConsent = ConsentStatus(rawValue: text)! }
+            },
+            "initialConsent": .stringMap { map in
+                try update { consent in
+                    for (name, text) in map { consent.initialConsent[name] = try status(text) }
+                }
+            },
+            "initialPersistence": .choice(ConsentStatus.allCases.map(\.rawValue)) { text in
+                try? update { $0.initialPersistence = ConsentStatus(rawValue: text)! }
+            },
+            "undetermined": .object([
+                "policy": .choice(ConsentConfiguration.Undetermined.Policy.allCases.map(\.rawValue)) { text in
+                    try? update { $0.undetermined.policy = .init(rawValue: text)! }
+                },
+                "allowTypes": .strings { names in
+                    try update { consent in
+                        consent.undetermined.allowTypes = Set(try names.map { name in
+                            guard let type = EventType(name: name) else {
+                                throw AgentError(code: .configuration, message: "unknown event type \"\(name)\"; valid: \(EventType.allCases.map(\.description).joined(separator: ", "))")
+                            }
+                            return type
+                        })
+                    }
+                },
+                "maxHoldAgeSeconds": .optionalInt { value in try? update { $0.undetermined.maxHoldAgeSeconds = value } },
+            ]),
+        ]
+    }
 }
 
 /// Applies a JSON object to setters, with precise errors naming the key path.
@@ -64,6 +124,27 @@ private struct FieldReader {
         case int((Int) -> Void)
         case choice([String], (String) -> Void)
         case object([String: Field])
+        case bool((Bool) -> Void)
+        case strings(([String]) throws -> Void)
+        case stringMap(([String: String]) throws -> Void)
+        case intMap(([String: Int]) throws -> Void)
+        /// An integer or `null`.
+        case optionalInt((Int?) -> Void)
+    }
+
+    private func integer(_ value: Any) -> Int? {
+        // On Linux 0 and 1 also cast to Bool; the objCType tells a real boolean ("c").
+        guard let number = value as? NSNumber, String(cString: number.objCType) != "c",
+              number.doubleValue == number.doubleValue.rounded() else { return nil }
+        return number.intValue
+    }
+
+    private func checked(_ name: String, _ body: () throws -> Void) throws {
+        do {
+            try body()
+        } catch let error as AgentError {
+            throw fail(name, error.message)
+        }
     }
 
     func fail(_ key: String, _ message: String) -> AgentError {
@@ -93,6 +174,36 @@ private struct FieldReader {
             case .object(let nested):
                 guard let child = value as? [String: Any] else { throw fail(name, "expected an object") }
                 try apply(child, nested, at: name)
+            case .bool(let set):
+                guard let number = value as? NSNumber, String(cString: number.objCType) == "c" else {
+                    throw fail(name, "expected true or false")
+                }
+                set(number.boolValue)
+            case .strings(let set):
+                guard let strings = value as? [Any], strings.allSatisfy({ $0 is String }) else {
+                    throw fail(name, "expected an array of strings")
+                }
+                try checked(name) { try set(strings.map { $0 as! String }) }
+            case .stringMap(let set):
+                guard let map = value as? [String: Any], map.values.allSatisfy({ $0 is String }) else {
+                    throw fail(name, "expected an object of strings")
+                }
+                try checked(name) { try set(map.mapValues { $0 as! String }) }
+            case .intMap(let set):
+                guard let map = value as? [String: Any] else { throw fail(name, "expected an object of integers") }
+                var ints: [String: Int] = [:]
+                for (key, raw) in map {
+                    guard let int = integer(raw) else { throw fail(name + "." + key, "expected an integer") }
+                    ints[key] = int
+                }
+                try checked(name) { try set(ints) }
+            case .optionalInt(let set):
+                if value is NSNull {
+                    set(nil)
+                } else {
+                    guard let int = integer(value) else { throw fail(name, "expected an integer or null") }
+                    set(int)
+                }
             }
         }
     }

@@ -20,6 +20,8 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var delivery: Delivery
     /// Where delivered events go.
     public var sink: SinkConfiguration
+    /// The consent state's starting point and policies.
+    public var consent: ConsentConfiguration
 
     /// The dedup window: an id re-sent within it is answered `duplicate` and not stored again.
     public struct Dedup: Sendable, Hashable {
@@ -68,8 +70,10 @@ public struct AgentConfiguration: Sendable, Hashable {
         log: LogConfiguration = LogConfiguration(),
         dedup: Dedup = Dedup(),
         delivery: Delivery = Delivery(),
-        sink: SinkConfiguration = .file(directory: nil, maxFileBytes: 64 << 20)
+        sink: SinkConfiguration = .file(directory: nil, maxFileBytes: 64 << 20),
+        consent: ConsentConfiguration = ConsentConfiguration()
     ) {
+        self.consent = consent
         self.runtimeDirectory = runtimeDirectory
         self.dataDirectory = dataDirectory
         self.maxEventBytes = maxEventBytes
@@ -99,6 +103,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0 else { throw fail("dedup limits must be positive") }
         guard delivery.batchMaxEvents > 0, delivery.batchMaxBytes > 0 else { throw fail("delivery batch limits must be positive") }
+        try consent.validate()
         guard !runtimeDirectory.isEmpty, !dataDirectory.isEmpty else { throw fail("directories must not be empty") }
         // ipc:// paths are limited by sockaddr_un (108 bytes on Linux).
         guard runtimeDirectory.utf8.count + "/control".utf8.count < 108 else {

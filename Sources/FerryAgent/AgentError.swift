@@ -27,6 +27,8 @@ public struct AgentError: Error, CustomStringConvertible, Sendable {
         public static let alreadyRunning = Code("already_running")
         /// A sink failed to deliver.
         public static let delivery = Code("delivery")
+        /// A request (on the control socket) named something that does not exist or is not allowed.
+        public static let invalidRequest = Code("invalid_request")
         public var description: String { name }
     }
 
@@ -38,11 +40,14 @@ public struct AgentError: Error, CustomStringConvertible, Sendable {
     public var errno: CInt?
     /// The underlying error, if any.
     public var cause: (any Error & Sendable)?
+    /// For an invalid value: the values that would have been accepted.
+    public var valid: [String] = []
 
     /// Creates an error.
-    public init(code: Code, message: String, errno: CInt? = nil, cause: (any Error & Sendable)? = nil) {
+    public init(code: Code, message: String, valid: [String] = [], errno: CInt? = nil, cause: (any Error & Sendable)? = nil) {
         self.code = code
         self.message = message
+        self.valid = valid
         self.errno = errno
         self.cause = cause
     }

@@ -10,6 +10,16 @@ public enum BusTopic: String, Sendable, CaseIterable {
     case dropped
     /// An event was refused.
     case rejected
+    /// An event was refused by the consent state (at ingest or at send time), with the reason.
+    case blocked
+    /// A local-only event: acked and counted, never delivered.
+    case suppressed
+    /// An event was stored in the held area (consent undetermined, `hold` policy).
+    case held
+    /// Events were erased by a purge, an erasure request or hold expiry (counts).
+    case purged
+    /// The consent state changed.
+    case consent
 }
 
 /// Builds the JSON objects published on the bus. Hand-written so that publishing an event costs

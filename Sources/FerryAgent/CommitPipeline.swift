@@ -10,8 +10,8 @@ struct IngestBatch: Sendable {
     var items: [Item]
 
     enum Item: Sendable {
-        /// A well-formed event to store.
-        case event(id: EventID, frame: [UInt8])
+        /// A well-formed event (its validated fixed header and frame).
+        case event(EventHeader, frame: [UInt8])
         /// An event refused during validation, with its ack entry.
         case refused(AckEntry, frame: [UInt8])
     }
@@ -25,6 +25,22 @@ struct CommittedBatch: Sendable {
     /// The frames, for bus publications (same order as `entries`).
     var frames: [[UInt8]]
     var acceptedAt: UInt64
+    /// Consent outcomes by entry index (blocked, suppressed, held), published on their topics
+    /// instead of `accepted`/`rejected`.
+    var notes: [Int: Note] = [:]
+
+    struct Note: Sendable {
+        var topic: BusTopic
+        var reason: String?
+    }
+}
+
+/// Work for the commit thread, in arrival order.
+enum CommitWork: Sendable {
+    /// Events to judge, store and ack.
+    case events(IngestBatch)
+    /// A consent change, applied between two groups; `reply` is called on the commit thread.
+    case consent(ConsentCommand, ConsentActor, reply: @Sendable (Result<ConsentOutcome, AgentError>) -> Void)
 }
 
 /// Counters shared by the agent's threads and reported by `ferry status`.
@@ -47,6 +63,14 @@ public final class AgentCounters: Sendable {
     public let malformedMessages = Atomic<Int>(0)
     /// Group commits (fsyncs) performed.
     public let commits = Atomic<Int>(0)
+    /// Events answered `blocked` by the consent state at ingest.
+    public let blocked = Atomic<Int>(0)
+    /// Local-only events answered `suppressed`.
+    public let suppressed = Atomic<Int>(0)
+    /// Events put in the held area.
+    public let held = Atomic<Int>(0)
+    /// Queued events refused by the consent state at send time.
+    public let blockedAtSend = Atomic<Int>(0)
 
     /// Creates zeroed counters.
     public init() {}
@@ -63,6 +87,10 @@ public final class AgentCounters: Sendable {
             "delivery_failures": deliveryFailures.load(ordering: .relaxed),
             "malformed_messages": malformedMessages.load(ordering: .relaxed),
             "commits": commits.load(ordering: .relaxed),
+            "blocked": blocked.load(ordering: .relaxed),
+            "suppressed": suppressed.load(ordering: .relaxed),
+            "held": held.load(ordering: .relaxed),
+            "blocked_at_send": blockedAtSend.load(ordering: .relaxed),
         ]
     }
 }
@@ -73,7 +101,7 @@ public final class AgentCounters: Sendable {
 /// load many events share one sync (group commit) and with a single client latency is one sync.
 /// It owns the ``LogWriter`` and the ``DedupWindow``; all file mutations happen on this thread.
 final class CommitPipeline: Sendable {
-    private let inbox = ThreadInbox<IngestBatch>()
+    private let inbox = ThreadInbox<CommitWork>()
     private let thread: Mutex<DedicatedThread?> = Mutex(nil)
     let log: SegmentedLog
     private let counters: AgentCounters
@@ -104,20 +132,28 @@ final class CommitPipeline: Sendable {
     /// Starts the thread. `completed` is called on the commit thread after each group;
     /// `committedEvents` after each group that stored something.
     func start(
-        dedup: DedupWindow, completed: @escaping @Sendable ([CommittedBatch]) -> Void,
+        dedup: DedupWindow, consent: ConsentWorker, completed: @escaping @Sendable ([CommittedBatch]) -> Void,
         committedEvents: @escaping @Sendable () -> Void
     ) throws {
         let writer = try LogWriter(log: log)
-        let state = UncheckedBox((writer, dedup))
+        let state = UncheckedBox((writer, dedup, consent))
         let thread = DedicatedThread(name: "ferry-commit") { [self] in
-            var (writer, dedup) = state.take()
-            run(writer: writer, dedup: &dedup, completed: completed, committedEvents: committedEvents)
+            var (writer, dedup, consent) = state.take()
+            run(writer: writer, dedup: &dedup, consent: consent, completed: completed, committedEvents: committedEvents)
         }
         self.thread.withLock { $0 = thread }
     }
 
     /// Queues a batch. Returns false once the pipeline is stopping.
-    func submit(_ batch: IngestBatch) -> Bool { inbox.put(batch) }
+    func submit(_ batch: IngestBatch) -> Bool { inbox.put(.events(batch)) }
+
+    /// Queues a consent command. Returns false once the pipeline is stopping.
+    func submit(
+        _ command: ConsentCommand, by actor: ConsentActor,
+        reply: @escaping @Sendable (Result<ConsentOutcome, AgentError>) -> Void
+    ) -> Bool {
+        inbox.put(.consent(command, actor, reply: reply))
+    }
 
     /// Stops taking batches, commits what was submitted and waits for the thread to end.
     func stop() async {
@@ -126,39 +162,109 @@ final class CommitPipeline: Sendable {
     }
 
     private func run(
-        writer: LogWriter, dedup: inout DedupWindow, completed: @Sendable ([CommittedBatch]) -> Void,
-        committedEvents: @Sendable () -> Void
+        writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker,
+        completed: @Sendable ([CommittedBatch]) -> Void, committedEvents: @Sendable () -> Void
     ) {
-        while let batches = inbox.takeAll(timeout: .milliseconds(500)) {
+        while let work = inbox.takeAll(timeout: .milliseconds(500)) {
             let now = WallClock.unixMilliseconds()
             dedup.expire(now: now)
             deleteDeliveredSegments(writer: writer, dedup: dedup)
-            guard !batches.isEmpty else { continue }
-            let results = commit(batches, writer: writer, dedup: &dedup, now: now)
-            completed(results)
-            if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { committedEvents() }
+            consent.expireHeld(now: now)
+            // Keep arrival order: a consent change applies after the events that came before it
+            // and before those that came after it.
+            var batches: [IngestBatch] = []
+            func flush() {
+                guard !batches.isEmpty else { return }
+                let results = commit(batches, writer: writer, dedup: &dedup, consent: consent, now: WallClock.unixMilliseconds())
+                batches.removeAll()
+                completed(results)
+                if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { committedEvents() }
+            }
+            for item in work {
+                switch item {
+                case .events(let batch):
+                    batches.append(batch)
+                case .consent(let command, let actor, let reply):
+                    flush()
+                    do {
+                        reply(.success(try consent.apply(command, by: actor, writer: writer)))
+                    } catch let error as AgentError {
+                        reply(.failure(error))
+                    } catch {
+                        reply(.failure(AgentError(code: .io, message: "\(error)")))
+                    }
+                    // The change may unpause delivery or have queued a consent_updated event.
+                    committedEvents()
+                }
+            }
+            flush()
         }
         deleteDeliveredSegments(writer: writer, dedup: dedup)
     }
 
-    private func commit(_ batches: [IngestBatch], writer: LogWriter, dedup: inout DedupWindow, now: UInt64) -> [CommittedBatch] {
+    private func commit(
+        _ batches: [IngestBatch], writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker, now: UInt64
+    ) -> [CommittedBatch] {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
         var appended: [EventID] = []
+        var heldIDs: [EventID] = []
+        var onceKeys: [(id: EventID, key: String)] = []
         for batch in batches {
             var entries: [AckEntry] = []
             var frames: [[UInt8]] = []
+            var notes: [Int: CommittedBatch.Note] = [:]
             entries.reserveCapacity(batch.items.count)
             for item in batch.items {
                 switch item {
                 case .refused(let entry, let frame):
                     entries.append(entry)
                     frames.append(frame)
-                case .event(let id, let frame):
+                case .event(let header, let frame):
+                    let id = header.id
                     frames.append(frame)
                     if dedup.contains(id) {
                         entries.append(AckEntry(id: id, status: .duplicate))
                         continue
+                    }
+                    let decision = consent.engine.decide(header)
+                    // The once-key mark comes before the consent gate, so a suppressed or blocked
+                    // conversion still counts; in no-op mode nothing at all is written.
+                    if header.onceKeyLength > 0 && decision != .blocked("no_op") {
+                        let key = header.onceKey(in: frame)
+                        guard consent.onceKeys.mark(key) else {
+                            entries.append(AckEntry(id: id, status: .duplicate))
+                            continue
+                        }
+                        onceKeys.append((id, key))
+                    }
+                    switch decision {
+                    case .blocked(let reason):
+                        notes[entries.count] = .init(topic: .blocked, reason: reason)
+                        entries.append(AckEntry(id: id, status: .blocked))
+                        continue
+                    case .suppressed:
+                        dedup.insert(id, at: now)
+                        notes[entries.count] = .init(topic: .suppressed, reason: "local_only")
+                        entries.append(AckEntry(id: id, status: .suppressed))
+                        continue
+                    case .hold:
+                        guard consent.heldBytes + Int64(LogRecord.framedSize(frameSize: frame.count)) <= configuration.log.retentionMaxBytes else {
+                            entries.append(AckEntry(id: id, status: .rejected, reason: .full))
+                            continue
+                        }
+                        do {
+                            try consent.hold(frame: frame, acceptedAt: now)
+                            dedup.insert(id, at: now)
+                            heldIDs.append(id)
+                            notes[entries.count] = .init(topic: .held, reason: "consent_undetermined")
+                            entries.append(AckEntry(id: id, status: .accepted))
+                        } catch {
+                            entries.append(AckEntry(id: id, status: .rejected, reason: .storage))
+                        }
+                        continue
+                    case .store:
+                        break
                     }
                     if !makeRoom(for: frame.count, writer: writer, dedup: dedup, pending: appended) {
                         entries.append(AckEntry(id: id, status: .rejected, reason: .full))
@@ -175,7 +281,19 @@ final class CommitPipeline: Sendable {
                 }
             }
             results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, entries: entries,
-                                          frames: frames, acceptedAt: now))
+                                          frames: frames, acceptedAt: now, notes: notes))
+        }
+        var failed = Set<EventID>()
+        var failureReason: RejectReason = .storage
+        if !heldIDs.isEmpty {
+            do {
+                try consent.commitGroup(heldAppended: heldIDs.count)
+            } catch {
+                failed.formUnion(heldIDs)
+                dedup.remove(heldIDs)
+                failureReason = (error as? AgentError)?.code == .noSpace ? .full : .storage
+                logger.error("held-area commit failed; rejected \(heldIDs.count) events", metadata: ["error": "\(error)"])
+            }
         }
         if !appended.isEmpty {
             do {
@@ -184,23 +302,37 @@ final class CommitPipeline: Sendable {
             } catch {
                 // Nothing of the group is kept: every event of it, and any duplicate of one of
                 // them, is rejected so the client knows to keep or resend it.
-                let failed = Set(appended)
+                failed.formUnion(appended)
                 dedup.remove(appended)
-                let reason: RejectReason = (error as? AgentError)?.code == .noSpace ? .full : .storage
+                failureReason = (error as? AgentError)?.code == .noSpace ? .full : .storage
                 logger.error("group commit failed; rejected \(appended.count) events", metadata: ["error": "\(error)"])
-                for b in results.indices {
-                    for e in results[b].entries.indices where failed.contains(results[b].entries[e].id)
-                        && results[b].entries[e].status != .rejected {
-                        results[b].entries[e] = AckEntry(id: results[b].entries[e].id, status: .rejected, reason: reason)
-                    }
+            }
+        }
+        if !failed.isEmpty {
+            for b in results.indices {
+                for e in results[b].entries.indices where failed.contains(results[b].entries[e].id)
+                    && results[b].entries[e].status != .rejected {
+                    results[b].entries[e] = AckEntry(id: results[b].entries[e].id, status: .rejected, reason: failureReason)
+                    results[b].notes[e] = nil
                 }
             }
+            // A rejected conversion did not happen: its once-key stays free.
+            for (id, key) in onceKeys where failed.contains(id) { consent.onceKeys.unmark(key) }
+        }
+        do {
+            try consent.onceKeys.commit()
+        } catch {
+            // The events are stored; only the marks' durability is at stake (they hold in memory
+            // until a restart).
+            logger.error("could not persist once-key marks", metadata: ["error": "\(error)"])
         }
         for result in results {
             for entry in result.entries {
                 switch entry.status {
                 case .accepted: counters.accepted.add(1, ordering: .relaxed)
                 case .duplicate: counters.duplicate.add(1, ordering: .relaxed)
+                case .blocked: counters.blocked.add(1, ordering: .relaxed)
+                case .suppressed: counters.suppressed.add(1, ordering: .relaxed)
                 default:
                     counters.rejected.add(1, ordering: .relaxed)
                     if entry.reason == .full { counters.rejectedFull.add(1, ordering: .relaxed) }

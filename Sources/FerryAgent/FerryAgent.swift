@@ -42,6 +42,9 @@ public final class FerryAgent: Service, Sendable {
         var log: SegmentedLog
         var delivery: DeliveryLoop
         var recovery: RecoveryReport
+        var pipeline: CommitPipeline
+        var consent: ConsentEngine
+        var auditLog: AuditLog
     }
 
     /// Creates an agent. Nothing starts until ``run()``. `sink` defaults to the configured one.
@@ -110,7 +113,7 @@ public final class FerryAgent: Service, Sendable {
 
         // Recovery: cursor, dedup snapshot, then every segment.
         let cursorStore = CursorStore(dataDirectory: configuration.dataDirectory, sink: sink.name)
-        let (log, dedup, report, checkpoint) = try await io.run { () throws -> (SegmentedLog, DedupWindow, RecoveryReport, [UInt8]?) in
+        let (log, recoveredDedup, report, checkpoint) = try await io.run { () throws -> (SegmentedLog, DedupWindow, RecoveryReport, [UInt8]?) in
             try FileIO.makeDirectory(configuration.dataDirectory + "/cursors", mode: 0o700)
             var stored: (position: LogPosition, checkpoint: [UInt8]?)?
             do {
@@ -145,6 +148,11 @@ public final class FerryAgent: Service, Sendable {
                 "truncated_bytes": "\(report.truncatedBytes)",
             ])
         }
+        // Consent: the persisted state (or the configured start), once-key marks, the held area.
+        let (engine, workerBox, dedup) = try await io.run { [recoveredDedup] () throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) in
+            try Self.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, logger: logger)
+        }
+        let auditLog = AuditLog(path: configuration.dataDirectory + "/consent/audit.log")
         let initialCheckpoint = try await sink.recover(checkpoint: checkpoint)
         if checkpoint == nil {
             // First start (or a lost cursor): record where the sink stands before it receives
@@ -168,9 +176,21 @@ public final class FerryAgent: Service, Sendable {
                 }
             })
         let sinkName = sink.name
+        let counters = self.counters
         let delivery = DeliveryLoop(
             sink: sink, log: log, cursorStore: cursorStore, configuration: configuration.delivery,
-            counters: counters, logger: logger, checkpoint: checkpoint ?? initialCheckpoint
+            counters: counters, logger: logger, checkpoint: checkpoint ?? initialCheckpoint, gate: engine,
+            blocked: { events, reason in
+                let live = events.filter { !$0.isErased }
+                counters.blockedAtSend.add(live.count, ordering: .relaxed)
+                guard let server = serverBox.withLock({ $0 }), server.wants(.blocked) else { return }
+                let now = WallClock.unixMilliseconds()
+                for event in live {
+                    if let json = BusMessage.event(topic: .blocked, frame: event.frame, at: now, reason: reason, sink: sinkName) {
+                        server.publish(.blocked, json)
+                    }
+                }
+            }
         ) { batch in
             guard let server = serverBox.withLock({ $0 }), server.wants(.delivered) else { return }
             let now = WallClock.unixMilliseconds()
@@ -180,14 +200,19 @@ public final class FerryAgent: Service, Sendable {
                 }
             }
         }
-        running.withLock { $0 = Running(log: log, delivery: delivery, recovery: report) }
+        running.withLock {
+            $0 = Running(log: log, delivery: delivery, recovery: report, pipeline: pipeline, consent: engine, auditLog: auditLog)
+        }
         let server = try IngestServer(
             context: context, configuration: configuration, pipeline: pipeline, counters: counters, logger: logger
-        ) { [weak self] request in
-            self?.handleControl(request) ?? Array(#"{"ok":false,"error":"agent stopping"}"#.utf8)
+        ) { [weak self] request, peer, reply in
+            guard let self else { return reply(Array(#"{"ok":false,"error":"agent stopping"}"#.utf8)) }
+            self.handleControl(request, peer: peer, reply: reply)
         }
         serverBox.withLock { $0 = server }
-        try pipeline.start(dedup: dedup) { results in
+        let worker = workerBox.take()
+        worker.publish = { topic, json in serverBox.withLock { $0 }?.publish(topic, json) }
+        try pipeline.start(dedup: dedup, consent: worker) { results in
             server.deliverAcks(results)
         } committedEvents: {
             delivery.wakeup.signal()
@@ -218,6 +243,57 @@ public final class FerryAgent: Service, Sendable {
         logger.info("ferryd stopped", metadata: ["accepted": "\(counters.accepted.load(ordering: .relaxed))"])
     }
 
+    /// Loads (or creates) the consent state, checks the audit chain, loads the once-key marks and
+    /// recovers the held area (whose events join the dedup window).
+    static func loadConsent(
+        configuration: AgentConfiguration, log: SegmentedLog, dedup: DedupWindow, logger: Logger
+    ) throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) {
+        let consentConfiguration = configuration.consent
+        let directory = configuration.dataDirectory + "/consent"
+        try FileIO.makeDirectory(directory, mode: 0o700)
+        let stateFile = ConsentStateFile(path: directory + "/state.json")
+        // A damaged state file stops the agent: falling back to the configured defaults could
+        // deliver what a user refused.
+        let stored = try stateFile.load()
+        var persisted = stored ?? ConsentEngine.initialState(consentConfiguration)
+        // Categories added to or removed from the configuration since the state was written.
+        for name in consentConfiguration.categories.keys where persisted.consent[name] == nil {
+            persisted.consent[name] = consentConfiguration.initialConsent[name] ?? consentConfiguration.defaultConsent
+        }
+        persisted.consent = persisted.consent.filter { consentConfiguration.categories[$0.key] != nil }
+        persisted.enabledFeatures = persisted.enabledFeatures.filter { consentConfiguration.categories[$0] != nil }
+        if consentConfiguration.resetEnabledFeatures { persisted.enabledFeatures = consentConfiguration.enabledFeatures.sorted() }
+        let anonymousID = persisted.anonymousID ?? EventIDGenerator().next().description
+        if persisted.persistence == .granted { persisted.anonymousID = anonymousID }
+        if stored != persisted { try stateFile.save(persisted) }
+
+        let auditLog = AuditLog(path: directory + "/audit.log")
+        let verification = try auditLog.verify(expectedHead: (persisted.auditSeq, persisted.auditHead))
+        if let problem = verification.problem {
+            logger.warning("the consent audit log fails verification", metadata: ["problem": "\(problem)", "path": "\(auditLog.path)"])
+        }
+        let onceKeys = try OnceKeyStore(path: directory + "/once.keys")
+        if onceKeys.damagedBytes > 0 {
+            logger.warning("once-key marks had a damaged tail; cut it off", metadata: ["bytes": "\(onceKeys.damagedBytes)"])
+        }
+        var dedup = dedup
+        var heldReport = RecoveryReport()
+        let heldLog = try SegmentedLog(
+            directory: configuration.dataDirectory + "/held", configuration: configuration.log, cursor: nil,
+            logger: logger, recovered: &heldReport
+        ) { id, at in dedup.insert(id, at: at) }
+        if !heldReport.isClean {
+            logger.warning("recovered the held area with damage", metadata: [
+                "corrupt_regions": "\(heldReport.corruptRegions)", "truncated_bytes": "\(heldReport.truncatedBytes)",
+            ])
+        }
+        let engine = ConsentEngine(configuration: consentConfiguration, persisted: persisted, anonymousID: anonymousID)
+        let worker = try ConsentWorker(
+            engine: engine, heldLog: heldLog, onceKeys: onceKeys, mainLog: log, stateFile: stateFile,
+            auditLog: auditLog, logger: logger)
+        return (engine, UncheckedBox(worker), dedup)
+    }
+
     private static func lock(_ path: String) throws -> CInt {
         let fd = try FileIO.open(path, O_RDWR | O_CREAT)
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
@@ -229,18 +305,134 @@ public final class FerryAgent: Service, Sendable {
 
     // MARK: Control
 
-    /// Answers one control request (JSON in, JSON out).
-    func handleControl(_ request: [UInt8]) -> [UInt8] {
+    /// Answers one control request (JSON in, JSON out). Consent changes go through the commit
+    /// thread; `reply` is called once, from whichever thread finishes the work.
+    func handleControl(_ request: [UInt8], peer: PeerCredentials?, reply: @escaping @Sendable ([UInt8]) -> Void) {
+        @Sendable func fail(_ message: String, valid: [String] = []) {
+            var object: [String: Any] = ["ok": false, "error": message]
+            if !valid.isEmpty { object["valid"] = valid }
+            reply(Self.json(object))
+        }
         guard let object = try? JSONSerialization.jsonObject(with: Data(request)) as? [String: Any],
               let op = object["op"] as? String else {
-            return Self.json(["ok": false, "error": "request must be a JSON object with a string field \"op\""])
+            return fail("request must be a JSON object with a string field \"op\"")
         }
+        guard let running = running.withLock({ $0 }) else { return fail("agent starting") }
+        let engine = running.consent
         switch op {
         case "status":
-            return Self.json(status())
+            return reply(Self.json(status()))
+        case "consent_state":
+            return reply(Self.json(["ok": true, "consent": Self.jsonObject(engine.snapshot())]))
+        case "consent_log":
+            let persisted = engine.persisted
+            do {
+                let verification = try running.auditLog.verify(expectedHead: (persisted.auditSeq, persisted.auditHead))
+                var entries = verification.entries
+                if let limit = object["limit"] as? Int, limit >= 0, entries.count > limit { entries = Array(entries.suffix(limit)) }
+                var answer: [String: Any] = ["ok": true, "entries": entries.map(\.json), "verified": verification.problem == nil]
+                if let problem = verification.problem { answer["problem"] = problem }
+                return reply(Self.json(answer))
+            } catch {
+                return fail("cannot read the audit log: \(error)")
+            }
         default:
-            return Self.json(["ok": false, "error": "unknown op \"\(op)\"; valid: status"])
+            break
         }
+        let command: ConsentCommand
+        do {
+            command = try Self.consentCommand(op: op, object)
+        } catch {
+            return fail(error.message, valid: error.valid)
+        }
+        var actor = ConsentActor(uid: peer?.uid, pid: peer?.pid, process: peer.flatMap { processName(of: $0.pid) })
+        if let text = object["actor"] as? String { actor.actor = String(text.utf8.prefix(200)).map { String($0) } ?? text }
+        let submitted = running.pipeline.submit(command, by: actor) { result in
+            switch result {
+            case .success(let outcome):
+                var answer: [String: Any] = ["ok": true, "consent": Self.jsonObject(outcome.snapshot)]
+                if let purged = outcome.purged { answer["purged"] = Self.jsonObject(purged) }
+                if case .start = command { answer["delivery_started"] = true }
+                reply(Self.json(answer))
+            case .failure(let error):
+                fail(error.message, valid: error.valid)
+            }
+        }
+        if !submitted { fail("the agent is shutting down") }
+    }
+
+    /// Parses a state-changing control request.
+    private static func consentCommand(op: String, _ object: [String: Any]) throws(AgentError) -> ConsentCommand {
+        func invalid(_ message: String, _ valid: [String] = []) -> AgentError {
+            AgentError(code: .invalidRequest, message: message, valid: valid)
+        }
+        func status(_ key: String) throws(AgentError) -> ConsentStatus {
+            let valid = ConsentStatus.allCases.map(\.rawValue)
+            guard let text = object[key] as? String else { throw invalid("\"\(key)\" must be a string", valid) }
+            guard let status = ConsentStatus(rawValue: text) else { throw invalid("unknown status \"\(text)\"", valid) }
+            return status
+        }
+        func names(_ key: String) throws(AgentError) -> [String] {
+            guard let names = object[key] as? [String], !names.isEmpty else {
+                throw invalid("\"\(key)\" must be a non-empty array of strings")
+            }
+            return names
+        }
+        switch op {
+        case "set_tracking":
+            guard let number = object["enabled"] as? NSNumber, String(cString: number.objCType) == "c" else {
+                throw invalid("\"enabled\" must be true or false")
+            }
+            return .setTracking(number.boolValue)
+        case "set_consent":
+            guard let category = object["category"] as? String else { throw invalid("\"category\" must be a string") }
+            return .setConsent(category: category, status: try status("status"))
+        case "set_persistence":
+            return .setPersistence(try status("status"))
+        case "set_gdpr":
+            guard let fields = object["fields"] as? [String: Any], !fields.isEmpty else {
+                throw invalid("\"fields\" must be a non-empty object", GDPRRecord.fieldNames)
+            }
+            var values: [String: GDPRValue] = [:]
+            for (field, raw) in fields {
+                guard GDPRRecord.fieldNames.contains(field) else { throw invalid("unknown GDPR field \"\(field)\"", GDPRRecord.fieldNames) }
+                guard let text = raw as? String, let value = GDPRValue(rawValue: text) else {
+                    throw invalid("\(field) must be one of unset, granted, denied", GDPRValue.allCases.map(\.rawValue))
+                }
+                values[field] = value
+            }
+            return .setGDPR(values)
+        case "enable_features":
+            return .enableFeatures(try names("features"))
+        case "disable_features":
+            return .disableFeatures(try names("features"))
+        case "purge":
+            if let category = object["category"], !(category is NSNull) {
+                guard let name = category as? String else { throw invalid("\"category\" must be a string") }
+                return .purge(category: name)
+            }
+            return .purge(category: nil)
+        case "forget":
+            guard let user = object["user_id"] as? String, !user.isEmpty else { throw invalid("\"user_id\" must be a non-empty string") }
+            return .forget(userID: user)
+        case "start":
+            return .start
+        default:
+            throw invalid("unknown op \"\(op)\"", controlOps)
+        }
+    }
+
+    /// Every op the control socket answers.
+    static let controlOps = [
+        "status", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
+        "enable_features", "disable_features", "purge", "forget", "start",
+    ]
+
+    private static func jsonObject(_ value: some Encodable) -> Any {
+        guard let data = try? JSONEncoder().encode(value), let object = try? JSONSerialization.jsonObject(with: data) else {
+            return NSNull()
+        }
+        return object
     }
 
     /// The status document served to `ferry status --json`.
@@ -275,6 +467,7 @@ public final class FerryAgent: Service, Sendable {
                 "cursor": log.cursor.description,
             ] as [String: Any],
             "delivery": deliveryJSON,
+            "consent": Self.jsonObject(running.consent.snapshot()),
             "counters": counters.snapshot,
             "recovery": [
                 "events": running.recovery.records,

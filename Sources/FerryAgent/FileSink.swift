@@ -86,7 +86,8 @@ public final class FileSink: Sink {
 
     public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {
         var lines: [UInt8] = []
-        for event in batch.events { Self.appendLine(for: event, to: &lines) }
+        let stamp = Self.consentJSON(batch.consent)
+        for event in batch.events { Self.appendLine(for: event, consent: stamp, to: &lines) }
         let payload = lines
         return try await io.run { [self] () throws -> [UInt8] in
             var current = state.withLock { $0 }
@@ -113,8 +114,9 @@ public final class FileSink: Sink {
 
     /// One JSON object line for `event`: id, type, name, source, pid, seq, timestamp, accepted_at,
     /// user_id/once_key when set, local_only, category, and properties (as sent; a body that is
-    /// not a JSON object is kept as a string under `properties_raw`).
-    static func appendLine(for stored: StoredEvent, to out: inout [UInt8]) {
+    /// not a JSON object is kept as a string under `properties_raw`), and `consent`, the batch's
+    /// consent stamp, when there is one.
+    static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, to out: inout [UInt8]) {
         guard let event = try? stored.decoded() else {
             var json = JSONWriter()
             json.field("id", stored.decodedID.description)
@@ -137,8 +139,17 @@ public final class FileSink: Sink {
         } else {
             json.field("properties_raw", String(decoding: event.properties, as: UTF8.self))
         }
+        if let consent { json.rawField("consent", consent) }
         out += json.finish()
         out.append(UInt8(ascii: "\n"))
+    }
+
+    /// The consent stamp as a JSON object, or `nil` when empty.
+    static func consentJSON(_ stamp: [String: String]) -> [UInt8]? {
+        guard !stamp.isEmpty else { return nil }
+        var json = JSONWriter()
+        for (key, value) in stamp.sorted(by: { $0.key < $1.key }) { json.field(key, value) }
+        return json.finish()
     }
 
     private static func isJSONObject(_ bytes: [UInt8]) -> Bool {

@@ -31,6 +31,7 @@ final class IngestServer: Sendable {
     private enum Outbound: Sendable {
         case committed([CommittedBatch])
         case publish(BusTopic, [UInt8])
+        case controlReply([UInt8])
     }
 
     private let context: ZMQContext
@@ -44,11 +45,17 @@ final class IngestServer: Sendable {
     private let intakeStopped = Atomic<Bool>(false)
     private let subscriptions = Mutex<Set<[UInt8]>>([])
     private let thread = Mutex<DedicatedThread?>(nil)
-    private let control: @Sendable ([UInt8]) -> [UInt8]
+    private let control: ControlHandler
+    /// A control request is being answered; no other is read until its reply goes out (REP).
+    private let controlBusy = Atomic<Bool>(false)
+
+    /// Answers one control request: the request frame, the caller's kernel credentials, and a
+    /// function to call exactly once, from any thread, with the reply.
+    typealias ControlHandler = @Sendable (_ request: [UInt8], _ peer: PeerCredentials?, _ reply: @escaping @Sendable ([UInt8]) -> Void) -> Void
 
     init(
         context: ZMQContext, configuration: AgentConfiguration, pipeline: CommitPipeline, counters: AgentCounters,
-        logger: Logger, control: @escaping @Sendable ([UInt8]) -> [UInt8]
+        logger: Logger, control: @escaping ControlHandler
     ) throws {
         self.context = context
         self.configuration = configuration
@@ -157,7 +164,7 @@ final class IngestServer: Sendable {
             var items: [ZMQPollItem] = [
                 .fileDescriptor(wake.readEnd, .readable),
                 .socket(sockets.events, .readable),
-                .socket(sockets.control, .readable),
+                .socket(sockets.control, controlBusy.load(ordering: .acquiring) ? [] : .readable),
             ]
             if acceptInput { items.append(.socket(sockets.ingest, .readable)) }
             let ready: [ZMQPollEvents]
@@ -196,6 +203,9 @@ final class IngestServer: Sendable {
                 for batch in batches { reply(batch, sockets) }
             case .publish(let topic, let json):
                 send(sockets.events, [Array(topic.rawValue.utf8), json])
+            case .controlReply(let reply):
+                send(sockets.control, [reply])
+                controlBusy.store(false, ordering: .releasing)
             }
         }
     }
@@ -204,8 +214,15 @@ final class IngestServer: Sendable {
         let header = MessageHeader(kind: .ack, requestID: batch.requestID).encoded()
         send(sockets.ingest, [batch.peer, header, AckCodec.encode(batch.entries)])
         let wantsAccepted = wants(.accepted), wantsRejected = wants(.rejected)
-        guard wantsAccepted || wantsRejected else { return }
-        for (entry, frame) in zip(batch.entries, batch.frames) {
+        let wantsConsent = !batch.notes.isEmpty && (wants(.blocked) || wants(.suppressed) || wants(.held))
+        guard wantsAccepted || wantsRejected || wantsConsent else { return }
+        for (index, (entry, frame)) in zip(batch.entries, batch.frames).enumerated() {
+            if let note = batch.notes[index] {
+                if wants(note.topic), let json = BusMessage.event(topic: note.topic, frame: frame, at: batch.acceptedAt, reason: note.reason) {
+                    send(sockets.events, [Array(note.topic.rawValue.utf8), json])
+                }
+                continue
+            }
             switch entry.status {
             case .accepted where wantsAccepted:
                 if let json = BusMessage.event(topic: .accepted, frame: frame, at: batch.acceptedAt) {
@@ -242,9 +259,15 @@ final class IngestServer: Sendable {
     }
 
     private func answerControl(_ socket: ZMQSocket) {
-        guard let message = try? socket.receive(dontWait: true) else { return }
-        let reply = control(message.count == 1 ? message[0] : [])
-        send(socket, [reply])
+        guard !controlBusy.load(ordering: .acquiring),
+              let (message, peer) = try? socket.receiveWithPeer(dontWait: true) else { return }
+        controlBusy.store(true, ordering: .releasing)
+        // Answered asynchronously (a consent change waits for the commit thread) while ingest
+        // goes on; REP lets no second request in before this reply.
+        control(message.count == 1 ? message[0] : [], peer) { [self] reply in
+            outbox.withLock { $0.append(.controlReply(reply)) }
+            wake.wake()
+        }
     }
 
     private func readIngest(_ socket: ZMQSocket) {
@@ -300,8 +323,7 @@ final class IngestServer: Sendable {
                 continue
             }
             do {
-                _ = try EventHeader(frame)
-                items.append(.event(id: id, frame: frame))
+                items.append(.event(try EventHeader(frame), frame: frame))
             } catch {
                 items.append(.refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: frame))
             }

@@ -22,6 +22,26 @@ public enum LogRecord {
     public enum Kind: UInt8, Sendable {
         /// An event frame exactly as it arrived on the wire.
         case event = 1
+        /// An event erased by a purge or an erasure request: the record keeps its length (so
+        /// every offset in the segment stays valid) and the event id (so the dedup window still
+        /// knows it), and every other byte of the frame is zero.
+        case erased = 2
+    }
+
+    /// Rewrites the framed record in `record` (header and body, exactly one record) as an
+    /// ``Kind/erased`` record of the same size, with a fresh CRC.
+    public static func erase(_ record: inout [UInt8]) {
+        precondition(record.count >= headerSize + bodyPrefixSize)
+        record[headerSize] = Kind.erased.rawValue
+        let keep = headerSize + bodyPrefixSize + 16 // the event id
+        if record.count > keep {
+            for i in keep..<record.count { record[i] = 0 }
+        }
+        let crc = record.withUnsafeBytes { raw in
+            CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[headerSize...]),
+                            continuing: CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[4..<8])))
+        }
+        record.withUnsafeMutableBytes { $0.storeBytes(of: crc.littleEndian, toByteOffset: 8, as: UInt32.self) }
     }
 
     /// Appends a framed event record to `buffer`.
@@ -104,16 +124,22 @@ public struct StoredEvent: Sendable {
     public var size: Int
     /// Agent wall-clock time when the record was accepted (ms since the Unix epoch).
     public var acceptedAt: UInt64
-    /// The event frame as it arrived.
+    /// The event frame as it arrived (for an erased record: the event id, then zeros).
     public var frame: [UInt8]
+    /// What the record holds.
+    public var kind: LogRecord.Kind
 
     /// Creates a stored event.
-    public init(position: LogPosition, size: Int, acceptedAt: UInt64, frame: [UInt8]) {
+    public init(position: LogPosition, size: Int, acceptedAt: UInt64, frame: [UInt8], kind: LogRecord.Kind = .event) {
         self.position = position
         self.size = size
         self.acceptedAt = acceptedAt
         self.frame = frame
+        self.kind = kind
     }
+
+    /// True for a record erased by a purge: it holds no event any more.
+    public var isErased: Bool { kind == .erased }
 
     /// The fixed header of the event (validated when it was accepted).
     public func header() throws(ProtocolError) -> EventHeader { try EventHeader(frame) }

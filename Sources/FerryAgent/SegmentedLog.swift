@@ -78,6 +78,8 @@ public final class SegmentedLog: Sendable {
         var cursor: LogPosition
         var nextIndex: UInt64
         var droppedRecords: Int = 0
+        /// Erased records not yet passed by the cursor (they hold no event).
+        var erasedPending: Int = 0
     }
 
     /// Size of the segment file header.
@@ -114,11 +116,16 @@ public final class SegmentedLog: Sendable {
         }.sorted()
 
         var segments: [SegmentInfo] = []
+        var erasedPending = 0
         for (position, index) in indices.enumerated() {
             let path = directory + "/" + Self.fileName(for: index)
             let isLast = position == indices.count - 1
             let scan = try SegmentScanner.scan(path: path, truncateTornTail: isLast) { offset, size, body in
                 guard body.count >= LogRecord.bodyPrefixSize + 16 else { return }
+                if body[0] == LogRecord.Kind.erased.rawValue,
+                   cursor.map({ LogPosition(segment: index, offset: offset) >= $0 }) ?? true {
+                    erasedPending += 1
+                }
                 let acceptedAt = body.loadLE(at: 1, as: UInt64.self)
                 seedDedup(EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt)
             }
@@ -141,7 +148,8 @@ public final class SegmentedLog: Sendable {
         let first = segments.first?.index ?? 1
         var start = cursor ?? LogPosition(segment: first, offset: Self.segmentHeaderSize)
         if start.segment < first { start = LogPosition(segment: first, offset: Self.segmentHeaderSize) }
-        state = Mutex(State(segments: segments, cursor: start, nextIndex: (indices.last ?? 0) + 1))
+        state = Mutex(State(segments: segments, cursor: start, nextIndex: (indices.last ?? 0) + 1,
+                            erasedPending: erasedPending))
     }
 
     // MARK: Reading
@@ -181,7 +189,8 @@ public final class SegmentedLog: Sendable {
                         let frame = Array(raw[(body.lowerBound + LogRecord.bodyPrefixSize)..<body.upperBound])
                         events.append(StoredEvent(
                             position: LogPosition(segment: segment.index, offset: position.offset + Int64(offset)),
-                            size: size, acceptedAt: acceptedAt, frame: frame))
+                            size: size, acceptedAt: acceptedAt, frame: frame,
+                            kind: LogRecord.Kind(rawValue: raw[body.lowerBound]) ?? .event))
                         bytes += size
                         offset += size
                     case .incomplete where !reachesEnd:
@@ -204,7 +213,8 @@ public final class SegmentedLog: Sendable {
                 if case .record(let body, let size) = whole.withUnsafeBytes({ LogRecord.parse($0, at: 0) }) {
                     events.append(StoredEvent(
                         position: position, size: size, acceptedAt: readLE(whole, at: body.lowerBound + 1),
-                        frame: Array(whole[(body.lowerBound + LogRecord.bodyPrefixSize)..<body.upperBound])))
+                        frame: Array(whole[(body.lowerBound + LogRecord.bodyPrefixSize)..<body.upperBound]),
+                        kind: LogRecord.Kind(rawValue: whole[body.lowerBound]) ?? .event))
                     bytes += size
                     consumed = size
                 } else {
@@ -217,6 +227,53 @@ public final class SegmentedLog: Sendable {
             position.offset += Int64(consumed)
         }
         return (events, position)
+    }
+
+    /// Erases, in place, every event from `position` on for which `matches` is true: each such
+    /// record is rewritten as an ``LogRecord/Kind/erased`` record of the same size (the payload
+    /// bytes are overwritten with zeros on disk, offsets stay valid), then the touched segments
+    /// are `fdatasync`ed. Returns the erased events as they were.
+    ///
+    /// Call it where nothing else writes the log (the commit thread, between groups). A reader
+    /// racing with it sees either the old record or the erased one, or a torn record it skips.
+    func erase(from position: LogPosition, matching matches: (StoredEvent) -> Bool) throws -> [StoredEvent] {
+        var erased: [StoredEvent] = []
+        var touched: [UInt64: (fd: CInt, path: String)] = [:]
+        defer { for (_, file) in touched { close(file.fd) } }
+        var position = position
+        while true {
+            let (events, next) = try read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
+            for event in events where !event.isErased && matches(event) {
+                let file: (fd: CInt, path: String)
+                if let open = touched[event.position.segment] {
+                    file = open
+                } else {
+                    guard let segment = state.withLock({ $0.segments.first { $0.index == event.position.segment } }) else { continue }
+                    file = (try FileIO.open(segment.path, O_WRONLY), segment.path)
+                    touched[event.position.segment] = file
+                }
+                var record = [UInt8](repeating: 0, count: LogRecord.headerSize)
+                record.withUnsafeMutableBytes { raw in
+                    raw.storeBytes(of: LogRecord.magic.littleEndian, toByteOffset: 0, as: UInt32.self)
+                    raw.storeBytes(of: UInt32(event.size - LogRecord.headerSize).littleEndian, toByteOffset: 4, as: UInt32.self)
+                }
+                record.append(LogRecord.Kind.event.rawValue)
+                appendLE(event.acceptedAt, to: &record)
+                record += event.frame
+                LogRecord.erase(&record)
+                try record.withUnsafeBytes { try FileIO.pwriteAll(file.fd, $0, at: event.position.offset, path: file.path) }
+                erased.append(event)
+            }
+            if events.isEmpty || next == position { break }
+            position = next
+        }
+        for (_, file) in touched { try FileIO.fdatasync(file.fd, path: file.path) }
+        if !erased.isEmpty {
+            let cursor = self.cursor
+            let pending = erased.count { $0.position >= cursor }
+            state.withLock { $0.erasedPending += pending }
+        }
+        return erased
     }
 
     private func readChunk(segment: SegmentInfo, at offset: Int64, count: Int) throws -> [UInt8] {
@@ -239,6 +296,7 @@ public final class SegmentedLog: Sendable {
                 if let i = state.segments.firstIndex(where: { $0.index == event.position.segment }) {
                     state.segments[i].deliveredRecords += 1
                 }
+                if event.isErased { state.erasedPending = max(0, state.erasedPending - 1) }
             }
             state.cursor = next
         }
@@ -276,7 +334,7 @@ public final class SegmentedLog: Sendable {
     public func status() -> Status {
         state.withLock { state in
             Status(
-                undeliveredEvents: state.segments.reduce(0) { $0 + $1.records - $1.deliveredRecords },
+                undeliveredEvents: max(0, state.segments.reduce(0) { $0 + $1.records - $1.deliveredRecords } - state.erasedPending),
                 bytes: state.segments.reduce(0) { $0 + $1.size },
                 segments: state.segments.count,
                 droppedEvents: state.droppedRecords,

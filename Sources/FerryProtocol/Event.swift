@@ -206,6 +206,21 @@ public struct EventHeader: Sendable {
         self = header
     }
 
+    /// The user id in `frame` (the frame this header was read from); empty if none.
+    public func userID(in frame: [UInt8]) -> String {
+        text(in: frame, at: WireEvent.fixedHeaderSize + sourceLength + nameLength, length: userIDLength)
+    }
+
+    /// The once-key in `frame` (the frame this header was read from); empty if none.
+    public func onceKey(in frame: [UInt8]) -> String {
+        text(in: frame, at: WireEvent.fixedHeaderSize + sourceLength + nameLength + userIDLength, length: onceKeyLength)
+    }
+
+    private func text(in frame: [UInt8], at offset: Int, length: Int) -> String {
+        guard length > 0, offset + length <= frame.count else { return "" }
+        return String(decoding: frame[offset..<(offset + length)], as: UTF8.self)
+    }
+
     private init(
         id: EventID, timestamp: UInt64, sequence: UInt64, pid: UInt32, type: EventType, category: UInt8,
         flags: EventFlags, sourceLength: Int, nameLength: Int, userIDLength: Int, onceKeyLength: Int,

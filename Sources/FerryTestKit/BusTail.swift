@@ -13,6 +13,7 @@ public final class BusTail: Sendable {
     /// The `ferry tail` process.
     public let process: ChildProcess
     private let environment: [String: String]
+    private let probeArguments: [String]
 
     /// Starts `ferry tail --json` (plus `--topic` for each of `topics`, `--count` if given) against
     /// the agent found through `environment` (see ``AgentProcess/environment``).
@@ -23,6 +24,8 @@ public final class BusTail: Sendable {
         for topic in topics { args += ["--topic", topic] }
         if let count { args += ["--count", String(count)] }
         self.environment = environment
+        // Probes must reach a topic this tail listens to: local-only events go to `suppressed`.
+        probeArguments = topics.isEmpty || topics.contains("accepted") || !topics.contains("suppressed") ? [] : ["--local-only"]
         process = try startCLI(args, environment: environment, outputDirectory: outputDirectory, label: "ferry-tail")
     }
 
@@ -47,7 +50,7 @@ public final class BusTail: Sendable {
                 throw FerryTestKitError("ferry tail saw none of \(attempt) probe events within \(timeout)\(process.diagnostics())")
             }
             attempt += 1
-            let result = try await runCLI(["emit", "probe-\(attempt)", "--source", Self.probeSource, "--wait", "--timeout", "10"],
+            let result = try await runCLI(["emit", "probe-\(attempt)", "--source", Self.probeSource, "--wait", "--timeout", "10"] + probeArguments,
                                           environment: environment, timeout: .seconds(20))
             guard result.status.isSuccess else { throw FerryTestKitError("probe emit failed: \(result)") }
             // The bus message goes out with the ack; give tail a moment to print it.

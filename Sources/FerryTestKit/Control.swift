@@ -64,3 +64,64 @@ public func controlRequestBlocking(runtimeDirectory: String, request: [UInt8], t
     }
     return frame
 }
+
+/// Sends `request` (a JSON object) to the control socket in `runtimeDirectory` and returns the
+/// decoded reply object (whatever its `ok`).
+public func controlJSON(runtimeDirectory: String, _ request: [String: Any], timeout: Duration = .seconds(10)) async throws -> [String: Any] {
+    let body = Array(try JSONSerialization.data(withJSONObject: request))
+    let reply = try await controlRequest(runtimeDirectory: runtimeDirectory, request: body, timeout: timeout)
+    guard let object = try JSONSerialization.jsonObject(with: Data(reply)) as? [String: Any] else {
+        throw FerryTestKitError("control reply is not a JSON object: \(String(decoding: reply, as: UTF8.self))")
+    }
+    return object
+}
+
+extension AgentProcess {
+    /// Sends a control request to this agent and returns the reply object; throws unless `"ok": true`.
+    @discardableResult
+    public func control(_ request: [String: Any], timeout: Duration = .seconds(10)) async throws -> [String: Any] {
+        let reply = try await controlJSON(runtimeDirectory: runtimeDirectory, request, timeout: timeout)
+        guard reply["ok"] as? Bool == true else {
+            throw FerryTestKitError("control request \(request) refused: \(reply)")
+        }
+        return reply
+    }
+
+    /// The agent's consent state (`consent_state`).
+    public func consentState() async throws -> [String: Any] {
+        try await control(["op": "consent_state"])["consent"] as? [String: Any] ?? [:]
+    }
+}
+
+/// Every regular file under `directory` whose bytes contain `marker`.
+public func filesContaining(_ marker: String, under directory: String) -> [String] {
+    let needle = Array(marker.utf8)
+    guard let walker = FileManager.default.enumerator(atPath: directory) else { return [] }
+    var hits: [String] = []
+    while let relative = walker.nextObject() as? String {
+        let path = directory + "/" + relative
+        var isDirectory: ObjCBool = false
+        guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue,
+              let data = FileManager.default.contents(atPath: path) else { continue }
+        let bytes = [UInt8](data)
+        if bytes.count >= needle.count,
+           (0...(bytes.count - needle.count)).contains(where: { bytes[$0] == needle[0] && Array(bytes[$0..<($0 + needle.count)]) == needle }) {
+            hits.append(relative)
+        }
+    }
+    return hits
+}
+
+/// A fingerprint of every file under `directory` (path, size, modification time), to prove that
+/// nothing was written.
+public func directoryFingerprint(_ directory: String) -> [String: String] {
+    var result: [String: String] = [:]
+    guard let walker = FileManager.default.enumerator(atPath: directory) else { return [:] }
+    while let relative = walker.nextObject() as? String {
+        let attributes = (try? FileManager.default.attributesOfItem(atPath: directory + "/" + relative)) ?? [:]
+        let size = (attributes[.size] as? NSNumber)?.intValue ?? -1
+        let modified = (attributes[.modificationDate] as? Date)?.timeIntervalSince1970 ?? 0
+        result[relative] = "\(size)@\(modified)"
+    }
+    return result
+}

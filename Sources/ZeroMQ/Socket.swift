@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import CZeroMQ
 
 /// The ZeroMQ socket types Ferry uses.
@@ -159,6 +164,20 @@ public final class ZMQSocket {
     /// Receives one whole multipart message. Returns `nil` if `dontWait` is set and nothing is
     /// waiting. Frame sizes come from `zmq_msg_size`, never from a truncating `zmq_recv`.
     public func receive(dontWait: Bool = false) throws(ZMQError) -> [[UInt8]]? {
+        var ignored: PeerCredentials?
+        return try receive(dontWait: dontWait, peer: &ignored, wantPeer: false)
+    }
+
+    /// Receives a multipart message and the credentials of the process that sent it, read with
+    /// `SO_PEERCRED` from the IPC connection it arrived on (Linux; `nil` elsewhere, on other
+    /// transports, or when the connection is already gone).
+    public func receiveWithPeer(dontWait: Bool = false) throws(ZMQError) -> (frames: [[UInt8]], peer: PeerCredentials?)? {
+        var peer: PeerCredentials?
+        guard let frames = try receive(dontWait: dontWait, peer: &peer, wantPeer: true) else { return nil }
+        return (frames, peer)
+    }
+
+    private func receive(dontWait: Bool, peer: inout PeerCredentials?, wantPeer: Bool) throws(ZMQError) -> [[UInt8]]? {
         let socket = try live("zmq_msg_recv")
         var frames: [[UInt8]] = []
         var message = zmq_msg_t()
@@ -180,6 +199,12 @@ public final class ZMQSocket {
                 let data = zmq_msg_data(&message)!
                 frame = Array(UnsafeRawBufferPointer(start: data, count: size))
             }
+            if wantPeer && frames.isEmpty {
+                // ZMQ_SRCFD is deprecated in libzmq but still the only way to reach the socket
+                // a message came from; the fd is only read here, never kept.
+                let fd = zmq_msg_get(&message, ZMQ_SRCFD)
+                if fd >= 0 { peer = PeerCredentials(socket: fd) }
+            }
             frames.append(frame)
             // Read "more" before the next recv reuses the message.
             if zmq_msg_more(&message) == 0 { return frames }
@@ -189,4 +214,36 @@ public final class ZMQSocket {
     // MARK: Polling support
 
     var pollHandle: UnsafeMutableRawPointer? { handle }
+}
+
+
+/// Who is at the other end of a Unix-domain (IPC) connection, as the kernel reports it.
+public struct PeerCredentials: Sendable, Hashable {
+    /// The peer's process id.
+    public var pid: Int32
+    /// The peer's effective user id.
+    public var uid: UInt32
+    /// The peer's effective group id.
+    public var gid: UInt32
+
+    /// Creates credentials.
+    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
+
+    /// Reads `SO_PEERCRED` of a connected Unix-domain socket; `nil` if unavailable.
+    init?(socket fd: CInt) {
+        #if os(Linux)
+        // Glibc's `struct ucred` (pid_t, uid_t, gid_t) is only declared under _GNU_SOURCE.
+        struct UCred { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
+        var credentials = UCred()
+        var length = socklen_t(MemoryLayout<UCred>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0, credentials.pid > 0 else { return nil }
+        self.init(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
+        #else
+        return nil
+        #endif
+    }
 }

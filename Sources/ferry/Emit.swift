@@ -11,9 +11,9 @@ struct Emit: AsyncParsableCommand {
         discussion: """
             Without --wait, ferry emit still waits (up to --timeout) until the agent has the events \
             durably, but prints nothing. With --wait it prints `accepted=N duplicate=N rejected=N` and \
-            exits non-zero if anything was rejected or the timeout passed.
+            exits non-zero if anything was rejected or the timeout passed. Events the consent state             blocks or that are local-only are counted as `blocked=N` and `suppressed=N` (printed when             non-zero); they are not errors.
 
-            --stdin reads objects such as {"name":"Signed Up","type":"track","properties":{"plan":"pro"},"userId":"u1"}.
+            --stdin reads objects such as {"name":"Signed Up","type":"track","properties":{"plan":"pro"},"userId":"u1"},             with optional "onceKey", "category" (a name or code) and "localOnly" (true/false).
             """
     )
 
@@ -31,6 +31,15 @@ struct Emit: AsyncParsableCommand {
 
     @Option(name: .long, help: "Source name stamped on the events.")
     var source: String = "ferry-cli"
+
+    @Option(name: .long, help: "Consent category: \(ConsentCategories.builtIn.map(\.name).joined(separator: ", ")), or a code 1-254 (default: from the type).")
+    var category: String?
+
+    @Option(name: .long, help: "Once-key: only the first event with this key counts (conversion dedup).")
+    var onceKey: String?
+
+    @Flag(name: .long, help: "Local only: acked and counted, never delivered upstream.")
+    var localOnly = false
 
     @Flag(name: .long, help: "Read one JSON object per line from standard input.")
     var stdin = false
@@ -50,6 +59,14 @@ struct Emit: AsyncParsableCommand {
             throw ValidationError("unknown --type '\(type)'; valid: \(EventType.allCases.map(\.description).joined(separator: ", "))")
         }
         if timeout <= 0 { throw ValidationError("--timeout must be positive") }
+        if let category { _ = try Self.categoryCode(category) }
+    }
+
+    /// A category name or code as the wire's category byte.
+    static func categoryCode(_ text: String) throws -> UInt8 {
+        if let code = ConsentCategories.code(of: text) { return code }
+        if let code = UInt8(text), (1...254).contains(code) { return code }
+        throw ValidationError("unknown category '\(text)'; valid: \(ConsentCategories.builtIn.map(\.name).joined(separator: ", ")), or a code 1-254")
     }
 
     func run() async throws {
@@ -80,7 +97,9 @@ struct Emit: AsyncParsableCommand {
                     }
                     properties[String(prop[..<equals])] = Self.value(String(prop[prop.index(after: equals)...]))
                 }
-                client.enqueue(Event(type: EventType(name: type)!, name: name!, properties: properties, userID: user ?? ""))
+                client.enqueue(Event(type: EventType(name: type)!, name: name!, properties: properties, userID: user ?? "",
+                                     onceKey: onceKey ?? "", category: try category.map(Self.categoryCode) ?? 0,
+                                     localOnly: localOnly))
                 count = 1
             }
         } catch {
@@ -97,7 +116,10 @@ struct Emit: AsyncParsableCommand {
         let stats = client.statistics
         await client.shutdown()
         if wait || timedOut {
-            print("accepted=\(stats.accepted) duplicate=\(stats.duplicate) rejected=\(stats.rejected + stats.droppedFromOutbox)")
+            var line = "accepted=\(stats.accepted) duplicate=\(stats.duplicate) rejected=\(stats.rejected - stats.blocked + stats.droppedFromOutbox)"
+            if stats.blocked > 0 { line += " blocked=\(stats.blocked)" }
+            if stats.suppressed > 0 { line += " suppressed=\(stats.suppressed)" }
+            print(line)
         }
         if timedOut {
             let reason = Control.isRunning(runtimeDirectory: runtime)
@@ -106,7 +128,7 @@ struct Emit: AsyncParsableCommand {
             FileHandle.standardError.write(Data("ferry emit: timed out after \(timeout)s with \(stats.pending) of \(count) events unacknowledged: \(reason)\n".utf8))
             throw ExitCode(2)
         }
-        if stats.rejected + stats.droppedFromOutbox > 0 { throw ExitCode(1) }
+        if stats.rejected - stats.blocked + stats.droppedFromOutbox > 0 { throw ExitCode(1) }
     }
 
     /// Parses a property value: JSON if it is a JSON scalar/array/object, else a plain string.
@@ -149,7 +171,18 @@ struct Emit: AsyncParsableCommand {
             guard props is [String: Any] else { throw ValidationError("stdin line \(lineNumber): \"properties\" must be an object") }
             properties = Array(try JSONSerialization.data(withJSONObject: props, options: [.sortedKeys]))
         }
+        var category: UInt8 = 0
+        if let raw = object["category"] {
+            if let text = raw as? String {
+                category = try categoryCode(text)
+            } else if let number = raw as? Int, (1...254).contains(number) {
+                category = UInt8(number)
+            } else {
+                throw ValidationError("stdin line \(lineNumber): \"category\" must be a category name or a code 1-254")
+            }
+        }
         return Event(type: type, name: name, propertiesJSON: properties,
-                     userID: object["userId"] as? String ?? "", onceKey: object["onceKey"] as? String ?? "")
+                     userID: object["userId"] as? String ?? "", onceKey: object["onceKey"] as? String ?? "",
+                     category: category, localOnly: object["localOnly"] as? Bool ?? false)
     }
 }

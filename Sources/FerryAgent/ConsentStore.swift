@@ -1,0 +1,223 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+import FerryProtocol
+
+/// The persisted part of the consent state (`<data>/consent/state.json`).
+struct PersistedConsent: Codable, Hashable, Sendable {
+    var version = 1
+    var trackingEnabled: Bool
+    var enabledFeatures: [String]
+    var consent: [String: ConsentStatus]
+    var persistence: ConsentStatus
+    var gdpr: GDPRRecord
+    /// Kept only while persistence consent is granted.
+    var anonymousID: String?
+    /// The audit entry this state reflects (0 = none) and its hash.
+    var auditSeq: Int
+    var auditHead: String
+
+    private enum CodingKeys: String, CodingKey {
+        case version, trackingEnabled = "tracking_enabled", enabledFeatures = "enabled_features", consent
+        case persistence, gdpr, anonymousID = "anonymous_id", auditSeq = "audit_seq", auditHead = "audit_head"
+    }
+}
+
+/// Who asked for a change, for the audit log.
+public struct ConsentActor: Sendable, Hashable {
+    /// The caller's uid, from the kernel (`SO_PEERCRED`) when known.
+    public var uid: UInt32?
+    /// The caller's pid, from the kernel when known.
+    public var pid: Int32?
+    /// The caller's process name (`/proc/<pid>/comm`).
+    public var process: String?
+    /// Free text the caller supplied (`actor` in the request), untrusted.
+    public var actor: String?
+
+    /// Creates an actor.
+    public init(uid: UInt32? = nil, pid: Int32? = nil, process: String? = nil, actor: String? = nil) {
+        self.uid = uid
+        self.pid = pid
+        self.process = process
+        self.actor = actor
+    }
+
+    /// The agent itself (start-up, hold expiry).
+    public static let agent = ConsentActor(uid: getuid(), pid: getpid(), process: "ferryd", actor: nil)
+}
+
+/// One line of the consent audit log.
+public struct AuditEntry: Sendable, Hashable {
+    /// 1, 2, 3, …
+    public var seq: Int
+    /// Wall-clock ms.
+    public var at: UInt64
+    /// Who.
+    public var who: ConsentActor
+    /// What changed (`tracking`, `consent.analytics`, `features`, `gdpr`, `persistence`, `purge`, `forget`, `start`).
+    public var change: String
+    /// The old value as JSON text.
+    public var old: String
+    /// The new value as JSON text.
+    public var new: String
+    /// The previous entry's hash (64 zeros for the first).
+    public var prev: String
+    /// SHA-256 over this entry's fields and `prev`.
+    public var hash: String
+
+    static let genesis = String(repeating: "0", count: 64)
+
+    /// The hash this entry must carry.
+    var expectedHash: String {
+        let fields = [
+            String(seq), String(at), who.uid.map { String($0) } ?? "", who.pid.map { String($0) } ?? "",
+            who.process ?? "", who.actor ?? "", change, old, new, prev,
+        ]
+        return SHA256.hexHash(Array(fields.joined(separator: "\u{1F}").utf8))
+    }
+
+    /// The JSON object of the entry (one line of the file, and the `consent_log` reply).
+    var json: [String: Any] {
+        var object: [String: Any] = [
+            "seq": seq, "at": Int(at), "change": change, "old": old, "new": new, "prev": prev, "hash": hash,
+        ]
+        if let uid = who.uid { object["uid"] = Int(uid) }
+        if let pid = who.pid { object["pid"] = Int(pid) }
+        if let process = who.process { object["process"] = process }
+        if let actor = who.actor { object["actor"] = actor }
+        return object
+    }
+
+    init(seq: Int, at: UInt64, who: ConsentActor, change: String, old: String, new: String, prev: String) {
+        self.seq = seq
+        self.at = at
+        self.who = who
+        self.change = change
+        self.old = old
+        self.new = new
+        self.prev = prev
+        hash = ""
+        hash = expectedHash
+    }
+
+    init?(json object: [String: Any]) {
+        guard let seq = object["seq"] as? Int, let at = object["at"] as? Int, let change = object["change"] as? String,
+              let old = object["old"] as? String, let new = object["new"] as? String,
+              let prev = object["prev"] as? String, let hash = object["hash"] as? String else { return nil }
+        self.seq = seq
+        self.at = UInt64(max(0, at))
+        who = ConsentActor(uid: (object["uid"] as? Int).map { UInt32(truncatingIfNeeded: $0) },
+                           pid: (object["pid"] as? Int).map { Int32(truncatingIfNeeded: $0) },
+                           process: object["process"] as? String, actor: object["actor"] as? String)
+        self.change = change
+        self.old = old
+        self.new = new
+        self.prev = prev
+        self.hash = hash
+    }
+}
+
+/// The consent audit log: an append-only file of JSON lines (`<data>/consent/audit.log`), each
+/// carrying the SHA-256 of the previous one, so editing, removing or reordering a line breaks the
+/// chain. The state file records the head, so cutting lines off the end is detected too. (It is
+/// tamper-evident, not tamper-proof: someone who can rewrite both files can forge a new chain.)
+struct AuditLog {
+    let path: String
+
+    /// The outcome of checking the chain.
+    struct Verification: Sendable {
+        var entries: [AuditEntry]
+        /// The first problem found, or `nil` if the chain is intact.
+        var problem: String?
+        var head: String { entries.last?.hash ?? AuditEntry.genesis }
+    }
+
+    /// Reads and checks every line. `expectedHead` is the (seq, hash) recorded in the state file.
+    func verify(expectedHead: (seq: Int, hash: String)? = nil) throws -> Verification {
+        guard let bytes = try FileIO.readFile(path) else {
+            if let head = expectedHead, head.seq > 0 {
+                return Verification(entries: [], problem: "the audit log is missing but the state records \(head.seq) entries")
+            }
+            return Verification(entries: [], problem: nil)
+        }
+        var entries: [AuditEntry] = []
+        var problem: String?
+        var prev = AuditEntry.genesis
+        for (number, line) in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).enumerated() {
+            guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
+                  let entry = AuditEntry(json: object) else {
+                problem = problem ?? "line \(number + 1) is not an audit entry"
+                continue
+            }
+            if problem == nil {
+                if entry.seq != number + 1 {
+                    problem = "line \(number + 1) has sequence number \(entry.seq)"
+                } else if entry.prev != prev {
+                    problem = "line \(number + 1) does not chain to line \(number) (lines removed or reordered)"
+                } else if entry.hash != entry.expectedHash {
+                    problem = "line \(number + 1) was modified (its hash does not match its content)"
+                }
+            }
+            prev = entry.hash
+            entries.append(entry)
+        }
+        if problem == nil, let head = expectedHead, head.seq > entries.count {
+            problem = "the audit log ends at entry \(entries.count) but the state records \(head.seq) (lines cut off)"
+        } else if problem == nil, let head = expectedHead, head.seq > 0, head.seq <= entries.count,
+                  entries[head.seq - 1].hash != head.hash {
+            problem = "entry \(head.seq) does not match the head recorded in the state"
+        }
+        return Verification(entries: entries, problem: problem)
+    }
+
+    /// Appends an entry and `fdatasync`s it.
+    func append(_ entry: AuditEntry) throws {
+        var line = Array((try? JSONSerialization.data(withJSONObject: entry.json, options: [.sortedKeys])) ?? Data())
+        line.append(UInt8(ascii: "\n"))
+        let fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_APPEND)
+        defer { close(fd) }
+        try line.withUnsafeBytes { raw in
+            var done = 0
+            while done < raw.count {
+                let n = write(fd, raw.baseAddress! + done, raw.count - done)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw AgentError.system("append to", path: path, errno: errno)
+                }
+                done += n
+            }
+        }
+        try FileIO.fdatasync(fd, path: path)
+    }
+}
+
+/// Reads and writes `state.json` atomically (temp file, fsync, rename, fsync of the directory).
+struct ConsentStateFile {
+    let path: String
+
+    func load() throws -> PersistedConsent? {
+        guard let bytes = try FileIO.readFile(path) else { return nil }
+        do {
+            return try JSONDecoder().decode(PersistedConsent.self, from: Data(bytes))
+        } catch {
+            throw AgentError(code: .corrupt, message: "consent state \(path) is unreadable: \(error)")
+        }
+    }
+
+    func save(_ state: PersistedConsent) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys, .prettyPrinted]
+        try FileIO.writeAtomically(Array(try encoder.encode(state)), to: path)
+    }
+}
+
+/// The process name of `pid` (`/proc/<pid>/comm`), if readable.
+func processName(of pid: Int32) -> String? {
+    // procfs files report size 0: read them as a stream.
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8) else { return nil }
+    let name = text.trimmingCharacters(in: .whitespacesAndNewlines)
+    return name.isEmpty ? nil : name
+}
