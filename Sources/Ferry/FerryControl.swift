@@ -160,14 +160,14 @@ public struct FerryControl: Sendable, Hashable {
     /// ```
     @discardableResult
     public func purge(category: String? = nil) async throws -> PurgeReport {
-        try await send(.purge(category: category)).decode(PurgeReply.self).purged
+        try await send(.purge(category: category)).decode(PurgeReply.self).report
     }
 
     /// Erases every pending and held event carrying `userID` (`forget`), e.g. for a GDPR
     /// erasure request. `userID` must not be empty.
     @discardableResult
     public func forget(userID: String) async throws -> PurgeReport {
-        try await send(.forget(userID: userID)).decode(PurgeReply.self).purged
+        try await send(.forget(userID: userID)).decode(PurgeReply.self).report
     }
 
     /// Starts delivery (`start`) on an agent configured to wait for it (`autoStart: false`).
@@ -368,8 +368,10 @@ public struct ConsentUpdate: Sendable, Hashable, Decodable {
     }
 }
 
+/// The reply to `purge`/`forget` (an absent `purged` means nothing was erased).
 struct PurgeReply: Decodable {
-    var purged: PurgeReport
+    var purged: PurgeReport?
+    var report: PurgeReport { purged ?? PurgeReport(queued: 0, held: 0) }
 }
 
 /// The consent audit log as served by `consent_log`.
@@ -404,13 +406,14 @@ public struct ConsentAuditEntry: Sendable, Hashable, Decodable {
     public var process: String?
     /// The `actor` text the caller supplied, if any.
     public var actor: String?
-    /// What changed (e.g. `"set_consent"`).
+    /// What changed: `tracking`, `consent.<category>`, `consent` (all categories), `features`,
+    /// `gdpr`, `persistence`, `purge`, `forget`, `start`.
     public var change: String
-    /// The value before the change (any JSON).
-    public var old: FerryValue?
-    /// The value after the change (any JSON).
-    public var new: FerryValue?
-    /// The previous entry's hash (hex; empty or zeros for the first).
+    /// The value before the change, as JSON text (`"\"granted\""`, `"true"`, …).
+    public var old: String
+    /// The value after the change, as JSON text.
+    public var new: String
+    /// The previous entry's hash (hex; 64 zeros for the first).
     public var prev: String
     /// This entry's SHA-256 (hex).
     public var hash: String
@@ -418,7 +421,7 @@ public struct ConsentAuditEntry: Sendable, Hashable, Decodable {
     /// Creates an entry.
     public init(
         seq: Int, at: Int64, uid: Int? = nil, pid: Int? = nil, process: String? = nil, actor: String? = nil,
-        change: String, old: FerryValue? = nil, new: FerryValue? = nil, prev: String, hash: String
+        change: String, old: String, new: String, prev: String, hash: String
     ) {
         self.seq = seq
         self.at = at

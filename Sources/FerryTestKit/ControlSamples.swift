@@ -7,7 +7,7 @@ public enum ControlSamples {
     /// The `consent` object of a `consent_state` reply.
     public static let consentObject = """
         {"network_tracking":true,"tracking_enabled":true,\
-        "categories":["analytics","advertising","personalization","diagnostics","push"],\
+        "categories":["advertising","analytics","diagnostics","personalization","push"],\
         "enabled_features":["analytics","push"],\
         "consent":{"analytics":"granted","advertising":"denied","personalization":"undetermined","diagnostics":"undetermined","push":"granted"},\
         "persistence":"undetermined",\
@@ -30,17 +30,17 @@ public enum ControlSamples {
 
     /// A refusal naming the valid categories.
     public static let unknownCategory = #"""
-        {"ok":false,"error":"unknown category \"analytcs\"","valid":["analytics","advertising","personalization","diagnostics","push"]}
+        {"ok":false,"error":"unknown category \"analytcs\"","valid":["advertising","analytics","diagnostics","personalization","push","all"]}
         """#
 
-    /// Two audit entries (the second without an actor), verified.
+    /// Two audit entries (the second without an actor); `old` and `new` are JSON text.
     public static let auditEntries = """
         [{"seq":1,"at":1700000000000,"uid":1000,"pid":4242,"process":"ferry","actor":"settings-ui",\
-        "change":"set_consent","old":{"analytics":"undetermined"},"new":{"analytics":"granted"},\
+        "change":"consent.analytics","old":"\\"undetermined\\"","new":"\\"granted\\"",\
         "prev":"0000000000000000000000000000000000000000000000000000000000000000",\
         "hash":"1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a"},\
         {"seq":2,"at":1700000001500,"uid":1000,"pid":4243,"process":"settings",\
-        "change":"set_tracking","old":true,"new":false,\
+        "change":"tracking","old":"true","new":"false",\
         "prev":"1b2c3d4e5f60718293a4b5c6d7e8f90a1b2c3d4e5f60718293a4b5c6d7e8f90a",\
         "hash":"\(head)"}]
         """

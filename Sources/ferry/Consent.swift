@@ -9,7 +9,7 @@ extension ConsentStatus: ExpressibleByArgument {}
 struct Consent: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Show or change consent (per category, persistence, GDPR) and read the consent audit log.",
-        subcommands: [Show.self, SetStatus.self, GDPR.self, Log.self],
+        subcommands: [Show.self, SetStatus.self, Log.self],
         defaultSubcommand: Show.self
     )
 
@@ -30,95 +30,91 @@ struct Consent: AsyncParsableCommand {
         }
     }
 
-    /// `ferry consent set`.
+    /// `ferry consent set`: a category's status, persistence consent, or GDPR fields.
     struct SetStatus: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             commandName: "set",
-            abstract: "Set the consent of a category (or all), or persistence consent.",
+            abstract: "Set the consent of a category (or all), persistence consent, or GDPR fields.",
             usage: """
                 ferry consent set <category|all> <granted|denied|undetermined>
                 ferry consent set --persistence <granted|denied|undetermined>
+                ferry consent set --gdpr <field>=<value> ...
                 """,
             discussion: """
                 Categories are the agent's (`ferry consent show` lists them); an unknown one is refused \
-                with the valid names. Denying a category erases its pending events and prints how many.
+                with the valid names. Denying a category erases its pending and held events and prints how many.
+
+                --gdpr sets fields of the GDPR record (Google Consent Mode v2): \
+                \(GDPRRecord.fieldNames.joined(separator: ", ")), each \(GDPRValue.allCases.map(\.rawValue).joined(separator: ", ")). \
+                Fields not named keep their value. subject_to_gdpr=granted with data_usage=denied stops \
+                delivery and erases the queue; the two ad fields never gate, they are stamped on delivered batches.
+                Example: ferry consent set --gdpr subject_to_gdpr=granted data_usage=denied
                 """
         )
 
-        @Argument(help: ArgumentHelp("A consent category, or `all`.", valueName: "category|all"))
-        var category: String?
+        @Argument(help: ArgumentHelp("<category|all> <status>, or with --gdpr one or more <field>=<value>.",
+                                     valueName: "values"))
+        var values: [String] = []
 
-        @Argument(help: ArgumentHelp("The new status: \(ConsentStatus.allValueStrings.joined(separator: ", ")).",
-                                     valueName: "status"))
-        var status: ConsentStatus?
-
-        @Option(name: .long, help: ArgumentHelp("Set persistence consent (may the agent keep a stable anonymous id) instead of a category's.",
+        @Option(name: .long, help: ArgumentHelp("Set persistence consent (may the agent keep a stable anonymous id across restarts).",
                                                 valueName: "status"))
         var persistence: ConsentStatus?
 
+        @Flag(name: .long, help: "Set GDPR fields, given as <field>=<value> arguments.")
+        var gdpr = false
+
         @OptionGroup var change: ChangeOptions
         @OptionGroup var agent: AgentOptions
 
-        func validate() throws {
-            let valid = ConsentStatus.allValueStrings.joined(separator: ", ")
-            if persistence != nil {
-                if category != nil { throw ValidationError("--persistence takes no category: use `ferry consent set --persistence <status>`") }
-                return
-            }
-            guard let category else {
-                throw ValidationError("missing <category|all> and <status>: `ferry consent set <category|all> <status>` or `ferry consent set --persistence <status>`")
-            }
-            if category.isEmpty { throw ValidationError("the category must not be empty") }
-            if status == nil {
-                if ConsentStatus(rawValue: category) != nil {
-                    throw ValidationError("missing <category|all> before '\(category)': `ferry consent set <category|all> \(category)`")
+        /// What to change.
+        enum Target {
+            case category(String, ConsentStatus)
+            case persistence(ConsentStatus)
+            case gdpr([String: GDPRValue])
+        }
+
+        /// The change the arguments ask for, or a message naming what is valid.
+        func target() throws -> Target {
+            let statuses = ConsentStatus.allCases.map(\.rawValue).joined(separator: ", ")
+            if let persistence {
+                guard values.isEmpty, !gdpr else {
+                    throw ValidationError("--persistence takes no other arguments: `ferry consent set --persistence <status>`")
                 }
-                throw ValidationError("missing <status> after '\(category)'; valid: \(valid)")
+                return .persistence(persistence)
+            }
+            if gdpr { return .gdpr(try Self.parseGDPR(values)) }
+            switch values.count {
+            case 0:
+                throw ValidationError("""
+                    missing <category|all> and <status>: `ferry consent set <category|all> <status>`, \
+                    `ferry consent set --persistence <status>` or `ferry consent set --gdpr <field>=<value> ...`
+                    """)
+            case 1 where ConsentStatus(rawValue: values[0]) != nil:
+                throw ValidationError("missing <category|all> before '\(values[0])': `ferry consent set <category|all> \(values[0])`")
+            case 1 where values[0].contains("="):
+                throw ValidationError("GDPR fields need --gdpr: `ferry consent set --gdpr \(values[0])`")
+            case 1:
+                throw ValidationError("missing <status> after '\(values[0])'; valid: \(statuses)")
+            case 2:
+                if values[0].isEmpty { throw ValidationError("the category must not be empty") }
+                guard let status = ConsentStatus(rawValue: values[1]) else {
+                    throw ValidationError("invalid status '\(values[1])'; valid: \(statuses)")
+                }
+                return .category(values[0], status)
+            default:
+                if values.allSatisfy({ $0.contains("=") }) {
+                    throw ValidationError("GDPR fields need --gdpr: `ferry consent set --gdpr \(values.joined(separator: " "))`")
+                }
+                throw ValidationError("too many arguments: `ferry consent set <category|all> <status>` sets one category (or `all`)")
             }
         }
-
-        func run() async throws {
-            let request: FerryControl.Request = if let persistence { .setPersistence(persistence) } else { .setConsent(status!, for: category!) }
-            let reply = try await agent.withControl(actor: change.actor) { try await $0.send(request) }
-            if change.json { return print(reply.text) }
-            let update = try reply.decode(ConsentUpdate.self)
-            if persistence != nil {
-                print("persistence consent \(update.consent.persistence)")
-            } else if category == "all" {
-                print("consent \(status!) for all categories (\(update.consent.categories.joined(separator: ", ")))")
-            } else {
-                print("consent \(update.consent.consent[category!]?.rawValue ?? status!.rawValue) for \(category!)")
-            }
-            if let purged = update.purged { print(ConsentText.purged(purged)) }
-        }
-    }
-
-    /// `ferry consent gdpr`.
-    struct GDPR: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(
-            commandName: "gdpr",
-            abstract: "Set fields of the GDPR record (Google Consent Mode v2 style).",
-            usage: "ferry consent gdpr <field>=<value> ...",
-            discussion: """
-                Fields: \(GDPRRecord.fieldNames.joined(separator: ", ")). Values: \(GDPRValue.allCases.map(\.rawValue).joined(separator: ", ")).
-                Fields not named keep their value. subject_to_gdpr=granted with data_usage=denied stops \
-                delivery and erases the queue; the two ad fields never gate, they are stamped on delivered batches.
-                Example: ferry consent gdpr subject_to_gdpr=granted data_usage=denied
-                """
-        )
-
-        @Argument(help: ArgumentHelp("One or more <field>=<value>.", valueName: "field=value"))
-        var assignments: [String] = []
-
-        @OptionGroup var change: ChangeOptions
-        @OptionGroup var agent: AgentOptions
 
         /// Parses `field=value` pairs, naming the valid fields and values on a mistake.
-        static func parse(_ assignments: [String]) throws -> [String: GDPRValue] {
+        static func parseGDPR(_ assignments: [String]) throws -> [String: GDPRValue] {
             let fields = GDPRRecord.fieldNames.joined(separator: ", ")
             let values = GDPRValue.allCases.map(\.rawValue).joined(separator: ", ")
             guard !assignments.isEmpty else {
-                throw ValidationError("give at least one <field>=<value>; fields: \(fields); values: \(values)")
+                throw ValidationError("--gdpr needs at least one <field>=<value>; fields: \(fields); values: \(values)")
             }
             var result: [String: GDPRValue] = [:]
             for assignment in assignments {
@@ -141,15 +137,30 @@ struct Consent: AsyncParsableCommand {
             return result
         }
 
-        func validate() throws { _ = try Self.parse(assignments) }
+        func validate() throws { _ = try target() }
 
         func run() async throws {
-            let fields = try Self.parse(assignments)
-            let reply = try await agent.withControl(actor: change.actor) { try await $0.send(.setGDPR(fields)) }
+            let target = try target()
+            let request: FerryControl.Request = switch target {
+            case .category(let category, let status): .setConsent(status, for: category)
+            case .persistence(let status): .setPersistence(status)
+            case .gdpr(let fields): .setGDPR(fields)
+            }
+            let reply = try await agent.withControl(actor: change.actor) { try await $0.send(request) }
             if change.json { return print(reply.text) }
             let update = try reply.decode(ConsentUpdate.self)
-            print("gdpr " + GDPRRecord.fieldNames.map { "\($0)=\(update.consent.gdpr[$0]?.rawValue ?? "?")" }.joined(separator: " "))
-            if update.consent.gdpr.forbidsDataUsage { print("data usage denied for a GDPR subject: delivery stopped") }
+            let state = update.consent
+            switch target {
+            case .category("all", let status):
+                print("consent \(status) for all categories (\(state.categories.joined(separator: ", ")))")
+            case .category(let category, let status):
+                print("consent \(state.consent[category]?.rawValue ?? status.rawValue) for \(category)")
+            case .persistence:
+                print("persistence consent \(state.persistence)")
+            case .gdpr:
+                print("gdpr " + GDPRRecord.fieldNames.map { "\($0)=\(state.gdpr[$0]?.rawValue ?? "?")" }.joined(separator: " "))
+                if state.gdpr.forbidsDataUsage { print("data usage denied for a GDPR subject: nothing is delivered") }
+            }
             if let purged = update.purged { print(ConsentText.purged(purged)) }
         }
     }
@@ -325,7 +336,7 @@ struct Purge: AsyncParsableCommand {
     func run() async throws {
         let reply = try await agent.withControl(actor: change.actor) { try await $0.send(.purge(category: category)) }
         if change.json { return print(reply.text) }
-        let purged = try reply.decode(PurgeReplyText.self).purged
+        let purged = try reply.decode(PurgeReplyText.self).purged ?? PurgeReport(queued: 0, held: 0)
         print(ConsentText.purged(purged) + (category.map { " (category \($0))" } ?? ""))
     }
 }
@@ -350,7 +361,7 @@ struct Forget: AsyncParsableCommand {
     func run() async throws {
         let reply = try await agent.withControl(actor: change.actor) { try await $0.send(.forget(userID: user)) }
         if change.json { return print(reply.text) }
-        let purged = try reply.decode(PurgeReplyText.self).purged
+        let purged = try reply.decode(PurgeReplyText.self).purged ?? PurgeReport(queued: 0, held: 0)
         print(ConsentText.purged(purged) + " for user \(user)")
     }
 }
@@ -374,7 +385,7 @@ struct Start: AsyncParsableCommand {
 
 /// The `purged` field of a reply.
 private struct PurgeReplyText: Decodable {
-    var purged: PurgeReport
+    var purged: PurgeReport?
 }
 
 /// Text renderings shared by the consent commands.
@@ -434,15 +445,6 @@ enum ConsentText {
         if let pid = entry.pid { who.append("pid \(pid)") }
         if let process = entry.process, !process.isEmpty { who.append(process) }
         if let actor = entry.actor, !actor.isEmpty { who.append("actor \"\(actor)\"") }
-        let old = entry.old.map(json) ?? "-"
-        let new = entry.new.map(json) ?? "-"
-        return "#\(entry.seq)  \(formatter.string(from: date))  \(entry.change): \(old) -> \(new)  by \(who.isEmpty ? "unknown" : who.joined(separator: " "))  hash \(entry.hash.prefix(12))"
-    }
-
-    private static func json(_ value: FerryValue) -> String {
-        if case .string(let text) = value { return text }
-        var out: [UInt8] = []
-        value.appendJSON(to: &out)
-        return String(decoding: out, as: UTF8.self)
+        return "#\(entry.seq)  \(formatter.string(from: date))  \(entry.change): \(entry.old) -> \(entry.new)  by \(who.isEmpty ? "unknown" : who.joined(separator: " "))  hash \(entry.hash.prefix(12))"
     }
 }

@@ -17,7 +17,7 @@ struct FerryControlTests {
         #expect(state.purged == nil)
         let consent = state.consent
         #expect(consent.networkTracking && consent.trackingEnabled)
-        #expect(consent.categories == ["analytics", "advertising", "personalization", "diagnostics", "push"])
+        #expect(consent.categories == ["advertising", "analytics", "diagnostics", "personalization", "push"])
         #expect(consent.enabledFeatures == ["analytics", "push"])
         #expect(!consent.isNoOp)
         #expect(consent.consent == ["analytics": .granted, "advertising": .denied, "personalization": .undetermined,
@@ -49,12 +49,12 @@ struct FerryControlTests {
         #expect(first.at == 1_700_000_000_000)
         #expect(first.uid == 1000 && first.pid == 4242)
         #expect(first.process == "ferry" && first.actor == "settings-ui")
-        #expect(first.change == "set_consent")
-        #expect(first.old == ["analytics": "undetermined"])
-        #expect(first.new == ["analytics": "granted"])
+        #expect(first.change == "consent.analytics")
+        #expect(first.old == #""undetermined""#)
+        #expect(first.new == #""granted""#)
         #expect(first.prev == String(repeating: "0", count: 64))
         #expect(log.entries[1].actor == nil)
-        #expect(log.entries[1].old == .bool(true) && log.entries[1].new == .bool(false))
+        #expect(log.entries[1].change == "tracking" && log.entries[1].old == "true" && log.entries[1].new == "false")
         #expect(log.entries[1].prev == first.hash)
         #expect(log.entries[1].hash == ControlSamples.head)
 
@@ -68,8 +68,8 @@ struct FerryControlTests {
         let error = #expect(throws: FerryClientError.self) { try Self.reply(ControlSamples.unknownCategory) }
         #expect(error?.code == .refused)
         #expect(error?.message == #"unknown category "analytcs""#)
-        #expect(error?.valid == ["analytics", "advertising", "personalization", "diagnostics", "push"])
-        #expect(error?.description == #"refused: unknown category "analytcs" (valid: analytics, advertising, personalization, diagnostics, push)"#)
+        #expect(error?.valid == ["advertising", "analytics", "diagnostics", "personalization", "push", "all"])
+        #expect(error?.description == #"refused: unknown category "analytcs" (valid: advertising, analytics, diagnostics, personalization, push, all)"#)
 
         let plain = #expect(throws: FerryClientError.self) { try Self.reply(#"{"ok":false,"error":"unknown op \"x\""}"#) }
         #expect(plain?.code == .refused)
