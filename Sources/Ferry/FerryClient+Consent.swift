@@ -10,8 +10,9 @@ import FerryProtocol
 /// ferry.track("Consent Given")
 /// ```
 ///
-/// Each call is one control request with a 5 s timeout; it throws ``FerryClientError`` with code
-/// ``FerryClientError/Code/agentNotRunning`` when no agent answers. Unlike ``track(_:properties:userID:)``,
+/// Each call is one control request (reply timeout 60 s; a missing or crashed agent is reported at
+/// once); it throws ``FerryClientError`` with code ``FerryClientError/Code/agentNotRunning`` when
+/// no agent answers. Unlike ``track(_:properties:userID:)``,
 /// these calls are not queued: a consent change takes effect on the agent or fails here.
 extension FerryClient {
     /// A control client for the agent this client sends to (its runtime directory).

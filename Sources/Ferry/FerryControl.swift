@@ -26,7 +26,8 @@ import ZeroMQ
 ///
 /// Every call opens a fresh REQ socket, sends one JSON request (`docs/PROTOCOL.md`, "Control"),
 /// waits at most ``timeout`` for the reply and closes the socket, on a thread of its own (never the
-/// Swift concurrency pool). A lost reply therefore never leaves a socket stuck. Errors are
+/// Swift concurrency pool). A lost reply therefore never leaves a socket stuck. A missing or stale
+/// control socket (an agent that crashed) is reported at once, without waiting. Errors are
 /// ``FerryClientError`` with code ``FerryClientError/Code/agentNotRunning`` (no agent answered on
 /// ``endpoint``) or ``FerryClientError/Code/refused`` (the agent said no; ``FerryClientError/valid``
 /// lists the accepted values when the agent sent them).
@@ -36,21 +37,22 @@ import ZeroMQ
 public struct FerryControl: Sendable, Hashable {
     /// The agent's runtime directory (where its sockets are).
     public var runtimeDirectory: String
-    /// How long to wait for each reply.
+    /// How long to wait for each reply. Generous by default: a consent change that erases events
+    /// answers once the erasure is on disk, and other clients' requests may be served first.
     public var timeout: Duration
     /// Free text (at most 200 bytes) recorded in the audit log beside the caller, e.g. `"settings-ui"`.
     public var actor: String?
 
     /// A control client for the agent in `runtimeDirectory` (the same default as the agent's:
     /// `$FERRY_RUNTIME_DIR`, `$XDG_RUNTIME_DIR/ferry` or `/tmp/ferry-<uid>`).
-    public init(runtimeDirectory: String = FerryPaths.runtimeDirectory(), timeout: Duration = .seconds(5), actor: String? = nil) {
+    public init(runtimeDirectory: String = FerryPaths.runtimeDirectory(), timeout: Duration = .seconds(60), actor: String? = nil) {
         self.runtimeDirectory = runtimeDirectory
         self.timeout = timeout
         self.actor = actor
     }
 
     /// A control client for the agent a ``FerryClient`` with `configuration` sends to.
-    public init(configuration: FerryClientConfiguration, timeout: Duration = .seconds(5), actor: String? = nil) {
+    public init(configuration: FerryClientConfiguration, timeout: Duration = .seconds(60), actor: String? = nil) {
         self.init(runtimeDirectory: configuration.runtimeDirectory, timeout: timeout, actor: actor)
     }
 
@@ -220,14 +222,26 @@ public struct FerryControl: Sendable, Hashable {
     package func sendBlocking(_ request: Request) throws(FerryClientError) -> Reply {
         var request = request
         if let actor, request.fields["actor"] == nil { request.fields["actor"] = .string(actor) }
-        let frame = try exchange(request.encoded())
-        return try Reply(json: frame)
+        return try sendBlocking(json: request.encoded())
+    }
+
+    /// Sends a request already encoded as a JSON object, as is (no ``actor`` added). Blocking.
+    package func sendBlocking(json body: [UInt8]) throws(FerryClientError) -> Reply {
+        try Reply(json: try exchange(body))
     }
 
     /// One REQ exchange on a fresh socket (linger 0): send, poll up to ``timeout``, receive, close.
     private func exchange(_ body: [UInt8]) throws(FerryClientError) -> [UInt8] {
-        guard access(runtimeDirectory + "/control", F_OK) == 0 else {
-            throw .agentNotRunning(endpoint: endpoint, detail: "no control socket at \(runtimeDirectory)/control")
+        let path = runtimeDirectory + "/control"
+        switch Self.probe(path) {
+        case ENOENT?, ENOTDIR?:
+            throw .agentNotRunning(endpoint: endpoint, detail: "no control socket at \(path)")
+        case ECONNREFUSED?:
+            throw .agentNotRunning(endpoint: endpoint, detail: "nothing listens on \(path): a stale socket")
+        case let code?:
+            throw .socket("cannot connect to \(path): \(String(cString: strerror(code)))")
+        case nil:
+            break
         }
         do {
             let context = try ZMQContext()
@@ -249,6 +263,34 @@ public struct FerryControl: Sendable, Hashable {
         } catch {
             throw .socket("control request on \(endpoint): \(error)")
         }
+    }
+
+    /// Tries a plain connect(2) to the control socket: nil when something accepts (or it cannot
+    /// tell), else the errno (`ENOENT`: no socket file; `ECONNREFUSED`: a file nobody listens on).
+    /// libzmq would instead retry in the background until the reply timeout.
+    private static func probe(_ path: String) -> CInt? {
+        #if os(Linux)
+        let fd = socket(AF_UNIX, CInt(SOCK_STREAM.rawValue) | CInt(SOCK_NONBLOCK.rawValue) | CInt(SOCK_CLOEXEC.rawValue), 0)
+        #else
+        let fd = socket(AF_UNIX, SOCK_STREAM, 0)
+        #endif
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return nil }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        if result == 0 { return nil }
+        let code = errno
+        // EAGAIN/EINPROGRESS: a listener whose backlog is full is still a listener.
+        return code == ENOENT || code == ECONNREFUSED || code == EACCES || code == ENOTDIR ? code : nil
     }
 
     /// One control request: an `op` and its fields (`docs/PROTOCOL.md`, "Control").

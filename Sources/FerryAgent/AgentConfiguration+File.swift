@@ -20,6 +20,8 @@ extension AgentConfiguration {
         }
         var config = base
         var reader = FieldReader(path: path)
+        // Sinks are read after the rest: their batching and retry default to `delivery`.
+        var sinkValue: Any?, sinksValue: Any?
         try reader.apply(root, [
             "runtimeDirectory": .string { config.runtimeDirectory = $0 },
             "dataDirectory": .string { config.dataDirectory = $0 },
@@ -42,17 +44,47 @@ extension AgentConfiguration {
                 "retryMaxMilliseconds": .int { config.delivery.retryMaxMilliseconds = $0 },
             ]),
             "consent": .object(Self.consentFields { change in try change(&config.consent) }),
-            "sink": .object([
-                "type": .choice(["file"]) { _ in },
-                "directory": .string { directory in
-                    if case .file(_, let max) = config.sink { config.sink = .file(directory: directory, maxFileBytes: max) }
-                },
-                "maxFileBytes": .int { max in
-                    if case .file(let directory, _) = config.sink { config.sink = .file(directory: directory, maxFileBytes: Int64(max)) }
-                },
-            ]),
+            "sink": .raw { sinkValue = $0 },
+            "sinks": .raw { sinksValue = $0 },
         ], at: "")
-        try config.validate()
+        switch (sinkValue, sinksValue) {
+        case (.some, .some):
+            throw reader.fail("sink", "give either \"sink\" (one sink) or \"sinks\" (a list), not both")
+        case (let single?, nil):
+            guard let object = single as? [String: Any] else { throw reader.fail("sink", "expected an object") }
+            // The single-sink form keeps its historical name ("file" for the file sink), so an
+            // existing cursor file keeps working.
+            config.sinks = [try reader.sink(object, at: "sink", name: nil, delivery: config.delivery)]
+        case (nil, let list?):
+            guard let array = list as? [Any] else { throw reader.fail("sinks", "expected an array of sink objects") }
+            guard !array.isEmpty else { throw reader.fail("sinks", "needs at least one sink") }
+            var sinks: [SinkConfiguration] = []
+            for (index, element) in array.enumerated() {
+                let at = "sinks[\(index)]"
+                guard let object = element as? [String: Any] else { throw reader.fail(at, "expected an object") }
+                let sink = try reader.sink(object, at: at, name: "", delivery: config.delivery)
+                if let other = sinks.firstIndex(where: { $0.name == sink.name }) {
+                    throw reader.fail(at + ".name", "\"\(sink.name)\" is already the name of sinks[\(other)]; names must be unique")
+                }
+                sinks.append(sink)
+            }
+            config.sinks = sinks
+        case (nil, nil):
+            if config.delivery != base.delivery {
+                // The default sink(s) follow the file's delivery defaults.
+                for i in config.sinks.indices {
+                    config.sinks[i].batch.maxEvents = config.delivery.batchMaxEvents
+                    config.sinks[i].batch.maxBytes = config.delivery.batchMaxBytes
+                    config.sinks[i].retry.initialMilliseconds = config.delivery.retryInitialMilliseconds
+                    config.sinks[i].retry.maxMilliseconds = config.delivery.retryMaxMilliseconds
+                }
+            }
+        }
+        do {
+            try config.validate()
+        } catch let error as AgentError {
+            throw AgentError(code: error.code, message: "\(path): \(error.message)")
+        }
         return config
     }
 
@@ -115,6 +147,83 @@ extension AgentConfiguration {
     }
 }
 
+/// A value the field setters of one sink entry share.
+private final class SinkDraft {
+    var name: String?
+    var kind: AgentConfiguration.SinkConfiguration.Kind
+    var batch: AgentConfiguration.SinkConfiguration.Batch
+    var retry: AgentConfiguration.SinkConfiguration.Retry
+    var circuit = AgentConfiguration.SinkConfiguration.Circuit()
+
+    init(kind: AgentConfiguration.SinkConfiguration.Kind, delivery: AgentConfiguration.Delivery) {
+        self.kind = kind
+        let defaults = AgentConfiguration.SinkConfiguration(name: "", kind: kind, delivery: delivery)
+        batch = defaults.batch
+        retry = defaults.retry
+    }
+}
+
+extension FieldReader {
+    /// The sink types a file may name, each with its initial settings and its own keys.
+    /// A new sink type adds one entry here.
+    fileprivate static var sinkKinds: [String: (initial: AgentConfiguration.SinkConfiguration.Kind, keys: (SinkDraft) -> [String: Field])] { [
+        "file": (.file(directory: nil, maxFileBytes: 64 << 20), { draft in [
+            "directory": .string { directory in
+                if case .file(_, let max) = draft.kind { draft.kind = .file(directory: directory, maxFileBytes: max) }
+            },
+            "maxFileBytes": .int { max in
+                if case .file(let directory, _) = draft.kind { draft.kind = .file(directory: directory, maxFileBytes: Int64(max)) }
+            },
+        ] }),
+    ] }
+
+    /// One sink object. `name`: `nil` for the single `sink` form (named after its type), `""`
+    /// when the object must carry its own `name`.
+    fileprivate mutating func sink(
+        _ object: [String: Any], at prefix: String, name: String?, delivery: AgentConfiguration.Delivery
+    ) throws -> AgentConfiguration.SinkConfiguration {
+        let types = Self.sinkKinds.keys.sorted()
+        // The single-sink form predates other types: its type defaults to "file".
+        guard let typeValue = object["type"] ?? (name == nil ? "file" : nil) else {
+            throw fail(prefix + ".type", "missing; expected one of: \(types.joined(separator: ", "))")
+        }
+        guard let type = typeValue as? String, let kind = Self.sinkKinds[type] else {
+            throw fail(prefix + ".type", "expected one of: \(types.joined(separator: ", "))")
+        }
+        let draft = SinkDraft(kind: kind.initial, delivery: delivery)
+        var fields = kind.keys(draft)
+        fields["type"] = .string { _ in }
+        if name != nil { fields["name"] = .string { draft.name = $0 } }
+        fields["batch"] = .object([
+            "maxEvents": .int { draft.batch.maxEvents = $0 },
+            "maxBytes": .int { draft.batch.maxBytes = $0 },
+            "maxWaitMilliseconds": .int { draft.batch.maxWaitMilliseconds = $0 },
+        ])
+        fields["retry"] = .object([
+            "initialMilliseconds": .int { draft.retry.initialMilliseconds = $0 },
+            "maxMilliseconds": .int { draft.retry.maxMilliseconds = $0 },
+            "maxElapsedMilliseconds": .int { draft.retry.maxElapsedMilliseconds = $0 },
+        ])
+        fields["circuit"] = .object([
+            "failureThreshold": .int { draft.circuit.failureThreshold = $0 },
+            "openMilliseconds": .int { draft.circuit.openMilliseconds = $0 },
+        ])
+        try apply(object, fields, at: prefix)
+        let resolved: String
+        if name == nil {
+            resolved = type
+        } else {
+            guard let given = draft.name else { throw fail(prefix + ".name", "missing; every sink needs a unique name") }
+            guard AgentConfiguration.SinkConfiguration.isValidName(given) else {
+                throw fail(prefix + ".name", "\"\(given)\" is invalid: use 1-64 letters, digits, '-' or '_' (it names the cursor file)")
+            }
+            resolved = given
+        }
+        return AgentConfiguration.SinkConfiguration(
+            name: resolved, kind: draft.kind, batch: draft.batch, retry: draft.retry, circuit: draft.circuit)
+    }
+}
+
 /// Applies a JSON object to setters, with precise errors naming the key path.
 private struct FieldReader {
     let path: String
@@ -130,6 +239,8 @@ private struct FieldReader {
         case intMap(([String: Int]) throws -> Void)
         /// An integer or `null`.
         case optionalInt((Int?) -> Void)
+        /// Any JSON value, checked by the caller.
+        case raw((Any) -> Void)
     }
 
     private func integer(_ value: Any) -> Int? {
@@ -204,6 +315,8 @@ private struct FieldReader {
                     guard let int = integer(value) else { throw fail(name, "expected an integer or null") }
                     set(int)
                 }
+            case .raw(let set):
+                set(value)
             }
         }
     }

@@ -1,7 +1,7 @@
 import FerryProtocol
 
 /// Everything `ferryd` can be told. Every field has a default, so `AgentConfiguration()` is a
-/// working agent using the standard directories and the embedded file sink.
+/// working agent using the standard directories and the embedded file sink (named `file`).
 ///
 /// Load it from a JSON file with ``AgentConfiguration/load(fromFile:)``; see
 /// `daemon/ferryd.example.json` for every field.
@@ -16,10 +16,10 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var log: LogConfiguration
     /// The dedup window.
     public var dedup: Dedup
-    /// Batching of delivery.
+    /// Delivery defaults: the batching and retry every sink gets unless it sets its own.
     public var delivery: Delivery
-    /// Where delivered events go.
-    public var sink: SinkConfiguration
+    /// Where delivered events go: each sink has its own delivery loop, cursor and policies.
+    public var sinks: [SinkConfiguration]
     /// The consent state's starting point and policies.
     public var consent: ConsentConfiguration
 
@@ -36,7 +36,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
     }
 
-    /// How the delivery loop batches.
+    /// Defaults for the sinks' batching and retry (see ``SinkConfiguration``).
     public struct Delivery: Sendable, Hashable {
         /// Most events per batch handed to the sink.
         public var batchMaxEvents: Int
@@ -56,13 +56,8 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
     }
 
-    /// The sink events are delivered to.
-    public enum SinkConfiguration: Sendable, Hashable {
-        /// JSON Lines files in a directory (the embedded default). `nil` = `<data dir>/delivered`.
-        case file(directory: String?, maxFileBytes: Int64)
-    }
-
-    /// Creates a configuration; every argument has a default.
+    /// Creates a configuration; every argument has a default. `sinks` defaults to the file sink
+    /// `file` with `delivery`'s batching and retry.
     public init(
         runtimeDirectory: String = FerryPaths.runtimeDirectory(),
         dataDirectory: String = FerryPaths.dataDirectory(),
@@ -70,7 +65,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         log: LogConfiguration = LogConfiguration(),
         dedup: Dedup = Dedup(),
         delivery: Delivery = Delivery(),
-        sink: SinkConfiguration = .file(directory: nil, maxFileBytes: 64 << 20),
+        sinks: [SinkConfiguration]? = nil,
         consent: ConsentConfiguration = ConsentConfiguration()
     ) {
         self.consent = consent
@@ -80,14 +75,12 @@ public struct AgentConfiguration: Sendable, Hashable {
         self.log = log
         self.dedup = dedup
         self.delivery = delivery
-        self.sink = sink
+        self.sinks = sinks ?? [.defaultFile(delivery: delivery)]
     }
 
-    /// The file sink's directory once defaults are applied.
+    /// The first file sink's directory once defaults are applied (`<data dir>/delivered` if none).
     public var fileSinkDirectory: String {
-        switch sink {
-        case .file(let directory, _): directory ?? dataDirectory + "/delivered"
-        }
+        sinks.lazy.compactMap { $0.fileDirectory(dataDirectory: self.dataDirectory) }.first ?? dataDirectory + "/delivered"
     }
 
     /// Checks the values for consistency; throws ``AgentError`` with code `configuration`.
@@ -105,6 +98,18 @@ public struct AgentConfiguration: Sendable, Hashable {
         guard delivery.batchMaxEvents > 0, delivery.batchMaxBytes > 0 else { throw fail("delivery batch limits must be positive") }
         try consent.validate()
         guard !runtimeDirectory.isEmpty, !dataDirectory.isEmpty else { throw fail("directories must not be empty") }
+        guard !sinks.isEmpty else { throw fail("at least one sink is needed") }
+        var names: Set<String> = [], fileDirectories: [String: String] = [:]
+        for sink in sinks {
+            try sink.validate(fail)
+            guard names.insert(sink.name).inserted else { throw fail("two sinks are named \"\(sink.name)\"; names must be unique") }
+            if let directory = sink.fileDirectory(dataDirectory: dataDirectory) {
+                if let other = fileDirectories[directory] {
+                    throw fail("sinks \"\(other)\" and \"\(sink.name)\" both write to \(directory)")
+                }
+                fileDirectories[directory] = sink.name
+            }
+        }
         // ipc:// paths are limited by sockaddr_un (108 bytes on Linux).
         guard runtimeDirectory.utf8.count + "/control".utf8.count < 108 else {
             throw fail("runtimeDirectory is too long for a Unix socket path (max ~100 bytes): \(runtimeDirectory)")

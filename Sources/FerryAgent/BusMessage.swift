@@ -20,6 +20,8 @@ public enum BusTopic: String, Sendable, CaseIterable {
     case purged
     /// The consent state changed.
     case consent
+    /// A sink's circuit breaker changed state (`closed`, `open`, `half_open`).
+    case circuit
 }
 
 /// Builds the JSON objects published on the bus. Hand-written so that publishing an event costs
@@ -43,6 +45,23 @@ enum BusMessage {
         json.field("at", at)
         if let reason { json.field("reason", reason) }
         if let sink { json.field("sink", sink) }
+        return json.finish()
+    }
+}
+
+extension BusMessage {
+    /// `{"topic":"circuit","sink":…,"state":…,"previous":…,"at":…,"consecutive_failures":…,
+    /// "error":…,"retry_at":…}` (`error` and `retry_at` only when known).
+    static func circuit(_ change: CircuitChange) -> [UInt8] {
+        var json = JSONWriter()
+        json.field("topic", BusTopic.circuit.rawValue)
+        json.field("sink", change.sink)
+        json.field("state", change.to.rawValue)
+        json.field("previous", change.from.rawValue)
+        json.field("at", change.at)
+        json.field("consecutive_failures", UInt64(change.consecutiveFailures))
+        if let error = change.error { json.field("error", error) }
+        if let retryAt = change.retryAt { json.field("retry_at", retryAt) }
         return json.finish()
     }
 }

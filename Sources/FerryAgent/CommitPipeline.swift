@@ -55,10 +55,14 @@ public final class AgentCounters: Sendable {
     public let rejectedFull = Atomic<Int>(0)
     /// Undelivered events deleted by the drop-oldest policy.
     public let dropped = Atomic<Int>(0)
-    /// Events delivered by the sink.
+    /// Events delivered, summed over the sinks (an event delivered to two sinks counts twice).
     public let delivered = Atomic<Int>(0)
-    /// Failed delivery attempts.
+    /// Failed delivery attempts (all sinks).
     public let deliveryFailures = Atomic<Int>(0)
+    /// Failed attempts that were retried (all sinks).
+    public let retried = Atomic<Int>(0)
+    /// Events written to a dead-letter directory (all sinks).
+    public let deadLettered = Atomic<Int>(0)
     /// Whole messages refused with an error reply.
     public let malformedMessages = Atomic<Int>(0)
     /// Group commits (fsyncs) performed.
@@ -85,6 +89,8 @@ public final class AgentCounters: Sendable {
             "dropped": dropped.load(ordering: .relaxed),
             "delivered": delivered.load(ordering: .relaxed),
             "delivery_failures": deliveryFailures.load(ordering: .relaxed),
+            "retried": retried.load(ordering: .relaxed),
+            "dead_lettered": deadLettered.load(ordering: .relaxed),
             "malformed_messages": malformedMessages.load(ordering: .relaxed),
             "commits": commits.load(ordering: .relaxed),
             "blocked": blocked.load(ordering: .relaxed),

@@ -2,24 +2,104 @@ import FerryProtocol
 import Logging
 import Synchronization
 
-/// Where delivery stands, for `ferry status`.
+/// Where one sink's delivery stands, for `ferry status`.
 public struct DeliveryState: Sendable {
     /// What the loop is doing.
     public enum Phase: String, Sendable {
         case starting, idle, delivering, retrying, paused, stopped
     }
+    /// The circuit breaker's state.
+    public enum CircuitState: String, Sendable {
+        /// Attempts are made.
+        case closed
+        /// No attempts until the open period ends.
+        case open
+        /// One probe attempt decides: success closes, failure re-opens.
+        case halfOpen = "half_open"
+    }
     /// The sink's name.
     public var sink: String
     /// What the loop is doing now.
     public var phase: Phase = .starting
+    /// The circuit breaker's state.
+    public var circuit: CircuitState = .closed
     /// Agent ms of the last successful batch.
     public var lastSuccessAt: UInt64?
     /// Failed attempts since the last success.
     public var consecutiveFailures = 0
     /// The last failure's message.
     public var lastError: String?
-    /// Agent ms of the next retry while ``phase`` is `retrying`.
+    /// Agent ms of the next attempt while ``phase`` is `retrying` (or the circuit is open).
     public var retryAt: UInt64?
+    /// Events delivered (acknowledged by the sink) since start, replays included.
+    public var delivered = 0
+    /// Failed attempts that were retried, since start.
+    public var retried = 0
+    /// Events dead-lettered since start.
+    public var deadLettered = 0
+}
+
+/// A change of a sink's circuit breaker, published on the bus topic `circuit`.
+public struct CircuitChange: Sendable {
+    /// The sink.
+    public var sink: String
+    /// The state before.
+    public var from: DeliveryState.CircuitState
+    /// The state now.
+    public var to: DeliveryState.CircuitState
+    /// Agent ms of the change.
+    public var at: UInt64
+    /// Consecutive failed attempts at the change.
+    public var consecutiveFailures: Int
+    /// The last error, if the change follows a failure.
+    public var error: String?
+    /// When the circuit goes half-open (for `open`).
+    public var retryAt: UInt64?
+}
+
+/// The circuit breaker's bookkeeping (pure: the loop supplies the time).
+struct CircuitBreaker {
+    let failureThreshold: Int
+    let openMilliseconds: UInt64
+    private(set) var state: DeliveryState.CircuitState = .closed
+    private(set) var failures = 0
+    private(set) var openUntil: UInt64 = 0
+
+    init(_ configuration: AgentConfiguration.SinkConfiguration.Circuit) {
+        failureThreshold = configuration.failureThreshold
+        openMilliseconds = UInt64(max(0, configuration.openMilliseconds))
+    }
+
+    /// Before an attempt: how long to wait first (`nil`: attempt now). An open circuit whose time
+    /// is up becomes half-open (the attempt is the probe); `changed` reports that transition.
+    mutating func admit(now: UInt64) -> (wait: UInt64?, changed: (DeliveryState.CircuitState, DeliveryState.CircuitState)?) {
+        guard state == .open else { return (nil, nil) }
+        if now < openUntil { return (openUntil - now, nil) }
+        state = .halfOpen
+        return (nil, (.open, .halfOpen))
+    }
+
+    /// After a successful attempt.
+    mutating func succeeded() -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
+        failures = 0
+        guard state != .closed else { return nil }
+        defer { state = .closed }
+        return (state, .closed)
+    }
+
+    /// After a failed attempt at `now`.
+    mutating func failed(now: UInt64) -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
+        failures += 1
+        switch state {
+        case .halfOpen, .closed where failures >= failureThreshold:
+            let from = state
+            state = .open
+            openUntil = now + openMilliseconds
+            return (from, .open)
+        default:
+            return nil
+        }
+    }
 }
 
 /// Persists a sink's delivery cursor and checkpoint atomically.
@@ -63,61 +143,101 @@ public struct CursorStore: Sendable {
     }
 }
 
-/// Reads the log from the cursor, hands batches to the sink, and advances the cursor only after
-/// the sink acknowledged a batch. Failures are retried with exponential backoff and full jitter
-/// (or the sink's `retry(after:)`); nothing is skipped.
+/// One sink's delivery: reads the log from the sink's own cursor, hands batches to the sink, and
+/// advances the cursor only after the sink acknowledged a batch (or the batch was dead-lettered).
+///
+/// A batch is sent once it is full or its oldest event has waited `batch.maxWaitMilliseconds`.
+/// Failures are retried with exponential backoff and full jitter (or the sink's `retry(after:)`);
+/// after `circuit.failureThreshold` consecutive failures the circuit opens and no attempt is made
+/// for `circuit.openMilliseconds`, then one probe decides. A permanent error, or a batch still
+/// failing `retry.maxElapsedMilliseconds` after its first attempt, is written to the dead-letter
+/// directory before the cursor moves past it: nothing is skipped silently. Nothing is held in
+/// memory beyond the batch in hand: the backlog stays on disk.
 final class DeliveryLoop: Sendable {
     let sink: any Sink
+    /// The sink's configured name: its cursor file, dead-letter directory and log consumer.
+    let name: String
     private let log: SegmentedLog
     private let cursorStore: CursorStore
-    private let configuration: AgentConfiguration.Delivery
+    private let deadLetters: DeadLetterStore
+    private let configuration: AgentConfiguration.SinkConfiguration
     private let counters: AgentCounters
     private let logger: Logger
     private let io: BlockingExecutor
+    /// Signalled on every commit (new events) and by replay requests.
     let wakeup = AsyncSignal()
+    /// Signalled by replay requests only: retry and circuit-open pauses wait on it, so a busy
+    /// ingest does not wake a backing-off loop at every commit.
+    private let replayRequested = AsyncSignal()
     let state: Mutex<DeliveryState>
     private let published: @Sendable (DeliveryBatch) -> Void
     private let gate: any DeliveryGate
     private let blocked: @Sendable ([StoredEvent], String) -> Void
-    private let initialCheckpoint: [UInt8]?
+    private let circuitChanged: @Sendable (CircuitChange) -> Void
+    /// The sink's checkpoint as last stored with the cursor.
+    private let checkpoint: Mutex<[UInt8]?>
+    private let breaker: Mutex<CircuitBreaker>
+    private let replays = Mutex<ReplayQueue>(ReplayQueue())
+
+    private struct ReplayQueue {
+        var stopped = false
+        var requests: [(id: String, continuation: CheckedContinuation<Int, any Error>)] = []
+    }
 
     /// `gate` is asked before every attempt; `blocked` is told about events it refused.
-    /// `checkpoint` is the sink's checkpoint at start, stored again when a batch is skipped whole.
+    /// `checkpoint` is the sink's checkpoint at start, stored again when the cursor moves without
+    /// the sink writing (a batch skipped whole or dead-lettered).
     init(
-        sink: any Sink, log: SegmentedLog, cursorStore: CursorStore, configuration: AgentConfiguration.Delivery,
-        counters: AgentCounters, logger: Logger, checkpoint: [UInt8]? = nil,
-        gate: any DeliveryGate = OpenDeliveryGate(),
+        sink: any Sink, configuration: AgentConfiguration.SinkConfiguration, log: SegmentedLog,
+        cursorStore: CursorStore, deadLetters: DeadLetterStore, counters: AgentCounters, logger: Logger,
+        checkpoint: [UInt8]? = nil, gate: any DeliveryGate = OpenDeliveryGate(),
         blocked: @escaping @Sendable ([StoredEvent], String) -> Void = { _, _ in },
+        circuitChanged: @escaping @Sendable (CircuitChange) -> Void = { _ in },
         published: @escaping @Sendable (DeliveryBatch) -> Void
     ) {
         self.sink = sink
+        name = configuration.name
         self.gate = gate
         self.blocked = blocked
-        self.initialCheckpoint = checkpoint
+        self.circuitChanged = circuitChanged
+        self.checkpoint = Mutex(checkpoint)
         self.log = log
         self.cursorStore = cursorStore
+        self.deadLetters = deadLetters
         self.configuration = configuration
         self.counters = counters
+        var logger = logger
+        logger[metadataKey: "sink"] = "\(configuration.name)"
         self.logger = logger
         self.published = published
         io = BlockingExecutor.shared
-        state = Mutex(DeliveryState(sink: sink.name))
+        breaker = Mutex(CircuitBreaker(configuration.circuit))
+        state = Mutex(DeliveryState(sink: configuration.name))
     }
 
     /// Runs until the task is cancelled. A batch being delivered when cancellation comes is
     /// finished or abandoned (and re-delivered after restart), never half-acknowledged.
     func run() async {
-        defer { state.withLock { $0.phase = .stopped } }
-        let log = self.log
-        let maxEvents = configuration.batchMaxEvents, maxBytes = configuration.batchMaxBytes
-        var lastCheckpoint = initialCheckpoint
+        defer {
+            state.withLock { $0.phase = .stopped }
+            let pending = replays.withLock { queue in
+                queue.stopped = true
+                defer { queue.requests = [] }
+                return queue.requests
+            }
+            for request in pending {
+                request.continuation.resume(throwing: AgentError(code: .delivery, message: "the agent is stopping"))
+            }
+        }
         while !Task.isCancelled {
+            await serveReplays()
             let read: (events: [StoredEvent], next: LogPosition)
             do {
-                read = try await io.run { try log.read(from: log.cursor, maxEvents: maxEvents, maxBytes: maxBytes) }
+                read = try await readBatch(from: log.cursor(for: name), maxEvents: configuration.batch.maxEvents,
+                                           maxBytes: configuration.batch.maxBytes)
             } catch {
                 logger.error("cannot read the log", metadata: ["error": "\(error)"])
-                guard await pause(.milliseconds(configuration.retryMaxMilliseconds)) else { return }
+                guard await pause(.milliseconds(configuration.retry.maxMilliseconds)) else { return }
                 continue
             }
             if read.events.isEmpty {
@@ -125,8 +245,8 @@ final class DeliveryLoop: Sendable {
                 await wakeup.wait()
                 continue
             }
-            let batch: DeliveryBatch, checkpoint: [UInt8]?
-            switch await deliverWithRetry(DeliveryBatch(events: read.events)) {
+            guard let full = await fill(read) else { return }
+            switch await deliverWithRetry(DeliveryBatch(events: full.events)) {
             case .cancelled:
                 return
             case .paused:
@@ -134,45 +254,98 @@ final class DeliveryLoop: Sendable {
                 await wakeup.wait()
                 continue
             case .delivered(let sent, let stored):
-                batch = sent
-                checkpoint = sent.events.isEmpty ? lastCheckpoint : stored
+                let kept = sent.events.isEmpty ? checkpoint.withLock { $0 } : stored
+                await advance(full, checkpoint: kept)
+                guard !sent.events.isEmpty else { continue }
+                counters.delivered.add(sent.events.count, ordering: .relaxed)
+                state.withLock {
+                    $0.phase = .delivering
+                    $0.lastSuccessAt = WallClock.unixMilliseconds()
+                    $0.consecutiveFailures = 0
+                    $0.retryAt = nil
+                    $0.delivered += sent.events.count
+                }
+                published(sent)
+            case .deadLettered:
+                await advance(full, checkpoint: checkpoint.withLock { $0 })
             }
-            lastCheckpoint = checkpoint
-            do {
-                let store = cursorStore, next = read.next
-                try await io.run { try store.save(next, checkpoint: checkpoint) }
-            } catch {
-                // The sink has the batch but the cursor did not move: it will be delivered again
-                // after a restart (at-least-once); the file sink's checkpoint makes that harmless.
-                logger.error("cannot persist the delivery cursor", metadata: ["error": "\(error)"])
-            }
-            log.markDelivered(read.events, next: read.next)
-            counters.delivered.add(batch.events.count, ordering: .relaxed)
-            guard !batch.events.isEmpty else { continue }
-            state.withLock {
-                $0.phase = .delivering
-                $0.lastSuccessAt = WallClock.unixMilliseconds()
-                $0.consecutiveFailures = 0
-                $0.retryAt = nil
-            }
-            published(batch)
         }
+    }
+
+    private func readBatch(from position: LogPosition, maxEvents: Int, maxBytes: Int) async throws -> (events: [StoredEvent], next: LogPosition) {
+        let log = self.log
+        return try await io.run { try log.read(from: position, maxEvents: maxEvents, maxBytes: maxBytes) }
+    }
+
+    /// Waits (on commit signals, with a deadline: no polling) until the batch is full or its
+    /// oldest event has waited `maxWaitMilliseconds`. `nil` when cancelled.
+    private func fill(_ first: (events: [StoredEvent], next: LogPosition)) async -> (events: [StoredEvent], next: LogPosition)? {
+        let batch = configuration.batch
+        var read = first
+        var bytes = read.events.reduce(0) { $0 + $1.size }
+        guard batch.maxWaitMilliseconds > 0, let oldest = read.events.first else { return read }
+        let deadline = oldest.acceptedAt + UInt64(batch.maxWaitMilliseconds)
+        while read.events.count < batch.maxEvents && bytes < batch.maxBytes {
+            let now = WallClock.unixMilliseconds()
+            guard now < deadline else { break }
+            await wakeup.wait(timeout: .milliseconds(Int(deadline - now)))
+            if Task.isCancelled { return nil }
+            do {
+                let more = try await readBatch(from: read.next, maxEvents: batch.maxEvents - read.events.count,
+                                               maxBytes: max(1, batch.maxBytes - bytes))
+                // A single event larger than what is left waits for the next batch.
+                if bytes + more.events.reduce(0, { $0 + $1.size }) > batch.maxBytes && more.events.count == 1 { break }
+                read.events += more.events
+                read.next = more.next
+                bytes += more.events.reduce(0) { $0 + $1.size }
+            } catch {
+                break
+            }
+        }
+        return read
+    }
+
+    /// Stores the cursor after `read` with `checkpoint`, then lets the log know.
+    private func advance(_ read: (events: [StoredEvent], next: LogPosition), checkpoint stored: [UInt8]?) async {
+        checkpoint.withLock { $0 = stored }
+        do {
+            let store = cursorStore, next = read.next
+            try await io.run { try store.save(next, checkpoint: stored) }
+        } catch {
+            // The sink has the batch but the cursor did not move: it will be delivered again
+            // after a restart (at-least-once); the file sink's checkpoint makes that harmless.
+            logger.error("cannot persist the delivery cursor", metadata: ["error": "\(error)"])
+        }
+        log.markDelivered(read.events, next: read.next, consumer: name)
     }
 
     private enum Outcome {
         case delivered(DeliveryBatch, checkpoint: [UInt8]?)
+        case deadLettered
         case paused
         case cancelled
     }
 
-    /// Delivers one batch, retrying until it succeeds, asking the gate before every attempt.
-    /// Events the gate blocks are reported and left out; an all-blocked batch is "delivered" empty.
+    /// Delivers one batch, retrying until it succeeds or is dead-lettered, asking the circuit
+    /// breaker and the gate before every attempt. Events the gate blocks are reported and left
+    /// out; an all-blocked batch is "delivered" empty.
     private func deliverWithRetry(_ original: DeliveryBatch) async -> Outcome {
-        var attempt = 0
+        var attempts = 0
         var pending = original
+        var firstAttemptAt: UInt64?
         while !Task.isCancelled {
+            let admission = breaker.withLock { $0.admit(now: WallClock.unixMilliseconds()) }
+            if let wait = admission.wait {
+                state.withLock {
+                    $0.phase = .retrying
+                    $0.retryAt = WallClock.unixMilliseconds() + wait
+                }
+                guard await pause(.milliseconds(Int(min(wait, UInt64(Int.max))))) else { return .cancelled }
+                continue
+            }
+            if let change = admission.changed { announce(change) }
             let batch: DeliveryBatch
-            switch gate.admit(pending, sink: sink.name) {
+            switch gate.admit(pending, sink: name) {
             case .paused:
                 return .paused
             case .deliver(let admitted, let refused, let reason):
@@ -181,26 +354,45 @@ final class DeliveryLoop: Sendable {
                 pending.events = admitted.events
             }
             if batch.events.isEmpty { return .delivered(batch, checkpoint: nil) }
-            state.withLock { $0.phase = attempt == 0 ? .delivering : .retrying }
+            state.withLock { $0.phase = attempts == 0 ? .delivering : .retrying }
+            attempts += 1
+            let startedAt = WallClock.unixMilliseconds()
+            if firstAttemptAt == nil { firstAttemptAt = startedAt }
             do {
-                return .delivered(batch, checkpoint: try await sink.deliver(batch))
+                let stored = try await sink.deliver(batch)
+                if let change = breaker.withLock({ $0.succeeded() }) { announce(change) }
+                return .delivered(batch, checkpoint: stored)
             } catch {
-                attempt += 1
+                let sinkError = error as? SinkError ?? SinkError(.retry(after: nil), "\(error)")
+                let now = WallClock.unixMilliseconds()
                 counters.deliveryFailures.add(1, ordering: .relaxed)
-                let sinkError = error as? SinkError
-                var delay = backoff(attempt: attempt)
-                if case .retry(let after?) = sinkError?.disposition { delay = max(after, .zero) }
-                let message = sinkError?.message ?? "\(error)"
+                state.withLock {
+                    $0.consecutiveFailures += 1
+                    $0.lastError = sinkError.message
+                }
+                if sinkError.disposition == .permanent {
+                    return await deadLetter(batch, sinkError, reason: "permanent", attempts: attempts)
+                }
+                if let change = breaker.withLock({ $0.failed(now: now) }) { announce(change, error: sinkError.message) }
+                if let elapsed = configuration.retry.maxElapsedMilliseconds, now - (firstAttemptAt ?? now) >= UInt64(elapsed) {
+                    return await deadLetter(batch, sinkError, reason: "max_elapsed", attempts: attempts)
+                }
+                var delay = backoff(attempt: attempts)
+                if case .retry(let after?) = sinkError.disposition { delay = max(after, .zero) }
+                let (circuit, openUntil) = breaker.withLock { ($0.state, $0.openUntil) }
+                if circuit == .open {
+                    // No attempt while open; the upstream's Retry-After may ask for longer.
+                    delay = max(delay, .milliseconds(Int(openUntil > now ? openUntil - now : 0)))
+                }
+                counters.retried.add(1, ordering: .relaxed)
                 logger.warning("delivery failed; will retry", metadata: [
-                    "sink": "\(sink.name)", "attempt": "\(attempt)", "error": "\(message)",
-                    "retry_in_ms": "\(delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000)",
+                    "attempt": "\(attempts)", "error": "\(sinkError.message)", "circuit": "\(circuit.rawValue)",
+                    "retry_in_ms": "\(Self.milliseconds(delay))",
                 ])
-                let retryAt = WallClock.unixMilliseconds() + UInt64(max(0, delay.components.seconds * 1000))
                 state.withLock {
                     $0.phase = .retrying
-                    $0.consecutiveFailures += 1
-                    $0.lastError = message
-                    $0.retryAt = retryAt
+                    $0.retried += 1
+                    $0.retryAt = now + UInt64(Self.milliseconds(delay))
                 }
                 guard await pause(delay) else { return .cancelled }
             }
@@ -208,22 +400,141 @@ final class DeliveryLoop: Sendable {
         return .cancelled
     }
 
-    /// Exponential backoff with full jitter: uniform in [0, min(cap, initial·2^attempt)].
-    func backoff(attempt: Int) -> Duration {
-        let ceiling = min(Double(configuration.retryMaxMilliseconds),
-                          Double(configuration.retryInitialMilliseconds) * pow2(min(attempt, 30)))
-        return .milliseconds(Int(Double.random(in: 0...ceiling)))
+    /// Writes `batch` to the dead-letter directory, retrying the write itself (never dropping the
+    /// batch) until it is durable or the loop is cancelled.
+    private func deadLetter(_ batch: DeliveryBatch, _ error: SinkError, reason: String, attempts: Int) async -> Outcome {
+        let letter = DeadLetter(sink: name, batch: batch, error: error, reason: reason, attempts: attempts)
+        let store = deadLetters
+        var failures = 0
+        while !Task.isCancelled {
+            do {
+                try await io.run { try store.write(letter) }
+                counters.deadLettered.add(batch.events.count, ordering: .relaxed)
+                state.withLock {
+                    $0.deadLettered += batch.events.count
+                    $0.retryAt = nil
+                }
+                logger.error("batch dead-lettered", metadata: [
+                    "id": "\(letter.id)", "events": "\(batch.events.count)", "reason": "\(reason)",
+                    "error": "\(error.message)", "path": "\(store.path(sink: name, id: letter.id))",
+                ])
+                return .deadLettered
+            } catch {
+                failures += 1
+                logger.error("cannot write a dead letter; keeping the batch", metadata: ["error": "\(error)"])
+                guard await pause(backoff(attempt: failures)) else { return .cancelled }
+            }
+        }
+        return .cancelled
     }
 
-    private func pow2(_ n: Int) -> Double { Double(1 << n) }
-
-    /// Sleeps unless cancelled; returns false when cancelled.
-    private func pause(_ duration: Duration) async -> Bool {
-        do {
-            try await Task.sleep(for: duration)
-            return true
-        } catch {
-            return false
+    private func announce(_ change: (DeliveryState.CircuitState, DeliveryState.CircuitState), error: String? = nil) {
+        let (failures, openUntil) = breaker.withLock { ($0.failures, $0.openUntil) }
+        let now = WallClock.unixMilliseconds()
+        state.withLock { $0.circuit = change.1 }
+        if change.1 == .open {
+            logger.warning("circuit open", metadata: ["failures": "\(failures)", "until": "\(openUntil)"])
+        } else {
+            logger.notice("circuit \(change.1.rawValue)")
         }
+        circuitChanged(CircuitChange(sink: name, from: change.0, to: change.1, at: now, consecutiveFailures: failures,
+                                     error: error, retryAt: change.1 == .open ? openUntil : nil))
+    }
+
+    // MARK: Replay of dead letters
+
+    /// Hands dead letter `id` to the sink once more (through this loop, so its checkpoint is
+    /// stored with the cursor). On success the file is deleted and the event count returned; on
+    /// failure the file stays and the error is thrown.
+    func replay(id: String) async throws -> Int {
+        try await withCheckedThrowingContinuation { continuation in
+            let accepted = replays.withLock { queue -> Bool in
+                guard !queue.stopped else { return false }
+                queue.requests.append((id, continuation))
+                return true
+            }
+            if accepted {
+                wakeup.signal()
+                replayRequested.signal()
+            } else {
+                continuation.resume(throwing: AgentError(code: .delivery, message: "the agent is stopping"))
+            }
+        }
+    }
+
+    private func serveReplays() async {
+        let requests = replays.withLock { queue in
+            defer { queue.requests = [] }
+            return queue.requests
+        }
+        for request in requests {
+            do {
+                request.continuation.resume(returning: try await replayOnce(id: request.id))
+            } catch {
+                request.continuation.resume(throwing: error)
+            }
+        }
+    }
+
+    private func replayOnce(id: String) async throws -> Int {
+        let store = deadLetters, name = self.name
+        guard let letter = try await io.run({ try store.load(sink: name, id: id) }) else {
+            throw AgentError(code: .delivery, message: "no dead letter \(id) for sink \(name)")
+        }
+        var batch = letter.batch
+        switch gate.admit(batch, sink: name) {
+        case .paused:
+            throw AgentError(code: .delivery, message: "delivery to \(name) is paused; the dead letter is kept")
+        case .deliver(let admitted, let refused, let reason):
+            if !refused.isEmpty { blocked(refused, reason) }
+            batch = admitted
+        }
+        var stored = checkpoint.withLock { $0 }
+        if !batch.events.isEmpty {
+            do {
+                stored = try await sink.deliver(batch)
+            } catch {
+                let message = (error as? SinkError)?.message ?? "\(error)"
+                logger.warning("dead letter replay failed; kept", metadata: ["id": "\(id)", "error": "\(message)"])
+                throw AgentError(code: .delivery, message: message)
+            }
+        }
+        // The sink's state moved: store its checkpoint with the unchanged cursor before the dead
+        // letter goes, so a crash in between repeats the replay rather than losing it.
+        let cursor = log.cursor(for: name), cursorStore = self.cursorStore, kept = stored
+        try await io.run { try cursorStore.save(cursor, checkpoint: kept) }
+        checkpoint.withLock { $0 = kept }
+        try await io.run { try store.remove(sink: name, id: id) }
+        counters.delivered.add(batch.events.count, ordering: .relaxed)
+        state.withLock { $0.delivered += batch.events.count }
+        logger.notice("dead letter replayed", metadata: ["id": "\(id)", "events": "\(batch.events.count)"])
+        if !batch.events.isEmpty { published(batch) }
+        return batch.events.count
+    }
+
+    // MARK: Timing
+
+    /// Exponential backoff with full jitter: uniform in [0, min(cap, initial·2^attempt)].
+    func backoff(attempt: Int) -> Duration {
+        let ceiling = min(Double(configuration.retry.maxMilliseconds),
+                          Double(configuration.retry.initialMilliseconds) * Double(1 << min(attempt, 30)))
+        return .milliseconds(Int(Double.random(in: 0...max(0, ceiling))))
+    }
+
+    private static func milliseconds(_ duration: Duration) -> Int {
+        Int(duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000)
+    }
+
+    /// Sleeps for `duration`, serving replay requests meanwhile (woken by signals, not polling);
+    /// returns false when cancelled.
+    private func pause(_ duration: Duration) async -> Bool {
+        let deadline = ContinuousClock.now + duration
+        while !Task.isCancelled {
+            await serveReplays()
+            let remaining = deadline - ContinuousClock.now
+            if remaining <= .zero { return true }
+            await replayRequested.wait(timeout: remaining)
+        }
+        return false
     }
 }

@@ -10,8 +10,9 @@ import ServiceLifecycle
 import Synchronization
 import ZeroMQ
 
-/// The Ferry agent: ingest over ZeroMQ IPC, a durable group-committed log, delivery to a sink,
-/// an event bus and a control socket.
+/// The Ferry agent: ingest over ZeroMQ IPC, a durable group-committed log, delivery to one or
+/// more sinks (each with its own loop, cursor, retry policy and circuit breaker), an event bus and
+/// a control socket.
 ///
 /// It is a swift-service-lifecycle `Service`: ``run()`` does all the work and returns after a
 /// graceful shutdown (SIGTERM/SIGINT through a `ServiceGroup`, or cancellation), having stopped
@@ -28,7 +29,8 @@ public final class FerryAgent: Service, Sendable {
     /// Counters, readable while the agent runs.
     public let counters = AgentCounters()
     private let logger: Logger
-    private let sink: any Sink
+    /// The sinks in configuration order, each with its configuration.
+    private let sinks: [(configuration: AgentConfiguration.SinkConfiguration, sink: any Sink)]
     private let startedAt = WallClock.unixMilliseconds()
     private let running = Mutex<Running?>(nil)
     private let readyWaiters = Mutex<ReadyState>(ReadyState())
@@ -40,20 +42,27 @@ public final class FerryAgent: Service, Sendable {
 
     private struct Running: Sendable {
         var log: SegmentedLog
-        var delivery: DeliveryLoop
+        var deliveries: [DeliveryLoop]
         var recovery: RecoveryReport
         var pipeline: CommitPipeline
         var consent: ConsentEngine
         var auditLog: AuditLog
     }
 
-    /// Creates an agent. Nothing starts until ``run()``. `sink` defaults to the configured one.
-    public init(configuration: AgentConfiguration, sink: (any Sink)? = nil, logger: Logger) {
+    /// Creates an agent. Nothing starts until ``run()``. `sink`, if given, replaces the first
+    /// configured sink's implementation (it keeps that sink's name, cursor and policies).
+    public convenience init(configuration: AgentConfiguration, sink: (any Sink)? = nil, logger: Logger) {
+        let first = configuration.sinks.first?.name ?? ""
+        self.init(configuration: configuration, sinks: sink.map { [first: $0] } ?? [:], logger: logger)
+    }
+
+    /// Creates an agent whose sinks named in `overrides` use the given implementations instead of
+    /// the ones their configuration describes (for tests and embedding).
+    public init(configuration: AgentConfiguration, sinks overrides: [String: any Sink], logger: Logger) {
         self.configuration = configuration
         self.logger = logger
-        switch configuration.sink {
-        case .file(_, let maxFileBytes):
-            self.sink = sink ?? FileSink(directory: configuration.fileSinkDirectory, maxFileBytes: maxFileBytes)
+        sinks = configuration.sinks.map { sink in
+            (sink, overrides[sink.name] ?? sink.makeSink(dataDirectory: configuration.dataDirectory))
         }
     }
 
@@ -111,16 +120,24 @@ public final class FerryAgent: Service, Sendable {
         }
         defer { locks.forEach { close($0) } }
 
-        // Recovery: cursor, dedup snapshot, then every segment.
-        let cursorStore = CursorStore(dataDirectory: configuration.dataDirectory, sink: sink.name)
-        let (log, recoveredDedup, report, checkpoint) = try await io.run { () throws -> (SegmentedLog, DedupWindow, RecoveryReport, [UInt8]?) in
+        // Recovery: the sinks' cursors, dedup snapshot, then every segment.
+        let sinks = self.sinks
+        let cursorStores = sinks.map { CursorStore(dataDirectory: configuration.dataDirectory, sink: $0.configuration.name) }
+        let (log, recoveredDedup, report, checkpoints) = try await io.run { () throws -> (SegmentedLog, DedupWindow, RecoveryReport, [[UInt8]?]) in
             try FileIO.makeDirectory(configuration.dataDirectory + "/cursors", mode: 0o700)
-            var stored: (position: LogPosition, checkpoint: [UInt8]?)?
-            do {
-                stored = try cursorStore.load()
-            } catch {
-                logger.warning("delivery cursor unreadable; delivering from the oldest segment", metadata: ["error": "\(error)"])
+            var stored: [(position: LogPosition, checkpoint: [UInt8]?)?] = []
+            for store in cursorStores {
+                do {
+                    stored.append(try store.load())
+                } catch {
+                    logger.warning("delivery cursor unreadable; delivering from the oldest segment",
+                                   metadata: ["path": "\(store.path)", "error": "\(error)"])
+                    stored.append(nil)
+                }
             }
+            var cursors: [String: LogPosition?] = [:]
+            // updateValue: assigning a nil position through the subscript would drop the consumer.
+            for (sink, position) in zip(sinks, stored) { cursors.updateValue(position?.position, forKey: sink.configuration.name) }
             var dedup = DedupWindow(maxEntries: configuration.dedup.maxEntries,
                                     maxAgeMilliseconds: UInt64(configuration.dedup.maxAgeSeconds) * 1000)
             let snapshotPath = configuration.dataDirectory + "/dedup.snapshot"
@@ -134,10 +151,10 @@ public final class FerryAgent: Service, Sendable {
             var report = RecoveryReport()
             let log = try SegmentedLog(
                 directory: configuration.dataDirectory + "/segments", configuration: configuration.log,
-                cursor: stored?.position, logger: logger, recovered: &report
+                cursors: cursors, logger: logger, recovered: &report
             ) { id, at in dedup.insert(id, at: at) }
             dedup.expire(now: WallClock.unixMilliseconds())
-            return (log, dedup, report, stored?.checkpoint)
+            return (log, dedup, report, stored.map { $0?.checkpoint })
         }
         if report.isClean {
             logger.info("recovered the queue", metadata: ["segments": "\(report.segments)", "events": "\(report.records)"])
@@ -153,12 +170,16 @@ public final class FerryAgent: Service, Sendable {
             try Self.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, logger: logger)
         }
         let auditLog = AuditLog(path: configuration.dataDirectory + "/consent/audit.log")
-        let initialCheckpoint = try await sink.recover(checkpoint: checkpoint)
-        if checkpoint == nil {
-            // First start (or a lost cursor): record where the sink stands before it receives
-            // anything, so output of a batch cut short by a crash is recognised and cut back.
-            let start = log.cursor
-            try await io.run { try cursorStore.save(start, checkpoint: initialCheckpoint) }
+        var startCheckpoints: [[UInt8]?] = []
+        for ((configured, sink), (store, checkpoint)) in zip(sinks, zip(cursorStores, checkpoints)) {
+            let initialCheckpoint = try await sink.recover(checkpoint: checkpoint)
+            if checkpoint == nil {
+                // First start (or a lost cursor): record where the sink stands before it receives
+                // anything, so output of a batch cut short by a crash is recognised and cut back.
+                let start = log.cursor(for: configured.name)
+                try await io.run { try store.save(start, checkpoint: initialCheckpoint) }
+            }
+            startCheckpoints.append(checkpoint ?? initialCheckpoint)
         }
 
         let context = try ZMQContext()
@@ -175,33 +196,41 @@ public final class FerryAgent: Service, Sendable {
                     }
                 }
             })
-        let sinkName = sink.name
+        let deadLetters = DeadLetterStore(dataDirectory: configuration.dataDirectory)
         let counters = self.counters
-        let delivery = DeliveryLoop(
-            sink: sink, log: log, cursorStore: cursorStore, configuration: configuration.delivery,
-            counters: counters, logger: logger, checkpoint: checkpoint ?? initialCheckpoint, gate: engine,
-            blocked: { events, reason in
-                let live = events.filter { !$0.isErased }
-                counters.blockedAtSend.add(live.count, ordering: .relaxed)
-                guard let server = serverBox.withLock({ $0 }), server.wants(.blocked) else { return }
-                let now = WallClock.unixMilliseconds()
-                for event in live {
-                    if let json = BusMessage.event(topic: .blocked, frame: event.frame, at: now, reason: reason, sink: sinkName) {
-                        server.publish(.blocked, json)
+        let deliveries = zip(sinks, zip(cursorStores, startCheckpoints)).map { sinkAndConfiguration, storeAndCheckpoint in
+            let (configured, sink) = sinkAndConfiguration, (store, checkpoint) = storeAndCheckpoint
+            let sinkName = configured.name
+            return DeliveryLoop(
+                sink: sink, configuration: configured, log: log, cursorStore: store, deadLetters: deadLetters,
+                counters: counters, logger: logger, checkpoint: checkpoint, gate: engine,
+                blocked: { events, reason in
+                    let live = events.filter { !$0.isErased }
+                    counters.blockedAtSend.add(live.count, ordering: .relaxed)
+                    guard let server = serverBox.withLock({ $0 }), server.wants(.blocked) else { return }
+                    let now = WallClock.unixMilliseconds()
+                    for event in live {
+                        if let json = BusMessage.event(topic: .blocked, frame: event.frame, at: now, reason: reason, sink: sinkName) {
+                            server.publish(.blocked, json)
+                        }
                     }
+                },
+                circuitChanged: { change in
+                    guard let server = serverBox.withLock({ $0 }), server.wants(.circuit) else { return }
+                    server.publish(.circuit, BusMessage.circuit(change))
                 }
-            }
-        ) { batch in
-            guard let server = serverBox.withLock({ $0 }), server.wants(.delivered) else { return }
-            let now = WallClock.unixMilliseconds()
-            for event in batch.events {
-                if let json = BusMessage.event(topic: .delivered, frame: event.frame, at: now, sink: sinkName) {
-                    server.publish(.delivered, json)
+            ) { batch in
+                guard let server = serverBox.withLock({ $0 }), server.wants(.delivered) else { return }
+                let now = WallClock.unixMilliseconds()
+                for event in batch.events {
+                    if let json = BusMessage.event(topic: .delivered, frame: event.frame, at: now, sink: sinkName) {
+                        server.publish(.delivered, json)
+                    }
                 }
             }
         }
         running.withLock {
-            $0 = Running(log: log, delivery: delivery, recovery: report, pipeline: pipeline, consent: engine, auditLog: auditLog)
+            $0 = Running(log: log, deliveries: deliveries, recovery: report, pipeline: pipeline, consent: engine, auditLog: auditLog)
         }
         let server = try IngestServer(
             context: context, configuration: configuration, pipeline: pipeline, counters: counters, logger: logger
@@ -215,7 +244,7 @@ public final class FerryAgent: Service, Sendable {
         try pipeline.start(dedup: dedup, consent: worker) { results in
             server.deliverAcks(results)
         } committedEvents: {
-            delivery.wakeup.signal()
+            for delivery in deliveries { delivery.wakeup.signal() }
         }
         do {
             try await io.run { try server.start() }
@@ -226,19 +255,24 @@ public final class FerryAgent: Service, Sendable {
         }
         logger.info("ferryd ready", metadata: [
             "ingest": "\(FerryPaths.ingestEndpoint(configuration.runtimeDirectory))",
-            "data": "\(configuration.dataDirectory)", "sink": "\(sink.name)",
+            "data": "\(configuration.dataDirectory)", "sinks": "\(sinks.map(\.configuration.name).joined(separator: ","))",
         ])
         settleReadiness(.success(()))
 
         // Serve until graceful shutdown (or cancellation), then stop in order: intake, commit
         // (acks of what was written go out), sockets, delivery.
-        // The delivery loop runs until then; a batch cut short is delivered again after restart.
-        await cancelWhenGracefulShutdown { await delivery.run() }
+        // The delivery loops run until then, each on its own so a slow sink never holds back
+        // another; a batch cut short is delivered again after restart.
+        await cancelWhenGracefulShutdown {
+            await withTaskGroup(of: Void.self) { group in
+                for delivery in deliveries { group.addTask { await delivery.run() } }
+            }
+        }
         logger.info("ferryd stopping")
         server.stopIntake()
         await pipeline.stop()
         await server.stop()
-        try? await sink.shutdown()
+        for (_, sink) in sinks { try? await sink.shutdown() }
         await io.run { context.terminate() }
         logger.info("ferryd stopped", metadata: ["accepted": "\(counters.accepted.load(ordering: .relaxed))"])
     }
@@ -306,7 +340,8 @@ public final class FerryAgent: Service, Sendable {
     // MARK: Control
 
     /// Answers one control request (JSON in, JSON out). Consent changes go through the commit
-    /// thread; `reply` is called once, from whichever thread finishes the work.
+    /// thread and a dead-letter replay waits on its sink; `reply` is called exactly once, from
+    /// whichever thread finishes the work.
     func handleControl(_ request: [UInt8], peer: PeerCredentials?, reply: @escaping @Sendable ([UInt8]) -> Void) {
         @Sendable func fail(_ message: String, valid: [String] = []) {
             var object: [String: Any] = ["ok": false, "error": message]
@@ -324,6 +359,10 @@ public final class FerryAgent: Service, Sendable {
             return reply(Self.json(status()))
         case "consent_state":
             return reply(Self.json(["ok": true, "consent": Self.jsonObject(engine.snapshot())]))
+        case "deadletter_replay":
+            let id = object["id"] as? String, sink = object["sink"] as? String
+            Task { reply(Self.json(await self.replayDeadLetter(id: id, sink: sink))) }
+            return
         case "consent_log":
             let persisted = engine.persisted
             do {
@@ -359,6 +398,36 @@ public final class FerryAgent: Service, Sendable {
             }
         }
         if !submitted { fail("the agent is shutting down") }
+    }
+
+    /// `{"op":"deadletter_replay","id":…,"sink":…}`: hands a dead letter to its sink once more.
+    /// `sink` may be left out when only one sink holds `id`.
+    func replayDeadLetter(id: String?, sink: String?) async -> [String: Any] {
+        guard let id, DeadLetterStore.isValidID(id) else {
+            return ["ok": false, "error": "deadletter_replay needs a string field \"id\" naming a dead letter"]
+        }
+        guard let deliveries = running.withLock({ $0?.deliveries }) else { return ["ok": false, "error": "agent starting"] }
+        var name = sink
+        if name == nil {
+            let store = DeadLetterStore(dataDirectory: configuration.dataDirectory)
+            let holders = (try? await BlockingExecutor.shared.run { try store.sinks(holding: id) }) ?? []
+            guard holders.count == 1 else {
+                return ["ok": false, "error": holders.isEmpty ? "no dead letter \(id)"
+                    : "dead letter \(id) exists for sinks \(holders.joined(separator: ", ")); give \"sink\""]
+            }
+            name = holders[0]
+        }
+        guard let delivery = deliveries.first(where: { $0.name == name }) else {
+            return ["ok": false, "error": "no sink named \"\(name ?? "")\"; sinks: \(deliveries.map(\.name).joined(separator: ", "))"]
+        }
+        do {
+            let events = try await delivery.replay(id: id)
+            return ["ok": true, "sink": delivery.name, "id": id, "events": events]
+        } catch let error as AgentError {
+            return ["ok": false, "sink": delivery.name, "id": id, "error": error.message]
+        } catch {
+            return ["ok": false, "sink": delivery.name, "id": id, "error": "\(error)"]
+        }
     }
 
     /// Parses a state-changing control request.
@@ -424,7 +493,7 @@ public final class FerryAgent: Service, Sendable {
 
     /// Every op the control socket answers.
     static let controlOps = [
-        "status", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
+        "status", "deadletter_replay", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
         "enable_features", "disable_features", "purge", "forget", "start",
     ]
 
@@ -439,19 +508,32 @@ public final class FerryAgent: Service, Sendable {
     public func status() -> [String: Any] {
         guard let running = running.withLock({ $0 }) else { return ["ok": false, "error": "agent starting"] }
         let log = running.log.status()
-        let delivery = running.delivery.state.withLock { $0 }
         let now = WallClock.unixMilliseconds()
         var oldestAge: Any = NSNull()
         if log.undeliveredEvents > 0, let at = running.log.oldestUndeliveredAcceptedAt() {
             oldestAge = now >= at ? Int(now - at) : 0
         }
-        var deliveryJSON: [String: Any] = [
-            "sink": delivery.sink, "state": delivery.phase.rawValue,
-            "consecutive_failures": delivery.consecutiveFailures,
-        ]
-        if let at = delivery.lastSuccessAt { deliveryJSON["last_success_at"] = Int(at) }
-        if let error = delivery.lastError { deliveryJSON["last_error"] = error }
-        if let at = delivery.retryAt, delivery.phase == .retrying { deliveryJSON["retry_at"] = Int(at) }
+        let sinksJSON = zip(running.deliveries, sinks).map { delivery, configured -> [String: Any] in
+            let state = delivery.state.withLock { $0 }
+            var json: [String: Any] = [
+                "name": state.sink, "type": configured.configuration.kind.typeName, "state": state.phase.rawValue,
+                "circuit": state.circuit.rawValue, "consecutive_failures": state.consecutiveFailures,
+                "backlog_events": log.backlog[state.sink] ?? 0, "delivered": state.delivered,
+                "retried": state.retried, "dead_lettered": state.deadLettered,
+                "cursor": log.cursors[state.sink]?.description ?? NSNull(),
+                "last_success_at": state.lastSuccessAt.map { Int($0) } ?? NSNull(),
+                "last_error": state.lastError ?? NSNull(),
+                "retry_at": NSNull(),
+            ]
+            if let at = state.retryAt, state.phase == .retrying { json["retry_at"] = Int(at) }
+            return json
+        }
+        // The single-sink shape of earlier versions: the first sink.
+        var deliveryJSON: [String: Any] = [:]
+        if let first = sinksJSON.first {
+            deliveryJSON = ["sink": first["name"]!, "state": first["state"]!, "consecutive_failures": first["consecutive_failures"]!]
+            for key in ["last_success_at", "last_error", "retry_at"] where !(first[key] is NSNull) { deliveryJSON[key] = first[key] }
+        }
         return [
             "ok": true,
             "pid": Int(getpid()),
@@ -468,6 +550,7 @@ public final class FerryAgent: Service, Sendable {
             ] as [String: Any],
             "delivery": deliveryJSON,
             "consent": Self.jsonObject(running.consent.snapshot()),
+            "sinks": sinksJSON,
             "counters": counters.snapshot,
             "recovery": [
                 "events": running.recovery.records,

@@ -14,7 +14,7 @@ import Synchronization
 /// cursor, and on start the current file is cut back to the checkpoint, so a crash between the
 /// write and the cursor update never leaves a line twice: delivery to this sink is exactly-once.
 public final class FileSink: Sink {
-    public let name = "file"
+    public let name: String
     /// The directory the files are written to.
     public let directory: String
     private let maxFileBytes: Int64
@@ -26,8 +26,9 @@ public final class FileSink: Sink {
         var length: Int64 = 0
     }
 
-    /// Creates a sink writing into `directory` (created 0700 if missing).
-    public init(directory: String, maxFileBytes: Int64 = 64 << 20) {
+    /// Creates a sink named `name` writing into `directory` (created 0700 if missing).
+    public init(name: String = "file", directory: String, maxFileBytes: Int64 = 64 << 20) {
+        self.name = name
         self.directory = directory
         self.maxFileBytes = maxFileBytes
         io = BlockingExecutor.shared

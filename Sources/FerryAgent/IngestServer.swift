@@ -15,7 +15,9 @@ import ZeroMQ
 ///   sends the acks it gets back;
 /// - `events` (XPUB): publishes bus messages, tracking subscriptions so nothing is serialised
 ///   for a topic nobody listens to;
-/// - `control` (REP): answers JSON requests through the agent's handler.
+/// - `control` (ROUTER, answering REQ clients like a REP socket): answers JSON requests through
+///   the agent's handler, which may reply later (a dead-letter replay waits on a sink) without
+///   holding up other requests.
 ///
 /// Other threads talk to it through a lock-protected outbox and a wake-up pipe, never by touching
 /// a socket.
@@ -31,7 +33,8 @@ final class IngestServer: Sendable {
     private enum Outbound: Sendable {
         case committed([CommittedBatch])
         case publish(BusTopic, [UInt8])
-        case controlReply([UInt8])
+        /// A control reply: the requester's routing envelope and the reply body.
+        case controlReply([[UInt8]], [UInt8])
     }
 
     private let context: ZMQContext
@@ -45,14 +48,16 @@ final class IngestServer: Sendable {
     private let intakeStopped = Atomic<Bool>(false)
     private let subscriptions = Mutex<Set<[UInt8]>>([])
     private let thread = Mutex<DedicatedThread?>(nil)
+    /// Set when the wake pipe is closed; a late control reply (from a task) checks it under the
+    /// lock so it never writes to a closed (maybe reused) descriptor.
+    private let wakeClosed = Mutex(false)
     private let control: ControlHandler
-    /// A control request is being answered; no other is read until its reply goes out (REP).
-    private let controlBusy = Atomic<Bool>(false)
 
     /// Answers one control request: the request frame, the caller's kernel credentials, and a
-    /// function to call exactly once, from any thread, with the reply.
+    /// function to call exactly once, from any thread, at once or later, with the reply.
     typealias ControlHandler = @Sendable (_ request: [UInt8], _ peer: PeerCredentials?, _ reply: @escaping @Sendable ([UInt8]) -> Void) -> Void
 
+    /// `control` answers a request by calling its reply function once, at once or later.
     init(
         context: ZMQContext, configuration: AgentConfiguration, pipeline: CommitPipeline, counters: AgentCounters,
         logger: Logger, control: @escaping ControlHandler
@@ -103,7 +108,10 @@ final class IngestServer: Sendable {
         stopping.store(true, ordering: .releasing)
         wake.wake()
         if let thread = thread.withLock({ $0 }) { await thread.joinAsync() }
-        wake.close()
+        wakeClosed.withLock { closed in
+            closed = true
+            wake.close()
+        }
     }
 
     /// Called on the commit thread with each group's results.
@@ -148,7 +156,7 @@ final class IngestServer: Sendable {
             let events = try ZMQSocket(context: context, type: .xpub)
             try events.setSendHighWaterMark(100_000)
             try events.bind(FerryPaths.eventsEndpoint(runtime))
-            let control = try ZMQSocket(context: context, type: .rep)
+            let control = try ZMQSocket(context: context, type: .router)
             try control.bind(FerryPaths.controlEndpoint(runtime))
             return Sockets(ingest: ingest, events: events, control: control)
         } catch {
@@ -164,7 +172,7 @@ final class IngestServer: Sendable {
             var items: [ZMQPollItem] = [
                 .fileDescriptor(wake.readEnd, .readable),
                 .socket(sockets.events, .readable),
-                .socket(sockets.control, controlBusy.load(ordering: .acquiring) ? [] : .readable),
+                .socket(sockets.control, .readable),
             ]
             if acceptInput { items.append(.socket(sockets.ingest, .readable)) }
             let ready: [ZMQPollEvents]
@@ -203,9 +211,8 @@ final class IngestServer: Sendable {
                 for batch in batches { reply(batch, sockets) }
             case .publish(let topic, let json):
                 send(sockets.events, [Array(topic.rawValue.utf8), json])
-            case .controlReply(let reply):
-                send(sockets.control, [reply])
-                controlBusy.store(false, ordering: .releasing)
+            case .controlReply(let envelope, let body):
+                send(sockets.control, envelope + [body])
             }
         }
     }
@@ -259,14 +266,17 @@ final class IngestServer: Sendable {
     }
 
     private func answerControl(_ socket: ZMQSocket) {
-        guard !controlBusy.load(ordering: .acquiring),
-              let (message, peer) = try? socket.receiveWithPeer(dontWait: true) else { return }
-        controlBusy.store(true, ordering: .releasing)
-        // Answered asynchronously (a consent change waits for the commit thread) while ingest
-        // goes on; REP lets no second request in before this reply.
-        control(message.count == 1 ? message[0] : [], peer) { [self] reply in
-            outbox.withLock { $0.append(.controlReply(reply)) }
-            wake.wake()
+        for _ in 0..<64 {
+            // A REQ client's message arrives as [routing id, empty delimiter, body]; the kernel
+            // tells who sent it (SO_PEERCRED on the IPC connection), for the consent audit log.
+            guard let (message, peer) = try? socket.receiveWithPeer(dontWait: true) else { return }
+            guard let delimiter = message.firstIndex(where: \.isEmpty), delimiter > 0 else { continue }
+            let envelope = Array(message[...delimiter])
+            let body = message.count == delimiter + 2 ? message[delimiter + 1] : []
+            control(body, peer) { [self] reply in
+                outbox.withLock { $0.append(.controlReply(envelope, reply)) }
+                wakeClosed.withLock { closed in if !closed { wake.wake() } }
+            }
         }
     }
 

@@ -41,6 +41,10 @@ final class LogWriter {
             active = Open(index: 0, path: "", fd: -1, written: 0, records: 0)
             active = try Self.create(log: log)
             try FileIO.syncDirectory(log.directory)
+            let index = active.index
+            log.state.withLock { state in
+                if let i = state.segments.firstIndex(where: { $0.index == index }) { state.segments[i].visible = true }
+            }
         }
         groupStart = (active.index, active.written)
         totalBytes = log.state.withLock { $0.segments.reduce(0) { $0 + $1.size } }
@@ -67,7 +71,7 @@ final class LogWriter {
         }
         log.state.withLock { state in
             state.segments.append(SegmentInfo(index: index, path: path, size: SegmentedLog.segmentHeaderSize,
-                                              records: 0, deliveredRecords: 0))
+                                              records: 0, deliveredRecords: [:], visible: false))
         }
         return Open(index: index, path: path, fd: fd, written: SegmentedLog.segmentHeaderSize, records: 0)
     }
@@ -124,6 +128,7 @@ final class LogWriter {
                 if let i = state.segments.firstIndex(where: { $0.index == open.index }) {
                     state.segments[i].size = open.written
                     state.segments[i].records = open.records
+                    state.segments[i].visible = true
                 }
             }
         }
@@ -174,13 +179,16 @@ final class LogWriter {
         }
         try FileIO.unlink(oldest.path)
         try FileIO.syncDirectory(log.directory)
-        let lost = oldest.records - oldest.deliveredRecords
-        log.state.withLock { state in
+        let lost = log.state.withLock { state -> Int in
+            let lost = oldest.undelivered(consumers: state.cursors.keys)
             state.segments.removeAll { $0.index == oldest.index }
             state.droppedRecords += lost
-            if state.cursor.segment <= oldest.index, let next = state.segments.first {
-                state.cursor = LogPosition(segment: next.index, offset: SegmentedLog.segmentHeaderSize)
+            if let next = state.segments.first {
+                for (consumer, cursor) in state.cursors where cursor.segment <= oldest.index {
+                    state.cursors[consumer] = LogPosition(segment: next.index, offset: SegmentedLog.segmentHeaderSize)
+                }
             }
+            return lost
         }
         totalBytes -= oldest.size
         return lost

@@ -56,8 +56,16 @@ struct SegmentInfo: Sendable {
     /// Bytes known durable (fsync'd) and readable.
     var size: Int64
     var records: Int
-    /// Records before the delivery cursor.
-    var deliveredRecords: Int
+    /// Records before each consumer's cursor, by consumer (sink) name.
+    var deliveredRecords: [String: Int]
+    /// False for a segment the writer created in a group not yet committed: readers must not
+    /// move on to it, or they would skip that group's records still going into the one before.
+    var visible = true
+
+    /// Records some consumer has not passed yet (the most any registered consumer lacks).
+    func undelivered(consumers: some Collection<String>) -> Int {
+        consumers.map { records - (deliveredRecords[$0] ?? 0) }.max() ?? 0
+    }
 }
 
 /// A segmented append-only log of events on disk.
@@ -65,6 +73,9 @@ struct SegmentInfo: Sendable {
 /// Layout: `<directory>/<index, 20 digits>.seg`, each starting with a 16-byte header
 /// (`FERRYSG1`, index). The writer thread appends through a ``LogWriter``; readers read committed
 /// bytes only. All bookkeeping shared between threads lives behind one lock.
+///
+/// Every consumer (one per sink, by name) has its own delivery cursor; a segment can be deleted
+/// only once every consumer's cursor has passed it.
 public final class SegmentedLog: Sendable {
     /// The directory holding the segment files.
     public let directory: String
@@ -74,12 +85,12 @@ public final class SegmentedLog: Sendable {
 
     struct State {
         var segments: [SegmentInfo]
-        /// Everything before this position has been delivered.
-        var cursor: LogPosition
+        /// Per consumer (sink name): everything before this position has been delivered to it.
+        var cursors: [String: LogPosition]
         var nextIndex: UInt64
         var droppedRecords: Int = 0
-        /// Erased records not yet passed by the cursor (they hold no event).
-        var erasedPending: Int = 0
+        /// Per consumer: erased records it has not passed yet (they hold no event).
+        var erasedPending: [String: Int] = [:]
     }
 
     /// Size of the segment file header.
@@ -98,11 +109,24 @@ public final class SegmentedLog: Sendable {
         return header
     }
 
-    /// Opens (or creates) the log in `directory` and recovers it: a torn tail of the last segment
-    /// is truncated, damaged records elsewhere are skipped. `cursor` is the delivery position to
-    /// resume from. `seedDedup` is called with every recovered event, oldest first.
-    public init(
+    /// The consumer name used by the single-cursor API (the default file sink's name).
+    public static let defaultConsumer = "file"
+
+    /// Opens the log with one consumer, ``defaultConsumer``, resuming from `cursor`.
+    public convenience init(
         directory: String, configuration: LogConfiguration, cursor: LogPosition?, logger: Logger,
+        recovered report: inout RecoveryReport, seedDedup: (EventID, UInt64) -> Void
+    ) throws {
+        try self.init(directory: directory, configuration: configuration, cursors: [Self.defaultConsumer: cursor],
+                      logger: logger, recovered: &report, seedDedup: seedDedup)
+    }
+
+    /// Opens (or creates) the log in `directory` and recovers it: a torn tail of the last segment
+    /// is truncated, damaged records elsewhere are skipped. `cursors` names every consumer (sink)
+    /// with the position it resumes from (`nil`: the oldest segment). `seedDedup` is called with
+    /// every recovered event, oldest first.
+    public init(
+        directory: String, configuration: LogConfiguration, cursors: [String: LogPosition?], logger: Logger,
         recovered report: inout RecoveryReport, seedDedup: (EventID, UInt64) -> Void
     ) throws {
         self.directory = directory
@@ -116,15 +140,16 @@ public final class SegmentedLog: Sendable {
         }.sorted()
 
         var segments: [SegmentInfo] = []
-        var erasedPending = 0
+        var erasedPending: [String: Int] = [:]
         for (position, index) in indices.enumerated() {
             let path = directory + "/" + Self.fileName(for: index)
             let isLast = position == indices.count - 1
             let scan = try SegmentScanner.scan(path: path, truncateTornTail: isLast) { offset, size, body in
                 guard body.count >= LogRecord.bodyPrefixSize + 16 else { return }
-                if body[0] == LogRecord.Kind.erased.rawValue,
-                   cursor.map({ LogPosition(segment: index, offset: offset) >= $0 }) ?? true {
-                    erasedPending += 1
+                if body[0] == LogRecord.Kind.erased.rawValue {
+                    for (consumer, cursor) in cursors where cursor.map({ LogPosition(segment: index, offset: offset) >= $0 }) ?? true {
+                        erasedPending[consumer, default: 0] += 1
+                    }
                 }
                 let acceptedAt = body.loadLE(at: 1, as: UInt64.self)
                 seedDedup(EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt)
@@ -134,21 +159,22 @@ public final class SegmentedLog: Sendable {
             report.corruptRegions += scan.corruptRegions
             report.corruptBytes += scan.corruptBytes
             report.truncatedBytes += scan.truncatedBytes
-            var delivered = 0
-            if let cursor {
+            var delivered: [String: Int] = [:]
+            for (consumer, cursor) in cursors {
+                guard let cursor else { continue }
                 if index < cursor.segment {
-                    delivered = scan.records.count
+                    delivered[consumer] = scan.records.count
                 } else if index == cursor.segment {
-                    delivered = scan.records.prefix { $0 < cursor.offset }.count
+                    delivered[consumer] = scan.records.prefix { $0 < cursor.offset }.count
                 }
             }
             segments.append(SegmentInfo(index: index, path: path, size: scan.size, records: scan.records.count,
                                         deliveredRecords: delivered))
         }
         let first = segments.first?.index ?? 1
-        var start = cursor ?? LogPosition(segment: first, offset: Self.segmentHeaderSize)
-        if start.segment < first { start = LogPosition(segment: first, offset: Self.segmentHeaderSize) }
-        state = Mutex(State(segments: segments, cursor: start, nextIndex: (indices.last ?? 0) + 1,
+        let oldest = LogPosition(segment: first, offset: Self.segmentHeaderSize)
+        let starts = cursors.mapValues { cursor in cursor.map { $0.segment < first ? oldest : $0 } ?? oldest }
+        state = Mutex(State(segments: segments, cursors: starts, nextIndex: (indices.last ?? 0) + 1,
                             erasedPending: erasedPending))
     }
 
@@ -162,7 +188,7 @@ public final class SegmentedLog: Sendable {
         var events: [StoredEvent] = []
         var bytes = 0
         while events.count < maxEvents && bytes < maxBytes {
-            let segments = state.withLock { $0.segments }
+            let segments = state.withLock { $0.segments.filter(\.visible) }
             guard let segment = segments.first(where: { $0.index >= position.segment }) else { break }
             if segment.index != position.segment {
                 position = LogPosition(segment: segment.index, offset: Self.segmentHeaderSize)
@@ -269,9 +295,11 @@ public final class SegmentedLog: Sendable {
         }
         for (_, file) in touched { try FileIO.fdatasync(file.fd, path: file.path) }
         if !erased.isEmpty {
-            let cursor = self.cursor
-            let pending = erased.count { $0.position >= cursor }
-            state.withLock { $0.erasedPending += pending }
+            state.withLock { state in
+                for (consumer, cursor) in state.cursors {
+                    state.erasedPending[consumer, default: 0] += erased.count { $0.position >= cursor }
+                }
+            }
         }
         return erased
     }
@@ -284,28 +312,48 @@ public final class SegmentedLog: Sendable {
 
     // MARK: Delivery bookkeeping
 
-    /// The position delivery resumes from.
-    public var cursor: LogPosition { state.withLock { $0.cursor } }
+    /// The oldest position some consumer still needs (the smallest cursor): everything before it
+    /// has been delivered to every sink.
+    public var cursor: LogPosition { state.withLock { Self.oldestCursor($0) } }
 
-    /// Records that `events` were delivered and moves the cursor to `next` (never backwards: a
-    /// segment dropped meanwhile may already have moved it further).
-    public func markDelivered(_ events: [StoredEvent], next: LogPosition) {
+    private static func oldestCursor(_ state: State) -> LogPosition {
+        state.cursors.values.min() ?? LogPosition(segment: state.segments.first?.index ?? 1, offset: segmentHeaderSize)
+    }
+
+    /// The position `consumer` resumes from (the oldest segment for an unknown consumer).
+    public func cursor(for consumer: String) -> LogPosition {
         state.withLock { state in
-            guard next > state.cursor else { return }
-            for event in events where event.position >= state.cursor {
-                if let i = state.segments.firstIndex(where: { $0.index == event.position.segment }) {
-                    state.segments[i].deliveredRecords += 1
-                }
-                if event.isErased { state.erasedPending = max(0, state.erasedPending - 1) }
-            }
-            state.cursor = next
+            state.cursors[consumer]
+                ?? LogPosition(segment: state.segments.first?.index ?? 1, offset: Self.segmentHeaderSize)
         }
     }
 
-    /// Segments wholly before the cursor, other than the active (last) one: safe to delete.
+    /// The consumers (sink names) the log keeps segments for.
+    public var consumers: [String] { state.withLock { $0.cursors.keys.sorted() } }
+
+    /// Records that `events` were delivered to `consumer` and moves its cursor to `next` (never
+    /// backwards: a segment dropped meanwhile may already have moved it further).
+    public func markDelivered(_ events: [StoredEvent], next: LogPosition, consumer: String = SegmentedLog.defaultConsumer) {
+        state.withLock { state in
+            let first = LogPosition(segment: state.segments.first?.index ?? 1, offset: Self.segmentHeaderSize)
+            let current = state.cursors[consumer] ?? first
+            guard next > current else { return }
+            for event in events where event.position >= current {
+                if let i = state.segments.firstIndex(where: { $0.index == event.position.segment }) {
+                    state.segments[i].deliveredRecords[consumer, default: 0] += 1
+                }
+                if event.isErased { state.erasedPending[consumer] = max(0, (state.erasedPending[consumer] ?? 0) - 1) }
+            }
+            state.cursors[consumer] = next
+        }
+    }
+
+    /// Segments wholly before every consumer's cursor, other than the active (last) one: safe to
+    /// delete. With no consumer nothing is.
     func deliveredSegments() -> [SegmentInfo] {
         state.withLock { state in
-            state.segments.dropLast().filter { $0.index < state.cursor.segment }
+            guard let oldest = state.cursors.values.min() else { return [] }
+            return state.segments.dropLast().filter { $0.index < oldest.segment }
         }
     }
 
@@ -318,27 +366,39 @@ public final class SegmentedLog: Sendable {
 
     /// A consistent snapshot of the log's size.
     public struct Status: Sendable {
-        /// Events not yet delivered.
+        /// Events not yet delivered to every sink.
         public var undeliveredEvents: Int
+        /// Events not yet delivered, per consumer (sink name).
+        public var backlog: [String: Int]
         /// Bytes of all segment files.
         public var bytes: Int64
         /// Number of segment files.
         public var segments: Int
         /// Events deleted by the drop-oldest policy since start.
         public var droppedEvents: Int
-        /// Where delivery resumes.
+        /// The oldest position some sink still needs.
         public var cursor: LogPosition
+        /// Each consumer's cursor.
+        public var cursors: [String: LogPosition]
     }
 
     /// The log's size now.
     public func status() -> Status {
         state.withLock { state in
-            Status(
-                undeliveredEvents: max(0, state.segments.reduce(0) { $0 + $1.records - $1.deliveredRecords } - state.erasedPending),
+            let consumers = state.cursors.keys
+            var backlog: [String: Int] = [:]
+            for consumer in consumers {
+                let records = state.segments.reduce(0) { $0 + $1.records - ($1.deliveredRecords[consumer] ?? 0) }
+                backlog[consumer] = max(0, records - (state.erasedPending[consumer] ?? 0))
+            }
+            return Status(
+                undeliveredEvents: backlog.values.max() ?? 0,
+                backlog: backlog,
                 bytes: state.segments.reduce(0) { $0 + $1.size },
                 segments: state.segments.count,
                 droppedEvents: state.droppedRecords,
-                cursor: state.cursor)
+                cursor: Self.oldestCursor(state),
+                cursors: state.cursors)
         }
     }
 

@@ -67,6 +67,20 @@ public final class AgentProcess: Sendable {
     /// batch has been delivered and acknowledged.
     public var cursorPath: String { dataDirectory + "/cursors/file.cursor" }
 
+    /// The delivery cursor of sink `name` (`<data>/cursors/<name>.cursor`).
+    public func cursorPath(sink name: String) -> String { dataDirectory + "/cursors/" + name + ".cursor" }
+
+    /// The dead-letter directory of sink `name` (`<data>/deadletter/<name>`).
+    public func deadLetterDirectory(sink name: String) -> String { dataDirectory + "/deadletter/" + name }
+
+    /// Writes `json` as a configuration file in `directory` and returns the `--config` arguments
+    /// for ``init(in:sinkDirectory:extraArguments:start:)``'s `extraArguments`.
+    public static func configurationArguments(_ json: String, in directory: TemporaryDirectory) throws -> [String] {
+        let path = directory.appending("ferryd.json")
+        try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+        return ["--config", path]
+    }
+
     /// Environment for CLI commands and clients so they find this agent (`FERRY_RUNTIME_DIR`).
     public var environment: [String: String] { ["FERRY_RUNTIME_DIR": runtimeDirectory] }
 

@@ -199,9 +199,10 @@ public final class ZMQSocket {
                 let data = zmq_msg_data(&message)!
                 frame = Array(UnsafeRawBufferPointer(start: data, count: size))
             }
-            if wantPeer && frames.isEmpty {
+            if wantPeer && peer == nil {
                 // ZMQ_SRCFD is deprecated in libzmq but still the only way to reach the socket
-                // a message came from; the fd is only read here, never kept.
+                // a message came from; the fd is only read here, never kept. A ROUTER's routing
+                // id frame is made locally and carries none, so look at each frame.
                 let fd = zmq_msg_get(&message, ZMQ_SRCFD)
                 if fd >= 0 { peer = PeerCredentials(socket: fd) }
             }

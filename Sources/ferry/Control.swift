@@ -8,10 +8,20 @@ enum Control {
     /// Sends `request` and returns the decoded JSON reply, or throws a clear "not running" error.
     /// Blocking: for the synchronous commands (`status`, `tail`).
     static func request(_ request: FerryControl.Request, runtimeDirectory: String, timeout: Duration = .seconds(3)) throws -> [String: Any] {
+        try self.request(body: request.encoded(), runtimeDirectory: runtimeDirectory, timeout: timeout)
+    }
+
+    /// ``request(_:runtimeDirectory:timeout:)`` for a request built as a JSON object.
+    static func request(_ request: [String: Any], runtimeDirectory: String, timeout: Duration = .seconds(3)) throws -> [String: Any] {
+        let body = Array(try JSONSerialization.data(withJSONObject: request, options: [.sortedKeys]))
+        return try self.request(body: body, runtimeDirectory: runtimeDirectory, timeout: timeout)
+    }
+
+    private static func request(body: [UInt8], runtimeDirectory: String, timeout: Duration) throws -> [String: Any] {
         let control = FerryControl(runtimeDirectory: runtimeDirectory, timeout: timeout)
         let reply: FerryControl.Reply
         do {
-            reply = try control.sendBlocking(request)
+            reply = try control.sendBlocking(json: body)
         } catch {
             throw CLIError(error, runtimeDirectory: runtimeDirectory)
         }

@@ -32,7 +32,10 @@ struct Queue: ParsableCommand {
             guard FileManager.default.fileExists(atPath: data) else {
                 throw CLIError.message("no data directory at \(data) (pass --data-dir)")
             }
-            let cursor = try? CursorStore(dataDirectory: data, sink: "file").load()?.position
+            // "Delivered" means delivered to every sink: the oldest of the sinks' cursors.
+            let cursorNames = ((try? FileManager.default.contentsOfDirectory(atPath: data + "/cursors")) ?? [])
+                .filter { $0.hasSuffix(".cursor") }.map { String($0.dropLast(7)) }
+            let cursor = cursorNames.compactMap { try? CursorStore(dataDirectory: data, sink: $0).load()?.position }.min()
             let names = ((try? FileManager.default.contentsOfDirectory(atPath: segmentsDir)) ?? [])
                 .filter { $0.hasSuffix(".seg") }.sorted()
             var totalRecords = 0, totalDamage = 0, undelivered = 0

@@ -22,7 +22,7 @@ struct Status: ParsableCommand {
             return
         }
         let queue = status["queue"] as? [String: Any] ?? [:]
-        let delivery = status["delivery"] as? [String: Any] ?? [:]
+        let sinks = status["sinks"] as? [[String: Any]] ?? []
         let counters = status["counters"] as? [String: Any] ?? [:]
         let age = (queue["oldest_undelivered_age_ms"] as? NSNumber).map { "\($0.intValue) ms" } ?? "-"
         print("ferryd pid \(status["pid"] ?? "?"), up \(((status["uptime_ms"] as? NSNumber)?.intValue ?? 0) / 1000) s")
@@ -32,11 +32,21 @@ struct Status: ParsableCommand {
         print("  events        \(queue["events"] ?? 0)")
         print("  bytes         \(queue["bytes"] ?? 0) in \(queue["segments"] ?? 0) segments")
         print("  oldest        \(age)")
-        print("delivery")
-        print("  sink          \(delivery["sink"] ?? "?") (\(delivery["state"] ?? "?"))")
-        print("  failures      \(delivery["consecutive_failures"] ?? 0) consecutive")
-        if let error = delivery["last_error"] { print("  last error    \(error)") }
+        print("sinks")
+        for sink in sinks {
+            print("  \(sink["name"] ?? "?") (\(sink["type"] ?? "?")): \(sink["state"] ?? "?"), circuit \(sink["circuit"] ?? "?")")
+            print("    backlog     \(sink["backlog_events"] ?? 0) events")
+            print("    delivered   \(sink["delivered"] ?? 0), retried \(sink["retried"] ?? 0), dead-lettered \(sink["dead_lettered"] ?? 0)")
+            print("    failures    \(sink["consecutive_failures"] ?? 0) consecutive")
+            if let at = sink["last_success_at"] as? NSNumber { print("    last ok     \(Self.time(at.intValue))") }
+            if let at = sink["retry_at"] as? NSNumber { print("    next try    \(Self.time(at.intValue))") }
+            if let error = sink["last_error"] as? String { print("    last error  \(error)") }
+        }
         print("counters")
         for key in counters.keys.sorted() { print("  \(key.padding(toLength: 20, withPad: " ", startingAt: 0))\(counters[key]!)") }
+    }
+
+    static func time(_ ms: Int) -> String {
+        ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
     }
 }

@@ -7,7 +7,7 @@ import ZeroMQ
 struct Tail: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Watch the agent's event bus live (no replay of earlier messages).",
-        discussion: "Topics: accepted, delivered, dropped, rejected. Without --topic, all of them."
+        discussion: "Topics: accepted, delivered, dropped, rejected, circuit. Without --topic, all of them."
     )
 
     @Option(name: .customLong("topic"), help: "Only this topic (prefix match). Repeatable.")
@@ -70,7 +70,10 @@ struct Tail: ParsableCommand {
         parts.append(topicName.padding(toLength: 10, withPad: " ", startingAt: 0))
         if let type = object["type"] as? String { parts.append(type) }
         if let name = object["name"] as? String { parts.append("\"\(name)\"") }
-        for key in ["reason", "sink", "source", "pid", "seq", "id"] {
+        if let state = object["state"] as? String, let previous = object["previous"] as? String {
+            parts.append("\(previous) -> \(state)")
+        }
+        for key in ["reason", "sink", "source", "pid", "seq", "id", "consecutive_failures", "error"] {
             if let value = object[key] { parts.append("\(key)=\(value)") }
         }
         return parts.joined(separator: " ")

@@ -21,7 +21,7 @@ struct FerryDaemon: AsyncParsableCommand {
     @Option(name: .long, help: "Runtime directory for the sockets. Overrides the file. Default: $FERRY_RUNTIME_DIR, $XDG_RUNTIME_DIR/ferry or /tmp/ferry-<uid>.")
     var runtimeDir: String?
 
-    @Option(name: .long, help: "Directory of the file sink. Default: <data dir>/delivered.")
+    @Option(name: .long, help: "Directory of the first file sink. Default: <data dir>/delivered.")
     var sinkDir: String?
 
     @Option(name: .long, help: "Largest accepted event in bytes (default 65536).")
@@ -43,8 +43,9 @@ struct FerryDaemon: AsyncParsableCommand {
             if let dataDir { configuration.dataDirectory = dataDir }
             if let runtimeDir { configuration.runtimeDirectory = runtimeDir }
             if let maxEventBytes { configuration.maxEventBytes = maxEventBytes }
-            if let sinkDir, case .file(_, let max) = configuration.sink {
-                configuration.sink = .file(directory: sinkDir, maxFileBytes: max)
+            if let sinkDir, let index = configuration.sinks.firstIndex(where: { $0.fileDirectory(dataDirectory: "") != nil }),
+               case .file(_, let max) = configuration.sinks[index].kind {
+                configuration.sinks[index].kind = .file(directory: sinkDir, maxFileBytes: max)
             }
             try configuration.validate()
         } catch let error as AgentError {

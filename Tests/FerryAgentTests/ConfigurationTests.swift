@@ -44,7 +44,10 @@ struct ConfigurationTests {
         #expect(config.dedup == AgentConfiguration.Dedup(maxEntries: 10, maxAgeSeconds: 60))
         #expect(config.delivery == AgentConfiguration.Delivery(batchMaxEvents: 5, batchMaxBytes: 1000,
                                                                retryInitialMilliseconds: 15, retryMaxMilliseconds: 2500))
-        #expect(config.sink == .file(directory: "/tmp/fa-out", maxFileBytes: 12345))
+        // The single "sink" key is a one-element list named after its type, with delivery's defaults.
+        #expect(config.sinks == [AgentConfiguration.SinkConfiguration(
+            name: "file", kind: .file(directory: "/tmp/fa-out", maxFileBytes: 12345),
+            batch: .init(maxEvents: 5, maxBytes: 1000), retry: .init(initialMilliseconds: 15, maxMilliseconds: 2500))])
         #expect(config.fileSinkDirectory == "/tmp/fa-out")
     }
 

@@ -140,6 +140,20 @@ struct ConsentCLIEndToEndTests {
         try await Self.ferry(agent, ["consent", "log", "--json"], exit: 1)
     }
 
+    @Test("a killed agent (stale control socket) is reported as not running by every consent command")
+    func killedAgent() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir)
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        agent.kill9()
+        for args in [["consent", "show"], ["consent", "set", "all", "denied"], ["purge"], ["forget", "--user", "u"]] {
+            let result = try await Self.ferry(agent, args, exit: 1)
+            #expect(result.stderr.contains("ferryd is not running"), "\(result)")
+        }
+    }
+
     @Test("ferry forget erases exactly one user's events from disk; ferry purge by category and all")
     func purgeAndForget() async throws {
         let dir = try TemporaryDirectory()
@@ -254,9 +268,10 @@ struct ConsentCLIEndToEndTests {
         // The agent gone: agentNotRunning naming the endpoint.
         agent.kill9()
         let gone = await #expect(throws: FerryClientError.self) {
-            try await FerryControl(runtimeDirectory: agent.runtimeDirectory, timeout: .milliseconds(500)).consentState()
+            try await FerryControl(runtimeDirectory: agent.runtimeDirectory).consentState()
         }
         #expect(gone?.code == .agentNotRunning)
+        #expect(gone?.message.contains("stale socket") == true, "\(String(describing: gone))")
         #expect(gone?.endpoint == "ipc://\(agent.runtimeDirectory)/control")
     }
 }

@@ -137,10 +137,12 @@ struct FerryControlTests {
         let stale = dir.appending("rt")
         try FileManager.default.createDirectory(atPath: stale, withIntermediateDirectories: true)
         #expect(FileManager.default.createFile(atPath: stale + "/control", contents: nil))
-        let control = FerryControl(runtimeDirectory: stale, timeout: .milliseconds(300))
+        // Found at once by a plain connect(2), without waiting out the (default, 60 s) reply timeout.
+        let control = FerryControl(runtimeDirectory: stale)
         let noAnswer = await #expect(throws: FerryClientError.self) { try await control.setTracking(true) }
         #expect(noAnswer?.code == .agentNotRunning)
         #expect(noAnswer?.endpoint == "ipc://\(stale)/control")
+        #expect(noAnswer?.message.contains("stale socket") == true, "\(String(describing: noAnswer))")
 
         // FerryClient's methods report the same.
         var logger = Logger(label: "ferry-tests")

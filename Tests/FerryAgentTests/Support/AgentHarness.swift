@@ -22,8 +22,14 @@ final class RunningAgent: Sendable {
     let task: Task<Void, any Error>
 
     /// Starts `agent` and waits until it serves (or fails to start).
-    init(_ configuration: AgentConfiguration, sink: (any Sink)? = nil, timeout: Duration = .seconds(30)) async throws {
-        let agent = FerryAgent(configuration: configuration, sink: sink, logger: quietLogger)
+    convenience init(_ configuration: AgentConfiguration, sink: (any Sink)? = nil, timeout: Duration = .seconds(30)) async throws {
+        let first = configuration.sinks.first?.name ?? ""
+        try await self.init(configuration, sinks: sink.map { [first: $0] } ?? [:], timeout: timeout)
+    }
+
+    /// Starts an agent whose sinks named in `sinks` use those implementations.
+    init(_ configuration: AgentConfiguration, sinks: [String: any Sink], timeout: Duration = .seconds(30)) async throws {
+        let agent = FerryAgent(configuration: configuration, sinks: sinks, logger: quietLogger)
         let task = Task { try await agent.run() }
         self.agent = agent
         self.task = task

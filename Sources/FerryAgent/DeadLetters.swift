@@ -1,0 +1,174 @@
+import Foundation
+import FerryProtocol
+
+/// A batch a sink refused for good (or kept failing past its retry deadline), kept on disk so it
+/// can be looked at, replayed exactly or dropped on purpose, never silently lost.
+///
+/// File `<data>/deadletter/<sink>/<id>.json`: a JSON object with `id`, `sink`, `created_at` (ms),
+/// `reason` (`permanent`, `max_elapsed`), `error`, `upstream_status`, `upstream_body` (an excerpt),
+/// `attempts`, `idempotency_key`, `consent`, `event_count`, `events` (the events as the file sink
+/// writes them) and `frames` (`id`, `accepted_at`, `frame`: the stored event frame in base64, for
+/// an exact replay).
+public struct DeadLetter: Sendable {
+    /// The file's name without `.json`: the batch's idempotency key (its first event's UUIDv7 and
+    /// its size), so ids sort by time and writing the same batch again replaces its file.
+    public var id: String
+    /// The sink that refused it.
+    public var sink: String
+    /// When it was dead-lettered (ms since the Unix epoch).
+    public var createdAt: UInt64
+    /// `permanent` (the sink said retrying cannot help) or `max_elapsed` (retries ran out).
+    public var reason: String
+    /// The last error's message.
+    public var error: String
+    /// The upstream's response status, if there was a response.
+    public var upstreamStatus: Int?
+    /// The start of the upstream's response body, if there was one.
+    public var upstreamBody: String?
+    /// Delivery attempts made.
+    public var attempts: Int
+    /// The batch's idempotency key as sent.
+    public var idempotencyKey: String
+    /// The consent stamp the batch carried.
+    public var consent: [String: String]
+    /// The events, exactly as stored.
+    public var events: [StoredEvent]
+
+    /// Longest upstream body excerpt kept.
+    public static let maxBodyExcerpt = 4096
+
+    /// Creates a dead letter for `batch`.
+    public init(sink: String, batch: DeliveryBatch, error: SinkError, reason: String, attempts: Int,
+                createdAt: UInt64 = WallClock.unixMilliseconds()) {
+        id = batch.idempotencyKey
+        self.sink = sink
+        self.createdAt = createdAt
+        self.reason = reason
+        self.error = error.message
+        upstreamStatus = error.upstreamStatus
+        upstreamBody = error.upstreamBody.map { String($0.prefix(Self.maxBodyExcerpt)) }
+        self.attempts = attempts
+        idempotencyKey = batch.idempotencyKey
+        consent = batch.consent
+        events = batch.events
+    }
+
+    /// The batch to hand to the sink again.
+    public var batch: DeliveryBatch { DeliveryBatch(events: events, consent: consent) }
+
+    /// The JSON document.
+    public func encoded() throws -> [UInt8] {
+        var eventObjects: [Any] = []
+        var frames: [Any] = []
+        for event in events {
+            var line: [UInt8] = []
+            FileSink.appendLine(for: event, to: &line)
+            eventObjects.append((try? JSONSerialization.jsonObject(with: Data(line))) ?? NSNull())
+            frames.append([
+                "id": event.decodedID.description, "accepted_at": Int(event.acceptedAt),
+                "frame": Data(event.frame).base64EncodedString(),
+            ] as [String: Any])
+        }
+        let document: [String: Any] = [
+            "id": id, "sink": sink, "created_at": Int(createdAt), "reason": reason, "error": error,
+            "upstream_status": upstreamStatus ?? NSNull(), "upstream_body": upstreamBody ?? NSNull(),
+            "attempts": attempts, "idempotency_key": idempotencyKey, "consent": consent,
+            "event_count": events.count, "events": eventObjects, "frames": frames,
+        ]
+        return Array(try JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .prettyPrinted]))
+    }
+
+    /// Reads a document written by ``encoded()``; throws ``AgentError`` (`corrupt`) if it is not one.
+    public init(decoding bytes: [UInt8], path: String) throws {
+        func bad(_ what: String) -> AgentError { AgentError(code: .corrupt, message: "dead letter \(path): \(what)") }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
+            throw bad("not a JSON object")
+        }
+        func int(_ key: String) -> Int? { (object[key] as? NSNumber)?.intValue }
+        guard let id = object["id"] as? String, let sink = object["sink"] as? String,
+              let frames = object["frames"] as? [[String: Any]] else { throw bad("missing id, sink or frames") }
+        self.id = id
+        self.sink = sink
+        createdAt = UInt64(max(0, int("created_at") ?? 0))
+        reason = object["reason"] as? String ?? ""
+        error = object["error"] as? String ?? ""
+        upstreamStatus = int("upstream_status")
+        upstreamBody = object["upstream_body"] as? String
+        attempts = int("attempts") ?? 0
+        idempotencyKey = object["idempotency_key"] as? String ?? id
+        consent = object["consent"] as? [String: String] ?? [:]
+        events = try frames.enumerated().map { index, entry in
+            guard let text = entry["frame"] as? String, let data = Data(base64Encoded: text) else {
+                throw bad("frames[\(index)] has no base64 frame")
+            }
+            let acceptedAt = UInt64(max(0, (entry["accepted_at"] as? NSNumber)?.intValue ?? 0))
+            return StoredEvent(position: LogPosition(segment: 0, offset: 0), size: LogRecord.framedSize(frameSize: data.count),
+                               acceptedAt: acceptedAt, frame: Array(data))
+        }
+    }
+}
+
+/// The dead-letter directory `<data>/deadletter/<sink>/`. Files are written atomically (temp
+/// file, fsync, rename, directory fsync) and only removed by a successful replay or `drop`.
+public struct DeadLetterStore: Sendable {
+    /// `<data>/deadletter`.
+    public let directory: String
+
+    /// The store of the agent using `dataDirectory`.
+    public init(dataDirectory: String) {
+        directory = dataDirectory + "/deadletter"
+    }
+
+    /// Whether `id` can name a dead letter (no path separators or dot files).
+    public static func isValidID(_ id: String) -> Bool {
+        !id.isEmpty && id.count <= 200 && !id.hasPrefix(".")
+            && id.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == ".") }
+    }
+
+    /// The file of dead letter `id` of `sink`.
+    public func path(sink: String, id: String) -> String { directory + "/" + sink + "/" + id + ".json" }
+
+    /// Writes `letter` durably.
+    public func write(_ letter: DeadLetter) throws {
+        let sinkDirectory = directory + "/" + letter.sink
+        try FileIO.makeDirectory(sinkDirectory, mode: 0o700)
+        try FileIO.writeAtomically(try letter.encoded(), to: path(sink: letter.sink, id: letter.id))
+    }
+
+    /// The sinks that have a dead-letter directory.
+    public func sinks() throws -> [String] {
+        try FileIO.listDirectory(directory).filter { AgentConfiguration.SinkConfiguration.isValidName($0) }.sorted()
+    }
+
+    /// The ids of `sink`'s dead letters, oldest first.
+    public func ids(sink: String) throws -> [String] {
+        try FileIO.listDirectory(directory + "/" + sink)
+            .filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }
+            .map { String($0.dropLast(5)) }.sorted()
+    }
+
+    /// The sinks holding a dead letter `id` (normally one).
+    public func sinks(holding id: String) throws -> [String] {
+        guard Self.isValidID(id) else { return [] }
+        return try sinks().filter { FileManager.default.fileExists(atPath: path(sink: $0, id: id)) }
+    }
+
+    /// Reads dead letter `id` of `sink`; `nil` if there is none.
+    public func load(sink: String, id: String) throws -> DeadLetter? {
+        guard Self.isValidID(id), AgentConfiguration.SinkConfiguration.isValidName(sink) else { return nil }
+        let path = path(sink: sink, id: id)
+        guard let bytes = try FileIO.readFile(path) else { return nil }
+        return try DeadLetter(decoding: bytes, path: path)
+    }
+
+    /// Deletes dead letter `id` of `sink` durably; false if it did not exist.
+    @discardableResult
+    public func remove(sink: String, id: String) throws -> Bool {
+        guard Self.isValidID(id), AgentConfiguration.SinkConfiguration.isValidName(sink) else { return false }
+        let path = path(sink: sink, id: id)
+        guard FileManager.default.fileExists(atPath: path) else { return false }
+        try FileIO.unlink(path)
+        try FileIO.syncDirectory(directory + "/" + sink)
+        return true
+    }
+}
