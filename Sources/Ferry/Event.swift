@@ -99,21 +99,80 @@ public struct FerryClientStatistics: Sendable, Hashable {
 }
 
 /// Errors of the client library.
+///
+/// ```swift
+/// do {
+///     try await control.setConsent(.granted, for: "analytcs")
+/// } catch let error as FerryClientError where error.code == .refused {
+///     print(error.message, "- valid:", error.valid)    // unknown category "analytcs" - valid: [analytics, …]
+/// }
+/// ```
 public struct FerryClientError: Error, Sendable, Hashable, CustomStringConvertible {
-    private enum Base: Hashable, Sendable { case timeout, closed, socket }
-    private let base: Base
-    /// Details.
+    /// The kind of error; new kinds may be added.
+    public struct Code: Sendable, Hashable, CustomStringConvertible {
+        private enum Base: String, Hashable, Sendable {
+            case timeout, closed, socket
+            case agentNotRunning = "agent not running", refused, badReply = "bad reply"
+        }
+        private let base: Base
+
+        /// ``FerryClient/flush(timeout:)`` ran out of time before everything was acked.
+        public static let timeout = Code(base: .timeout)
+        /// The client was shut down.
+        public static let closed = Code(base: .closed)
+        /// A ZeroMQ error (setting up the client or a control socket).
+        public static let socket = Code(base: .socket)
+        /// No agent answered on the control socket (``FerryClientError/endpoint``).
+        public static let agentNotRunning = Code(base: .agentNotRunning)
+        /// The agent refused a control request; see ``FerryClientError/message`` and ``FerryClientError/valid``.
+        public static let refused = Code(base: .refused)
+        /// The agent's control reply could not be read.
+        public static let badReply = Code(base: .badReply)
+
+        public var description: String { base.rawValue }
+    }
+
+    /// The kind of error.
+    public let code: Code
+    /// Details (for ``Code/refused``, the agent's own message).
     public let message: String
+    /// The endpoint that did not answer (``Code/agentNotRunning``), else nil.
+    public let endpoint: String?
+    /// For ``Code/refused``: the values the agent accepts for the field it named, when it sent them.
+    public let valid: [String]
+
+    private init(code: Code, message: String, endpoint: String? = nil, valid: [String] = []) {
+        self.code = code
+        self.message = message
+        self.endpoint = endpoint
+        self.valid = valid
+    }
 
     /// ``FerryClient/flush(timeout:)`` ran out of time before everything was acked.
-    public static func timeout(_ message: String) -> Self { .init(base: .timeout, message: message) }
+    public static func timeout(_ message: String) -> Self { .init(code: .timeout, message: message) }
     /// The client was shut down.
-    public static let closed = FerryClientError(base: .closed, message: "the client is shut down")
-    /// A ZeroMQ error while setting up the client.
-    public static func socket(_ message: String) -> Self { .init(base: .socket, message: message) }
+    public static let closed = FerryClientError(code: .closed, message: "the client is shut down")
+    /// A ZeroMQ error while setting up the client or a control socket.
+    public static func socket(_ message: String) -> Self { .init(code: .socket, message: message) }
+    /// No agent answered on `endpoint` (no socket file, or no reply in time).
+    public static func agentNotRunning(endpoint: String, detail: String) -> Self {
+        .init(code: .agentNotRunning, message: "ferryd is not running (\(detail); endpoint \(endpoint))", endpoint: endpoint)
+    }
+    /// The agent refused a control request with `message`; `valid` lists accepted values, if sent.
+    public static func refused(_ message: String, valid: [String] = []) -> Self {
+        .init(code: .refused, message: message, valid: valid)
+    }
+    /// The agent's reply could not be read.
+    public static func badReply(_ message: String) -> Self { .init(code: .badReply, message: message) }
 
     /// Compares kinds, ignoring messages.
-    public static func ~= (pattern: Self, value: any Error) -> Bool { (value as? Self)?.base == pattern.base }
+    public static func ~= (pattern: Self, value: any Error) -> Bool { (value as? Self)?.code == pattern.code }
 
-    public var description: String { "\(base): \(message)" }
+    public var description: String {
+        switch code {
+        case .agentNotRunning: message
+        case .refused where !valid.isEmpty: "refused: \(message) (valid: \(valid.joined(separator: ", ")))"
+        default: "\(code): \(message)"
+        }
+    }
 }

@@ -1,50 +1,91 @@
-import Foundation
+import ArgumentParser
+import Ferry
 import FerryProtocol
-import ZeroMQ
+import Foundation
 
-/// One request/reply exchange with the agent's control socket.
+/// Control-socket access for the CLI: one path, the client library's ``FerryControl``.
 enum Control {
     /// Sends `request` and returns the decoded JSON reply, or throws a clear "not running" error.
+    /// Blocking: for the synchronous commands (`status`, `tail`).
+    static func request(_ request: FerryControl.Request, runtimeDirectory: String, timeout: Duration = .seconds(3)) throws -> [String: Any] {
+        try self.request(body: request.encoded(), runtimeDirectory: runtimeDirectory, timeout: timeout)
+    }
+
+    /// ``request(_:runtimeDirectory:timeout:)`` for a request built as a JSON object.
     static func request(_ request: [String: Any], runtimeDirectory: String, timeout: Duration = .seconds(3)) throws -> [String: Any] {
-        let endpoint = FerryPaths.controlEndpoint(runtimeDirectory)
-        guard FileManager.default.fileExists(atPath: runtimeDirectory + "/control") else {
-            throw CLIError.notRunning(runtimeDirectory)
+        let body = Array(try JSONSerialization.data(withJSONObject: request, options: [.sortedKeys]))
+        return try self.request(body: body, runtimeDirectory: runtimeDirectory, timeout: timeout)
+    }
+
+    private static func request(body: [UInt8], runtimeDirectory: String, timeout: Duration) throws -> [String: Any] {
+        let control = FerryControl(runtimeDirectory: runtimeDirectory, timeout: timeout)
+        let reply: FerryControl.Reply
+        do {
+            reply = try control.sendBlocking(json: body)
+        } catch {
+            throw CLIError(error, runtimeDirectory: runtimeDirectory)
         }
-        let context = try ZMQContext()
-        defer { context.terminate() }
-        let socket = try ZMQSocket(context: context, type: .req)
-        defer { socket.close() }
-        try socket.connect(endpoint)
-        let body = try JSONSerialization.data(withJSONObject: request)
-        guard try socket.send([Array(body)], dontWait: true) else { throw CLIError.notRunning(runtimeDirectory) }
-        let ready = try ZMQPoller.poll([.socket(socket, .readable)], timeout: timeout)
-        guard ready[0].contains(.readable), let reply = try socket.receive(dontWait: true), let frame = reply.first else {
-            throw CLIError.notRunning(runtimeDirectory)
-        }
-        guard let object = try JSONSerialization.jsonObject(with: Data(frame)) as? [String: Any] else {
+        guard let object = try JSONSerialization.jsonObject(with: Data(reply.json)) as? [String: Any] else {
             throw CLIError.message("the agent sent an unreadable control reply")
-        }
-        if object["ok"] as? Bool != true {
-            throw CLIError.message("the agent refused: \(object["error"] as? String ?? "unknown error")")
         }
         return object
     }
 
     /// Whether an agent answers in `runtimeDirectory`.
     static func isRunning(runtimeDirectory: String) -> Bool {
-        (try? request(["op": "status"], runtimeDirectory: runtimeDirectory, timeout: .seconds(1))) != nil
+        (try? request(.status(), runtimeDirectory: runtimeDirectory, timeout: .seconds(1))) != nil
     }
+}
+
+extension AgentOptions {
+    /// The runtime directory: `--runtime-dir`, else the agent's default.
+    var runtimeDirectory: String { runtimeDir ?? FerryPaths.runtimeDirectory() }
+
+    /// Runs one or more control calls against the agent, turning client errors into messages for
+    /// people (not running → how to start it; refused → the agent's reason and the valid values).
+    func withControl<T>(actor: String? = nil, _ body: (FerryControl) async throws -> T) async throws -> T {
+        let control = FerryControl(runtimeDirectory: runtimeDirectory, actor: actor)
+        do {
+            return try await body(control)
+        } catch let error as FerryClientError {
+            throw CLIError(error, runtimeDirectory: runtimeDirectory)
+        }
+    }
+}
+
+/// Options of the commands that change consent state.
+struct ChangeOptions: ParsableArguments {
+    @Option(name: .long, help: "Who asks, recorded in the consent audit log beside the calling uid, pid and process (at most 200 bytes).")
+    var actor: String?
+
+    @Flag(name: .long, help: "Print the agent's JSON reply instead of text.")
+    var json = false
 }
 
 /// Errors the CLI reports to people.
 enum CLIError: Error, CustomStringConvertible {
     case notRunning(String)
+    case refused(String, valid: [String])
     case message(String)
+
+    /// The CLI form of a client-library error.
+    init(_ error: any Error, runtimeDirectory: String) {
+        switch error {
+        case let error as FerryClientError where error.code == .agentNotRunning: self = .notRunning(runtimeDirectory)
+        case let error as FerryClientError where error.code == .refused: self = .refused(error.message, valid: error.valid)
+        case let error as CLIError: self = error
+        default: self = .message("\(error)")
+        }
+    }
 
     var description: String {
         switch self {
         case .notRunning(let directory):
             "ferryd is not running (no answer on ipc://\(directory)/control). Start it with `ferryd`, or point --runtime-dir / FERRY_RUNTIME_DIR at the agent's runtime directory."
+        case .refused(let message, let valid) where valid.isEmpty:
+            "the agent refused: \(message)"
+        case .refused(let message, let valid):
+            "the agent refused: \(message)\nvalid: \(valid.joined(separator: ", "))"
         case .message(let text):
             text
         }

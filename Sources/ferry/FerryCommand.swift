@@ -5,8 +5,11 @@ import ArgumentParser
 struct FerryCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry",
-        abstract: "Emit events to, watch and inspect the local Ferry agent (ferryd).",
-        subcommands: [Emit.self, Tail.self, Status.self, Queue.self, DeadLetterCommand.self]
+        abstract: "Emit events to, watch, inspect and control consent of the local Ferry agent (ferryd).",
+        subcommands: [
+            Emit.self, Tail.self, Status.self, Queue.self, DeadLetterCommand.self, Consent.self, Tracking.self,
+            Features.self, Purge.self, Forget.self, Start.self,
+        ]
     )
 }
 

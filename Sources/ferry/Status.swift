@@ -15,7 +15,7 @@ struct Status: ParsableCommand {
 
     func run() throws {
         let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
-        let status = try Control.request(["op": "status"], runtimeDirectory: runtime)
+        let status = try Control.request(.status(), runtimeDirectory: runtime)
         if json {
             let data = try JSONSerialization.data(withJSONObject: status, options: [.sortedKeys])
             print(String(decoding: data, as: UTF8.self))

@@ -1,0 +1,80 @@
+import Foundation
+import FerryProtocol
+import Synchronization
+import ZeroMQ
+
+/// A scripted stand-in for the agent's control socket: a REP bound at
+/// `ipc://<runtime dir>/control` that answers each request with the JSON a test gives. Use it to
+/// check what a client puts on the wire and how it renders replies the real agent gives only in
+/// rare moments (a broken audit chain, a refusal with `valid`).
+///
+/// ```swift
+/// let fake = try FakeControlAgent(runtimeDirectory: dir.appending("rt")) { op, _ in
+///     op == "start" ? #"{"ok":true,"delivery_started":true}"# : #"{"ok":false,"error":"no"}"#
+/// }
+/// defer { fake.stop() }
+/// ```
+public final class FakeControlAgent: Sendable {
+    /// The reply (JSON text) to one request: its `op` (empty if none) and its raw JSON text.
+    public typealias Script = @Sendable (_ op: String, _ request: String) -> String
+
+    private final class Shared: Sendable {
+        let stopping = Atomic<Bool>(false)
+        let received = Mutex<[[UInt8]]>([])
+    }
+    private let shared = Shared()
+    private let thread: DedicatedThread
+
+    /// Binds the REP (creating `runtimeDirectory` if needed) and starts answering.
+    public init(runtimeDirectory: String, script: @escaping Script) throws {
+        try FileManager.default.createDirectory(atPath: runtimeDirectory, withIntermediateDirectories: true)
+        let bound = ThreadInbox<Result<Void, FerryTestKitError>>()
+        let shared = self.shared
+        thread = DedicatedThread(name: "ferry-fake-control") {
+            let context: ZMQContext
+            let socket: ZMQSocket
+            do {
+                context = try ZMQContext()
+                socket = try ZMQSocket(context: context, type: .rep)
+                try socket.bind(FerryPaths.controlEndpoint(runtimeDirectory))
+            } catch {
+                _ = bound.put(.failure(FerryTestKitError("fake control agent cannot bind in \(runtimeDirectory): \(error)")))
+                return
+            }
+            _ = bound.put(.success(()))
+            while !shared.stopping.load(ordering: .acquiring) {
+                guard let ready = try? ZMQPoller.poll([.socket(socket, .readable)], timeout: .milliseconds(20)),
+                      ready[0].contains(.readable), let message = try? socket.receive(dontWait: true) else { continue }
+                let frame = message.first ?? []
+                shared.received.withLock { $0.append(frame) }
+                let object = (try? JSONSerialization.jsonObject(with: Data(frame))) as? [String: Any] ?? [:]
+                let reply = script(object["op"] as? String ?? "", String(decoding: frame, as: UTF8.self))
+                _ = try? socket.send([Array(reply.utf8)], dontWait: true)
+            }
+            socket.close()
+            context.terminate()
+        }
+        while true {
+            if let result = bound.takeAll(timeout: .seconds(10))?.first {
+                try result.get()
+                return
+            }
+        }
+    }
+
+    /// Every request received so far, as raw JSON text.
+    public var requests: [String] { shared.received.withLock { $0.map { String(decoding: $0, as: UTF8.self) } } }
+
+    /// Every request received so far, decoded (an empty object for one that was not JSON).
+    public var requestObjects: [[String: Any]] {
+        shared.received.withLock { $0 }.map { (try? JSONSerialization.jsonObject(with: Data($0))) as? [String: Any] ?? [:] }
+    }
+
+    /// Stops answering and unbinds. Idempotent.
+    public func stop() {
+        guard !shared.stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        thread.join()
+    }
+
+    deinit { stop() }
+}
