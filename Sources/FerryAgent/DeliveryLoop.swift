@@ -378,7 +378,9 @@ final class DeliveryLoop: Sendable {
                     return await deadLetter(batch, sinkError, reason: "max_elapsed", attempts: attempts)
                 }
                 var delay = backoff(attempt: attempts)
-                if case .retry(let after?) = sinkError.disposition { delay = max(after, .zero) }
+                // Retry-After is a lower bound: never earlier than asked, and never a tight loop
+                // when an upstream keeps answering `Retry-After: 0`.
+                if case .retry(let after?) = sinkError.disposition { delay = max(after, delay) }
                 let (circuit, openUntil) = breaker.withLock { ($0.state, $0.openUntil) }
                 if circuit == .open {
                     // No attempt while open; the upstream's Retry-After may ask for longer.
