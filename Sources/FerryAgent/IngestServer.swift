@@ -30,6 +30,8 @@ final class IngestServer: Sendable {
     /// … or while the waiting batches hold this many bytes (memory stays bounded under a flood
     /// of large batches; the clients wait in their outboxes).
     static let maxCommitBacklogBytes = 32 << 20
+    /// Unread messages libzmq queues per client connection.
+    static let receiveHighWaterMark: Int32 = 16
     /// Event frames read per round before the acks and control requests get a turn.
     static let maxFramesPerRound = 8192
 
@@ -140,7 +142,10 @@ final class IngestServer: Sendable {
         do {
             let ingest = try ZMQSocket(context: context, type: .router)
             try ingest.setMaxMessageSize(Self.hardFrameLimit)
-            try ingest.setReceiveHighWaterMark(10_000)
+            // Messages libzmq holds per client connection beyond what the agent has read: a
+            // flood of large batches sits here while intake pauses for the commit backlog, so
+            // it is small (clients keep at most a few batches in flight; more wait client-side).
+            try ingest.setReceiveHighWaterMark(Self.receiveHighWaterMark)
             try ingest.setSendHighWaterMark(100_000)
             try ingest.bind(FerryPaths.ingestEndpoint(runtime))
             let events = try ZMQSocket(context: context, type: .xpub)
