@@ -73,7 +73,7 @@ public struct ProcessMemory: Sendable, CustomStringConvertible {
         guard let data = FileManager.default.contents(atPath: "/proc/\(pid)/status") else { return nil }
         var rss: Int?, hwm: Int?
         for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
-            let parts = line.split(separator: " ", omittingEmptySubsequences: true)
+            let parts = line.split(whereSeparator: { $0 == " " || $0 == "\t" })
             guard parts.count >= 2, let kib = Int(parts[1]) else { continue }
             if parts[0] == "VmRSS:" { rss = kib * 1024 }
             if parts[0] == "VmHWM:" { hwm = kib * 1024 }
