@@ -27,7 +27,7 @@ struct DiskFullTests {
         defer { dir.remove() }
         let mount: TmpfsMount
         do {
-            mount = try await TmpfsMount(parent: dir.path, sizeBytes: 4 << 20)
+            mount = try await TmpfsMount(parent: dir.path, sizeBytes: FaultSettings.scale(ci: 4 << 20, soak: 24 << 20))
         } catch {
             print("[fault] SKIPPED disk-full test: cannot mount a tmpfs here: \(error)")
             return
@@ -39,53 +39,65 @@ struct DiskFullTests {
         defer { agent.cleanup() }  // declared after the mount: runs before the unmount
         try await agent.waitUntilReady()
 
-        // Leave about 256 KiB free.
-        let filler = mount.path + "/filler"
-        let fillerBytes = max(0, mount.freeBytes - (256 << 10))
-        #expect(FileManager.default.createFile(atPath: filler, contents: Data(count: fillerBytes)))
-        print("[fault] disk full: tmpfs of \(mount.sizeBytes >> 10) KiB, \(mount.freeBytes >> 10) KiB free after the filler")
-
-        // Send until the agent says full; everything before that was acked accepted.
         var accepted: [WireEvent] = []
-        var refusal: AckEntry?
         var next = 1
-        for _ in 0..<1000 {
-            let (events, entries) = try await Self.send(agent, first: next, count: 20)
-            next += events.count
-            for (event, entry) in zip(events, entries) {
-                if entry.status == .accepted { accepted.append(event) } else if refusal == nil { refusal = entry }
+        let cycles = FaultSettings.scale(ci: 1, soak: 20)
+        for cycle in 1...cycles {
+            // Leave about 256 KiB free.
+            let filler = mount.path + "/filler"
+            let fillerBytes = max(0, mount.freeBytes - (256 << 10))
+            #expect(FileManager.default.createFile(atPath: filler, contents: Data(count: fillerBytes)))
+
+            // Send until the agent says full; everything before that was acked accepted.
+            var refusal: AckEntry?
+            var acceptedThisCycle = 0
+            for _ in 0..<1000 {
+                let (events, entries) = try await Self.send(agent, first: next, count: 20)
+                next += events.count
+                for (event, entry) in zip(events, entries) {
+                    if entry.status == .accepted {
+                        accepted.append(event)
+                        acceptedThisCycle += 1
+                    } else if refusal == nil {
+                        refusal = entry
+                    }
+                }
+                if refusal != nil { break }
             }
-            if refusal != nil { break }
+            let refused = try #require(refusal, "cycle \(cycle): the agent never refused an event on a full disk")
+            #expect(refused.status == .rejected && refused.reason == .full, "cycle \(cycle): \(refused)")
+            #expect(acceptedThisCycle > 50, "cycle \(cycle)")
+            let status = try await agent.status()
+            #expect((status.counters["rejected_full"] ?? 0) > 0, "\(status)")
+            if cycle == 1 {
+                print("[fault] disk full: tmpfs of \(mount.sizeBytes >> 10) KiB filled to 256 KiB free; \(acceptedThisCycle) events accepted before the disk filled; then \(refused.status)/\(refused.reason); \(status.counters)")
+
+                // A script using the CLI sees it too: rejected, exit status 1.
+                let emit = try await runCLI(["emit", "While Full", "--prop", "pad=\(String(repeating: "x", count: 40_000))", "--wait"],
+                                            environment: agent.environment)
+                #expect(emit.status == .exited(1), "\(emit)")
+                #expect(emit.stdout == "accepted=0 duplicate=0 rejected=1\n", "\(emit)")
+            }
+
+            // A crash while the disk is full: the agent must come back (recovery cannot write much).
+            agent.kill9()
+            try agent.start()
+            try await agent.waitUntilReady()
+            // (Larger than what the refused message needed, so it cannot fit either.)
+            let stillFull = try await Self.send(agent, first: next, count: 1, padding: 40_000)
+            next += 1
+            #expect(stillFull.entries.map { "\($0.status)/\($0.reason)" } == ["rejected/full"], "cycle \(cycle): \(agent.logs.suffix(2000))")
+
+            // Space returns: the agent accepts again without a restart.
+            try FileManager.default.removeItem(atPath: filler)
+            let retry = next
+            let after = try await waitForValue("the agent to accept again", timeout: .seconds(20)) { () -> [WireEvent]? in
+                let (events, entries) = try await Self.send(agent, first: retry, count: 20)
+                return entries.allSatisfy { $0.status == .accepted || $0.status == .duplicate } ? events : nil
+            }
+            next += after.count
+            accepted += after
         }
-        let refused = try #require(refusal, "the agent never refused an event on a full disk")
-        #expect(refused.status == .rejected && refused.reason == .full, "\(refused)")
-        #expect(accepted.count > 50)
-        let status = try await agent.status()
-        #expect((status.counters["rejected_full"] ?? 0) > 0, "\(status)")
-        print("[fault] disk full: \(accepted.count) events accepted before the disk filled; then \(refused.status)/\(refused.reason); \(status.counters)")
-
-        // A script using the CLI sees it too: rejected, exit status 1.
-        let emit = try await runCLI(["emit", "While Full", "--prop", "pad=\(String(repeating: "x", count: 40_000))", "--wait"],
-                                    environment: agent.environment)
-        #expect(emit.status == .exited(1), "\(emit)")
-        #expect(emit.stdout == "accepted=0 duplicate=0 rejected=1\n", "\(emit)")
-
-        // A crash while the disk is full: the agent must come back (recovery cannot write much).
-        agent.kill9()
-        try agent.start()
-        try await agent.waitUntilReady()
-        // (Larger than what the refused message needed, so it cannot fit either.)
-        let stillFull = try await Self.send(agent, first: next, count: 1, padding: 40_000)
-        #expect(stillFull.entries.map { "\($0.status)/\($0.reason)" } == ["rejected/full"], "\(agent.logs.suffix(2000))")
-
-        // Space returns: the agent accepts again without a restart.
-        try FileManager.default.removeItem(atPath: filler)
-        let retry = next
-        let after = try await waitForValue("the agent to accept again", timeout: .seconds(20)) { () -> [WireEvent]? in
-            let (events, entries) = try await Self.send(agent, first: retry, count: 20)
-            return entries.allSatisfy { $0.status == .accepted } ? events : nil
-        }
-        accepted += after
 
         // Nothing acked is lost, nothing delivered twice, no seq gap among the accepted.
         let report = try await waitForValue("every accepted event delivered", timeout: .seconds(30)) { () -> DeliveryReport? in
@@ -97,7 +109,7 @@ struct DiskFullTests {
         #expect(report.uniqueIDs == Set(accepted.map(\.id.description)), "only acked events reach the sink: \(report)")
         let delivered = report.sequences(source: "disk")
         #expect(delivered == accepted.map { Int($0.sequence) }.sorted())
-        print("[fault] disk full: after space returned \(after.count) more accepted; \(report.events.count) delivered, 0 lost, \(report.duplicateIDs.count) duplicated")
+        print("[fault] disk full: \(cycles) fill/crash/free cycles; \(accepted.count) events accepted in all; \(report.events.count) delivered, 0 lost, \(report.duplicateIDs.count) duplicated")
         try await agent.terminate()
     }
 }
