@@ -44,13 +44,9 @@ enum FrameChecks {
         switch target {
         case .messageHeader:
             _ = MessageHeader.requestID(ofRaw: frame)
-            do {
-                let header = try MessageHeader(decoding: frame)
-                guard header.encoded() == frame else { return .failure(Violation("header re-encodes differently", frame)) }
-                return .success(.decoded)
-            } catch {
-                return .success(.refused)
-            }
+            guard let header = try? MessageHeader(decoding: frame) else { return .success(.refused) }
+            guard header.encoded() == frame else { return .failure(Violation("header re-encodes differently", frame)) }
+            return .success(.decoded)
         case .event:
             let header: EventHeader
             do {
@@ -76,29 +72,21 @@ enum FrameChecks {
             guard event.encoded() == frame else { return .failure(Violation("event re-encodes differently", frame)) }
             return .success(.decoded)
         case .ack:
-            do {
-                let entries = try AckCodec.decode(frame)
-                guard frame.count == 4 + entries.count * AckEntry.size else {
-                    return .failure(Violation("ack entry count does not match the frame size", frame))
-                }
-                // Unknown reasons decode as `malformed`, so compare what survives a round trip.
-                guard try AckCodec.decode(AckCodec.encode(entries)) == entries else {
-                    return .failure(Violation("ack entries do not survive a round trip", frame))
-                }
-                return .success(.decoded)
-            } catch {
-                return .success(.refused)
+            guard let entries = try? AckCodec.decode(frame) else { return .success(.refused) }
+            guard frame.count == 4 + entries.count * AckEntry.size else {
+                return .failure(Violation("ack entry count does not match the frame size", frame))
             }
+            // Unknown reasons decode as `malformed`, so compare what survives a round trip.
+            guard (try? AckCodec.decode(AckCodec.encode(entries))) == entries else {
+                return .failure(Violation("ack entries do not survive a round trip", frame))
+            }
+            return .success(.decoded)
         case .errorReply:
-            do {
-                let reply = try ErrorReply(decoding: frame)
-                guard try ErrorReply(decoding: reply.encoded()) == reply else {
-                    return .failure(Violation("error reply does not survive a round trip", frame))
-                }
-                return .success(.decoded)
-            } catch {
-                return .success(.refused)
+            guard let reply = try? ErrorReply(decoding: frame) else { return .success(.refused) }
+            guard (try? ErrorReply(decoding: reply.encoded())) == reply else {
+                return .failure(Violation("error reply does not survive a round trip", frame))
             }
+            return .success(.decoded)
         case .eventIDText:
             let text = String(decoding: frame, as: UTF8.self)
             guard let id = EventID(text) else { return .success(.refused) }

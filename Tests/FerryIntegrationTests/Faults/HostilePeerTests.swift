@@ -86,7 +86,7 @@ struct HostilePeerTests {
 
     @Test("a client flooding max-size batches at full speed: memory bounded, a polite client unaffected")
     func floodsMaxBatches() async throws {
-        let rounds = FaultSettings.scale(ci: 6, soak: 60)
+        let rounds = FaultSettings.scale(ci: 6, soak: 30)
         try await withPoliteClient("flood") { agent in
             let ids = EventIDGenerator()
             // The most events one message may carry, small; and batches of the largest events.
