@@ -133,6 +133,32 @@ final class CommitPipeline: Sendable {
     /// Batches submitted but not yet committed (for back-pressure on the ingest socket).
     var backlog: Int { inbox.count }
 
+    /// Bytes of the batches submitted but not yet committed (for back-pressure on the ingest
+    /// socket: a count of batches alone lets a flood of large batches grow memory).
+    var backlogBytes: Int { pendingBytes.load(ordering: .relaxed) }
+    private let pendingBytes = Atomic<Int>(0)
+
+    /// One group commit takes batches until they hold this many bytes (at least one batch), so a
+    /// flood of full batches cannot make a group, and every ack waiting on it, arbitrarily large.
+    static let maxGroupBytes = 8 << 20
+
+    /// What a batch weighs for ``backlogBytes`` and ``maxGroupBytes``: its frames plus a fixed
+    /// cost per item (the per-event work does not depend on size alone).
+    static func weight(of work: CommitWork) -> Int {
+        switch work {
+        case .events(let batch): weight(of: batch)
+        case .consent: 64
+        }
+    }
+
+    static func weight(of batch: IngestBatch) -> Int {
+        batch.items.reduce(0) { total, item in
+            switch item {
+            case .event(_, let frame), .refused(_, let frame): total + frame.count + 64
+            }
+        }
+    }
+
     var dedupSnapshotPath: String { configuration.dataDirectory + "/dedup.snapshot" }
 
     /// Starts the thread. `completed` is called on the commit thread after each group;
@@ -151,7 +177,15 @@ final class CommitPipeline: Sendable {
     }
 
     /// Queues a batch. Returns false once the pipeline is stopping.
-    func submit(_ batch: IngestBatch) -> Bool { inbox.put(.events(batch)) }
+    func submit(_ batch: IngestBatch) -> Bool {
+        let weight = Self.weight(of: batch)
+        pendingBytes.add(weight, ordering: .relaxed)
+        guard inbox.put(.events(batch)) else {
+            pendingBytes.subtract(weight, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
 
     /// Queues a consent command. Returns false once the pipeline is stopping.
     func submit(
@@ -171,7 +205,7 @@ final class CommitPipeline: Sendable {
         writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker,
         completed: @Sendable ([CommittedBatch]) -> Void, committedEvents: @Sendable () -> Void
     ) {
-        while let work = inbox.takeAll(timeout: .milliseconds(500)) {
+        while let work = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
             let now = WallClock.unixMilliseconds()
             dedup.expire(now: now)
             deleteDeliveredSegments(writer: writer, dedup: dedup)
@@ -182,6 +216,7 @@ final class CommitPipeline: Sendable {
             func flush() {
                 guard !batches.isEmpty else { return }
                 let results = commit(batches, writer: writer, dedup: &dedup, consent: consent, now: WallClock.unixMilliseconds())
+                pendingBytes.subtract(batches.reduce(0) { $0 + Self.weight(of: $1) }, ordering: .relaxed)
                 batches.removeAll()
                 completed(results)
                 if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { committedEvents() }

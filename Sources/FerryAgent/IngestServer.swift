@@ -29,6 +29,13 @@ final class IngestServer: Sendable {
     static let hardFrameLimit: Int64 = 16 << 20
     /// Stop reading the ingest socket while this many batches wait for the commit thread.
     static let maxCommitBacklog = 256
+    /// … or while the waiting batches hold this many bytes (memory stays bounded under a flood
+    /// of large batches; the clients wait in their outboxes).
+    static let maxCommitBacklogBytes = 32 << 20
+    /// Unread messages libzmq queues per client connection.
+    static let receiveHighWaterMark: Int32 = 16
+    /// Event frames read per round before the acks and control requests get a turn.
+    static let maxFramesPerRound = 8192
 
     private enum Outbound: Sendable {
         case committed([CommittedBatch])
@@ -150,7 +157,10 @@ final class IngestServer: Sendable {
         do {
             let ingest = try ZMQSocket(context: context, type: .router)
             try ingest.setMaxMessageSize(Self.hardFrameLimit)
-            try ingest.setReceiveHighWaterMark(10_000)
+            // Messages libzmq holds per client connection beyond what the agent has read: a
+            // flood of large batches sits here while intake pauses for the commit backlog, so
+            // it is small (clients keep at most a few batches in flight; more wait client-side).
+            try ingest.setReceiveHighWaterMark(Self.receiveHighWaterMark)
             try ingest.setSendHighWaterMark(100_000)
             try ingest.bind(FerryPaths.ingestEndpoint(runtime))
             let events = try ZMQSocket(context: context, type: .xpub)
@@ -168,7 +178,7 @@ final class IngestServer: Sendable {
         var stoppingSeen = false
         while true {
             let acceptInput = !stoppingSeen && !intakeStopped.load(ordering: .acquiring)
-                && pipeline.backlog < Self.maxCommitBacklog
+                && pipeline.backlog < Self.maxCommitBacklog && pipeline.backlogBytes < Self.maxCommitBacklogBytes
             var items: [ZMQPollItem] = [
                 .fileDescriptor(wake.readEnd, .readable),
                 .socket(sockets.events, .readable),
@@ -281,8 +291,11 @@ final class IngestServer: Sendable {
     }
 
     private func readIngest(_ socket: ZMQSocket) {
-        // Bounded per round so the outbox (acks) and control requests are never starved.
-        for _ in 0..<256 {
+        // Bounded per round, in messages and in event frames (one message may carry 4096), so
+        // the outbox (acks) and control requests are never starved: a flood of full batches
+        // must not hold back other clients' acks until they re-send.
+        var frames = 0
+        for _ in 0..<256 where frames < Self.maxFramesPerRound {
             let message: [[UInt8]]?
             do {
                 message = try socket.receive(dontWait: true)
@@ -291,8 +304,10 @@ final class IngestServer: Sendable {
                 return
             }
             guard let message else { return }
+            frames += message.count
             handle(message, socket)
-            if pipeline.backlog >= Self.maxCommitBacklog || intakeStopped.load(ordering: .acquiring) { return }
+            if pipeline.backlog >= Self.maxCommitBacklog || pipeline.backlogBytes >= Self.maxCommitBacklogBytes
+                || intakeStopped.load(ordering: .acquiring) { return }
         }
     }
 

@@ -53,6 +53,12 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     /// Takes everything queued, waiting up to `timeout` for at least one item. Returns `nil` when
     /// the inbox is closed and empty.
     package func takeAll(timeout: Duration) -> [Element]? {
+        take(timeout: timeout, budget: .max) { _ in 0 }
+    }
+
+    /// Like ``takeAll(timeout:)``, but takes items oldest first only until their `weight`s add
+    /// up to `budget` (always at least one item); the rest stay queued for the next take.
+    package func take(timeout: Duration, budget: Int, weight: (Element) -> Int) -> [Element]? {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         if items.isEmpty && !closed {
@@ -68,8 +74,17 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
             }
         }
         if items.isEmpty && closed { return nil }
-        defer { items.removeAll(keepingCapacity: true) }
-        return items
+        var count = 0, total = 0
+        while count < items.count && (count == 0 || total < budget) {
+            total += weight(items[count])
+            count += 1
+        }
+        if count == items.count {
+            defer { items.removeAll(keepingCapacity: true) }
+            return items
+        }
+        defer { items.removeFirst(count) }
+        return Array(items.prefix(count))
     }
 }
 

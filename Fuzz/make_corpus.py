@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Writes the seed corpus for the wire-decoder fuzzer (Fuzz/corpus/): valid frames and near-valid
+variants (truncated, extended, wrong lengths, unknown codes, bad UTF-8), each prefixed with the
+selector byte FrameChecks uses (0 header, 1 event, 2 ack, 3 error reply, 4 event id text).
+
+File names say what a file is: `valid-*` must decode (the replay test checks it), `bad-*` must be
+refused. Re-run after changing the wire format: python3 Fuzz/make_corpus.py
+"""
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "corpus")
+HEADER, EVENT, ACK, ERROR, IDTEXT = 0, 1, 2, 3, 4
+
+ID = bytes.fromhex("0190f1e2d3c47a5b8c9d0e1f2a3b4c5d")
+
+
+def header(version=1, kind=1, flags=0, request=7):
+    return struct.pack("<BBHI", version, kind, flags, request)
+
+
+def event(source=b"app", name=b"Signed Up", user=b"", once=b"", props=b'{"plan":"pro"}',
+          type_=1, category=0, flags=0, seq=1, lengths=None):
+    lens = lengths or (len(source), len(name), len(user), len(once), len(props))
+    fixed = ID + struct.pack("<QQIBBHHHHHI", 1_700_000_000_000, seq, 4242, type_, category, flags, *lens)
+    return fixed + source + name + user + once + props
+
+
+def ack(entries):
+    out = struct.pack("<I", len(entries))
+    for status, reason in entries:
+        out += ID + bytes([status, reason])
+    return out
+
+
+def error(code, message):
+    return struct.pack("<H", code) + message
+
+
+def main():
+    os.makedirs(OUT, exist_ok=True)
+    for name in os.listdir(OUT):
+        os.remove(os.path.join(OUT, name))
+    files = {}
+
+    # Message headers.
+    for kind in (1, 2, 3):
+        files[f"valid-header-kind{kind}"] = (HEADER, header(kind=kind, request=0xDEADBEEF, flags=0x0102))
+    files["bad-header-empty"] = (HEADER, b"")
+    files["bad-header-version2"] = (HEADER, header(version=2))
+    files["bad-header-short"] = (HEADER, header()[:5])
+    files["bad-header-long"] = (HEADER, header() + b"\0")
+    files["bad-header-kind0"] = (HEADER, header(kind=0))
+    files["bad-header-kind255"] = (HEADER, header(kind=255))
+
+    # Events.
+    files["valid-event-track"] = (EVENT, event())
+    files["valid-event-identify-empty-name"] = (EVENT, event(name=b"", user=b"u-1", type_=3, props=b""))
+    files["valid-event-all-fields"] = (EVENT, event(user=b"user-42", once=b"order-9", category=3, flags=1,
+                                                    props=b'{"a":[1,2,{"b":null}],"c":"\\u00e9"}'))
+    files["valid-event-utf8"] = (EVENT, event(source="caf\u00e9".encode(), name="\u65e5\u672c \U0001F680".encode()))
+    for type_ in range(1, 7):
+        files[f"valid-event-type{type_}"] = (EVENT, event(type_=type_))
+    files["valid-event-properties-not-json"] = (EVENT, event(props=b"\xff\xfe not json"))
+    valid = event()
+    files["bad-event-fixed-header-only-short"] = (EVENT, valid[:51])
+    files["bad-event-truncated-text"] = (EVENT, valid[:-3])
+    files["bad-event-trailing-byte"] = (EVENT, valid + b"x")
+    files["bad-event-type0"] = (EVENT, event(type_=0))
+    files["bad-event-type7"] = (EVENT, event(type_=7))
+    files["bad-event-huge-props-length"] = (EVENT, event(lengths=(3, 9, 0, 0, 0xFFFFFFFF)))
+    files["bad-event-huge-text-lengths"] = (EVENT, event(lengths=(0xFFFF, 0xFFFF, 0xFFFF, 0xFFFF, 0)))
+    files["bad-event-invalid-utf8-source"] = (EVENT, event(source=b"\xc3\x28"))
+    files["bad-event-invalid-utf8-name"] = (EVENT, event(name=b"ok\xed\xa0\x80"))
+    files["bad-event-invalid-utf8-user"] = (EVENT, event(user=b"\xf8\x88\x80\x80\x80"))
+    files["bad-event-invalid-utf8-once"] = (EVENT, event(once=b"\xe2\x82"))
+    files["bad-event-overlong-nul"] = (EVENT, event(name=b"\xc0\x80"))
+    files["bad-event-empty"] = (EVENT, b"")
+
+    # Acks.
+    files["valid-ack-empty"] = (ACK, ack([]))
+    files["valid-ack-statuses"] = (ACK, ack([(0, 0), (1, 0), (2, 3), (3, 0), (4, 0), (2, 6)]))
+    files["valid-ack-unknown-reason"] = (ACK, ack([(2, 200)]))
+    files["bad-ack-short"] = (ACK, b"\x01\x00")
+    files["bad-ack-count-too-high"] = (ACK, struct.pack("<I", 3) + ack([(0, 0)])[4:])
+    files["bad-ack-count-max"] = (ACK, struct.pack("<I", 0xFFFFFFFF) + ack([(0, 0)])[4:])
+    files["bad-ack-unknown-status"] = (ACK, ack([(9, 0)]))
+    files["bad-ack-trailing"] = (ACK, ack([(0, 0)]) + b"\0")
+
+    # Error replies.
+    for code in range(1, 6):
+        files[f"valid-error-code{code}"] = (ERROR, error(code, b"something went wrong"))
+    files["valid-error-empty-message"] = (ERROR, error(1, b""))
+    files["valid-error-invalid-utf8-message"] = (ERROR, error(1, b"\xff\xfe"))
+    files["bad-error-short"] = (ERROR, b"\x01")
+    files["bad-error-code0"] = (ERROR, error(0, b"x"))
+    files["bad-error-code-max"] = (ERROR, error(0xFFFF, b"x"))
+
+    # Event id text.
+    files["valid-idtext"] = (IDTEXT, b"0190f1e2-d3c4-7a5b-8c9d-0e1f2a3b4c5d")
+    files["valid-idtext-no-dashes-upper"] = (IDTEXT, b"0190F1E2D3C47A5B8C9D0E1F2A3B4C5D")
+    files["bad-idtext-sign"] = (IDTEXT, b"+190f1e2-d3c4-7a5b-8c9d-0e1f2a3b4c5d")
+    files["bad-idtext-short"] = (IDTEXT, b"0190f1e2-d3c4")
+    files["bad-idtext-nonhex"] = (IDTEXT, b"0190f1e2-d3c4-7a5b-8c9d-0e1f2a3b4c5g")
+    files["bad-idtext-fullwidth"] = (IDTEXT, "\uff10".encode() * 32)
+
+    for name, (target, frame) in sorted(files.items()):
+        with open(os.path.join(OUT, name), "wb") as f:
+            f.write(bytes([target]) + frame)
+    print(f"wrote {len(files)} files to {OUT}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,120 @@
+import Foundation
+import FerryTestKit
+import Synchronization
+import Testing
+
+/// A flag one task sets and others poll.
+final class StopFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+    var isSet: Bool { flag.load(ordering: .acquiring) }
+    func set() { flag.store(true, ordering: .releasing) }
+}
+
+/// Fault injection with the real binaries: `ferryd` killed with SIGKILL over and over while
+/// clients emit. CI runs 20 kills; `FERRY_SOAK=1` (scripts/soak) runs 500.
+@Suite("Faults: crash loop", .serialized)
+struct CrashLoopTests {
+    /// Feeds JSON lines to an `emit --stdin` process in chunks until `stop` is set; returns how
+    /// many lines it wrote (line i has seq i: one client, one source, one sequence). Paced at about
+    /// `chunk` lines per `every`, so the drain after the loop stays short (the pause is pacing,
+    /// not synchronisation: the pipe blocks the writer while the agent is down anyway).
+    static func feedUntilStopped(
+        _ process: ChildProcess, prefix: String, stop: StopFlag, chunk: Int = 20, every: Duration = .milliseconds(20)
+    ) -> Task<Int, Never> {
+        Task {
+            var written = 0
+            while !stop.isSet {
+                try? await Task.sleep(for: every)
+                do {
+                    try await process.writeInput(TestEvents.jsonLines(count: chunk, namePrefix: prefix, first: written + 1, padding: 40))
+                } catch {
+                    break
+                }
+                written += chunk
+            }
+            return written
+        }
+    }
+
+    @Test("kill -9 of ferryd at random moments while 4 clients emit: every acked event delivered once, no seq gap")
+    func crashLoop() async throws {
+        let kills = FaultSettings.scale(ci: 20, soak: 500)
+        var random = FaultSettings.generator(for: "crash loop (\(kills) kills)")
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir)
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        let started = ContinuousClock.now
+
+        let clients = 4
+        var processes: [ChildProcess] = []
+        defer { processes.forEach { $0.cleanup() } }
+        for client in 1...clients {
+            processes.append(try startCLI(["emit", "--stdin", "--wait", "--timeout", "180", "--source", "crash-\(client)"],
+                                          input: .pipe, environment: agent.environment, outputDirectory: dir.path,
+                                          label: "emit-crash-\(client)"))
+        }
+        let stop = StopFlag()
+        let feeders = processes.enumerated().map { index, process in
+            Self.feedUntilStopped(process, prefix: "crash-\(index + 1)", stop: stop)
+        }
+
+        // The loop: let the agent run a random while (sometimes not even until it is ready, so
+        // some kills land during recovery), kill it, start it again.
+        var killedDuringStartUp = 0
+        var acceptedAtKills: [Int] = []
+        for _ in 1...kills {
+            if Double.random(in: 0..<1, using: &random) < 0.15 {
+                // A kill during start-up/recovery: 0-30 ms after the process started.
+                try await Task.sleep(for: .milliseconds(Int.random(in: 0...30, using: &random)))
+                if agent.isRunning, (try? await agent.status(timeout: .milliseconds(200))) == nil { killedDuringStartUp += 1 }
+            } else {
+                try await agent.waitUntilReady()
+                try await Task.sleep(for: .milliseconds(Int.random(in: 20...400, using: &random)))
+                if let accepted = (try? await agent.status(timeout: .milliseconds(300)))?.counters["accepted"] {
+                    acceptedAtKills.append(accepted)
+                }
+            }
+            let killed = agent.kill9()
+            #expect(killed == .signaled(SIGKILL), "ferryd ended \(killed) before the kill\n\(agent.logs.suffix(3000))")
+            try agent.start()
+        }
+        try await agent.waitUntilReady()
+        let loopTime = ContinuousClock.now - started
+
+        stop.set()
+        var written: [Int] = []
+        for feeder in feeders { written.append(await feeder.value) }
+        processes.forEach { $0.closeInput() }
+        var resent = 0
+        for (index, process) in processes.enumerated() {
+            let exit = try await process.waitForExit(timeout: .seconds(240))
+            #expect(exit == .exited(0), "client \(index + 1): \(process.standardError.suffix(2000))")
+            let counts = try #require(MultiProcessTests.parseCounts(process.standardOutput),
+                                      "client \(index + 1) printed \(process.standardOutput)")
+            // Every line written was acked: accepted, or duplicate of a copy stored before a kill.
+            #expect(counts.accepted + counts.duplicate == written[index], "client \(index + 1): \(process.standardOutput)")
+            #expect(counts.rejected == 0, "client \(index + 1): \(process.standardOutput)")
+            resent += counts.duplicate
+        }
+
+        let total = written.reduce(0, +)
+        let report = try await waitForValue("every event delivered", timeout: .seconds(120)) { () -> DeliveryReport? in
+            let report = try DeliveryReport(sinkDirectory: agent.sinkDirectory)
+            let status = try await agent.status()
+            return report.uniqueIDs.count >= total && status.queuedEvents == 0 ? report : nil
+        }
+        let duplicates = report.events.count - report.uniqueIDs.count
+        print("[fault] crash loop: \(kills) kills (\(killedDuringStartUp) during start-up) in \(loopTime); \(total) events from \(clients) clients \(written); \(resent) re-sent events answered duplicate; sink: \(report.events.count) lines, \(duplicates) duplicates; accepted counter at kills: \(acceptedAtKills.prefix(5))…")
+        #expect(report.uniqueIDs.count == total, "\(report)")
+        #expect(duplicates == 0, "duplicated ids in the sink, e.g. \(report.duplicateIDs.prefix(5))")
+        for client in 1...clients {
+            let problem = report.sequenceProblem(source: "crash-\(client)", count: written[client - 1])
+            #expect(problem == nil, "\(problem ?? "")")
+        }
+        let inspect = try await runCLI(["queue", "inspect", "--data-dir", agent.dataDirectory], environment: agent.environment)
+        #expect(inspect.status == .exited(0), "a kill -9 never leaves damage behind a committed record: \(inspect)")
+        print("[fault] crash loop total time \(ContinuousClock.now - started)")
+    }
+}
