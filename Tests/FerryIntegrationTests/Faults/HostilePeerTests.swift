@@ -106,7 +106,43 @@ struct HostilePeerTests {
         }
     }
 
-    @Test("an upstream that never answers (needs the HTTP sink)",
-          .disabled("the HTTP sink lives on another branch; the lead adds this case with it: a server that accepts the connection and never replies must not grow ferryd's memory or block the polite client"))
-    func upstreamNeverAnswers() {}
+    @Test("an upstream that never answers: ingest goes on, the backlog stays on disk, memory stays bounded, the circuit opens; all delivered once it answers")
+    func upstreamNeverAnswers() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let answering = Atomic<Bool>(false)
+        let server = try await HTTPTestServer.start { _ in answering.load(ordering: .relaxed) ? .ok : .never }
+        let path = dir.appending("ferryd.json")
+        try Data("""
+            {"sinks": [{"name": "collector", "type": "http", "url": "\(server.url())", "requestTimeoutMilliseconds": 300,
+                        "batch": {"maxEvents": 100},
+                        "retry": {"initialMilliseconds": 20, "maxMilliseconds": 200},
+                        "circuit": {"failureThreshold": 3, "openMilliseconds": 500}}]}
+            """.utf8).write(to: URL(fileURLWithPath: path))
+        let agent = try AgentProcess(in: dir, extraArguments: ["--config", path])
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        let pid = try #require(agent.pid)
+
+        // The polite client is served while the upstream hangs: every event acked.
+        let count = 20_000
+        let emit = try await runCLI(["emit", "--stdin", "--wait", "--timeout", "120", "--source", "polite"],
+                                    stdin: TestEvents.jsonLines(count: count, namePrefix: "stuck"), environment: agent.environment,
+                                    timeout: .seconds(150))
+        #expect(emit.stdout == "accepted=\(count) duplicate=0 rejected=0\n", "\(emit)")
+        let stuck = try await waitForValue("the circuit to open") { () -> [String: Any]? in
+            let sinks = try await agent.status().object["sinks"] as? [[String: Any]] ?? []
+            return sinks.first { $0["circuit"] as? String == "open" }
+        }
+        #expect((stuck["backlog_events"] as? NSNumber)?.intValue ?? 0 >= count - 100, "\(stuck)")
+        let memory = try #require(ProcessMemory(pid: pid))
+        print("[measure] upstream never answers: \(count) events queued on disk, ferryd \(memory)")
+        #expect(memory.peakResidentBytes < Self.memoryBound, "\(memory)")
+
+        // Once it answers, everything goes out, each event once.
+        answering.store(true, ordering: .relaxed)
+        try await eventually("the backlog delivered", timeout: .seconds(120)) { try await agent.status().queuedEvents == 0 }
+        let names = server.requests.filter { $0.json != nil }.flatMap { $0.batchEvents.compactMap { $0["name"] as? String } }
+        #expect(Set(names).count == count)
+    }
 }
