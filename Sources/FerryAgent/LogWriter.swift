@@ -172,9 +172,9 @@ final class LogWriter {
         guard let oldest = log.state.withLock({ state in state.segments.first { $0.index != active.index } }) else {
             return nil
         }
+        let lost = log.undeliveredRecords(of: oldest)
         try FileIO.unlink(oldest.path)
         try FileIO.syncDirectory(log.directory)
-        let lost = oldest.records - oldest.deliveredRecords
         log.state.withLock { state in
             state.segments.removeAll { $0.index == oldest.index }
             state.droppedRecords += lost

@@ -47,6 +47,22 @@ public struct RecoveryReport: Sendable, Hashable {
 
     /// Whether anything was damaged.
     public var isClean: Bool { corruptRegions == 0 && truncatedBytes == 0 }
+
+    /// Adds what one segment's scan found.
+    mutating func add(_ scan: SegmentScanner.Result) {
+        records += scan.records.count
+        corruptRegions += scan.corruptRegions
+        corruptBytes += scan.corruptBytes
+        truncatedBytes += scan.truncatedBytes
+    }
+
+    /// Adds a later report (sealed segments verified after start); `segments` stays as counted.
+    public mutating func merge(_ other: RecoveryReport) {
+        records += other.records
+        corruptRegions += other.corruptRegions
+        corruptBytes += other.corruptBytes
+        truncatedBytes += other.truncatedBytes
+    }
 }
 
 /// One segment file as the log tracks it.
@@ -58,6 +74,9 @@ struct SegmentInfo: Sendable {
     var records: Int
     /// Records before the delivery cursor.
     var deliveredRecords: Int
+    /// Whether ``records`` is known: a sealed segment left out of start-up recovery is counted
+    /// (and CRC-checked) later by ``SegmentedLog/verifySealedSegments(shouldStop:)``.
+    var verified = true
 }
 
 /// A segmented append-only log of events on disk.
@@ -80,6 +99,9 @@ public final class SegmentedLog: Sendable {
         var droppedRecords: Int = 0
     }
 
+    /// The cursor recovery started from, for counting delivered records of segments verified later.
+    private let recoveredCursor: LogPosition?
+
     /// Size of the segment file header.
     public static let segmentHeaderSize: Int64 = 16
     static let segmentMagic = Array("FERRYSG1".utf8)
@@ -98,14 +120,23 @@ public final class SegmentedLog: Sendable {
 
     /// Opens (or creates) the log in `directory` and recovers it: a torn tail of the last segment
     /// is truncated, damaged records elsewhere are skipped. `cursor` is the delivery position to
-    /// resume from. `seedDedup` is called with every recovered event, oldest first.
+    /// resume from. `seedDedup` is called with the id and acceptedAt of recovered events, oldest
+    /// first.
+    ///
+    /// Start-up work does not grow with the backlog: segments are scanned newest first only until
+    /// the last one and `dedupWindow` records have been seen (the most a dedup window can hold; only
+    /// those are passed to `seedDedup`). Older sealed segments are opened unscanned, readable at once
+    /// (every read CRC-checks its records and resynchronises past damage), and counted and checked
+    /// by ``verifySealedSegments(shouldStop:)``, which the caller runs in the background. With the
+    /// default `dedupWindow` every segment is scanned here.
     public init(
         directory: String, configuration: LogConfiguration, cursor: LogPosition?, logger: Logger,
-        recovered report: inout RecoveryReport, seedDedup: (EventID, UInt64) -> Void
+        recovered report: inout RecoveryReport, dedupWindow: Int = .max, seedDedup: (EventID, UInt64) -> Void
     ) throws {
         self.directory = directory
         self.configuration = configuration
         self.logger = logger
+        recoveredCursor = cursor
         try FileIO.makeDirectory(directory, mode: 0o700)
 
         let indices = try FileIO.listDirectory(directory).compactMap { name -> UInt64? in
@@ -114,34 +145,81 @@ public final class SegmentedLog: Sendable {
         }.sorted()
 
         var segments: [SegmentInfo] = []
-        for (position, index) in indices.enumerated() {
+        var seeds: [[(EventID, UInt64)]] = []
+        var seen = 0
+        for (position, index) in indices.enumerated().reversed() {
             let path = directory + "/" + Self.fileName(for: index)
             let isLast = position == indices.count - 1
+            report.segments += 1
+            guard isLast || seen < dedupWindow else {
+                let fd = try FileIO.open(path, O_RDONLY)
+                defer { close(fd) }
+                segments.append(SegmentInfo(index: index, path: path, size: try FileIO.fileSize(fd, path: path),
+                                            records: 0, deliveredRecords: 0, verified: false))
+                continue
+            }
+            var ids: [(EventID, UInt64)] = []
             let scan = try SegmentScanner.scan(path: path, truncateTornTail: isLast) { offset, size, body in
                 guard body.count >= LogRecord.bodyPrefixSize + 16 else { return }
                 let acceptedAt = body.loadLE(at: 1, as: UInt64.self)
-                seedDedup(EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt)
+                ids.append((EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt))
             }
-            report.segments += 1
-            report.records += scan.records.count
-            report.corruptRegions += scan.corruptRegions
-            report.corruptBytes += scan.corruptBytes
-            report.truncatedBytes += scan.truncatedBytes
-            var delivered = 0
-            if let cursor {
-                if index < cursor.segment {
-                    delivered = scan.records.count
-                } else if index == cursor.segment {
-                    delivered = scan.records.prefix { $0 < cursor.offset }.count
-                }
-            }
+            seen += ids.count
+            seeds.append(ids)
+            report.add(scan)
             segments.append(SegmentInfo(index: index, path: path, size: scan.size, records: scan.records.count,
-                                        deliveredRecords: delivered))
+                                        deliveredRecords: Self.delivered(scan.records, segment: index, before: cursor)))
         }
+        for ids in seeds.reversed() {
+            for (id, at) in ids { seedDedup(id, at) }
+        }
+        segments.reverse()
         let first = segments.first?.index ?? 1
         var start = cursor ?? LogPosition(segment: first, offset: Self.segmentHeaderSize)
         if start.segment < first { start = LogPosition(segment: first, offset: Self.segmentHeaderSize) }
         state = Mutex(State(segments: segments, cursor: start, nextIndex: (indices.last ?? 0) + 1))
+    }
+
+    /// How many of a segment's records (by offset) lie before `cursor`.
+    private static func delivered(_ records: [Int64], segment index: UInt64, before cursor: LogPosition?) -> Int {
+        guard let cursor else { return 0 }
+        if index < cursor.segment { return records.count }
+        if index == cursor.segment { return records.prefix { $0 < cursor.offset }.count }
+        return 0
+    }
+
+    /// Undelivered records in `segment`, counting an unverified one from its file (rare paths:
+    /// the drop-oldest policy).
+    func undeliveredRecords(of segment: SegmentInfo) -> Int {
+        guard !segment.verified else { return segment.records - segment.deliveredRecords }
+        guard let scan = try? SegmentScanner.scan(path: segment.path, truncateTornTail: false) else { return 0 }
+        let delivered = Self.delivered(scan.records, segment: segment.index, before: recoveredCursor) + segment.deliveredRecords
+        return max(0, scan.records.count - delivered)
+    }
+
+    /// Sealed segments whose records are not yet counted.
+    public var unverifiedSegments: Int { state.withLock { $0.segments.count { !$0.verified } } }
+
+    /// Counts and CRC-checks the sealed segments start-up recovery left out (oldest first),
+    /// reporting damage as recovery would have. Safe to run on any thread while the log is in use:
+    /// a segment deleted meanwhile is skipped. `shouldStop` is asked between segments.
+    public func verifySealedSegments(shouldStop: () -> Bool = { false }) -> RecoveryReport {
+        var report = RecoveryReport()
+        let pending = state.withLock { $0.segments.filter { !$0.verified } }
+        for segment in pending where !shouldStop() {
+            guard let scan = try? SegmentScanner.scan(path: segment.path, truncateTornTail: false) else { continue }
+            let delivered = Self.delivered(scan.records, segment: segment.index, before: recoveredCursor)
+            let present = state.withLock { state -> Bool in
+                guard let i = state.segments.firstIndex(where: { $0.index == segment.index }) else { return false }
+                state.segments[i].records = scan.records.count
+                // Deliveries since start were already counted by markDelivered.
+                state.segments[i].deliveredRecords += delivered
+                state.segments[i].verified = true
+                return true
+            }
+            if present { report.add(scan) }
+        }
+        return report
     }
 
     // MARK: Reading
@@ -270,17 +348,21 @@ public final class SegmentedLog: Sendable {
         public var droppedEvents: Int
         /// Where delivery resumes.
         public var cursor: LogPosition
+        /// Sealed segments not yet counted since start (their events are missing from
+        /// ``undeliveredEvents`` until then).
+        public var unverifiedSegments: Int
     }
 
     /// The log's size now.
     public func status() -> Status {
         state.withLock { state in
             Status(
-                undeliveredEvents: state.segments.reduce(0) { $0 + $1.records - $1.deliveredRecords },
+                undeliveredEvents: state.segments.reduce(0) { $0 + ($1.verified ? $1.records - $1.deliveredRecords : 0) },
                 bytes: state.segments.reduce(0) { $0 + $1.size },
                 segments: state.segments.count,
                 droppedEvents: state.droppedRecords,
-                cursor: state.cursor)
+                cursor: state.cursor,
+                unverifiedSegments: state.segments.count { !$0.verified })
         }
     }
 

@@ -17,6 +17,8 @@ struct Driver {
     let clientCounts = [1, 4, 16]
     let sizes = [64, 256, 1024]
     var summary: [String: Any] = [:]
+    /// Sections to run (`--only ingest,latency`); all when empty.
+    let only: Set<String>
 
     init(_ flags: Flags) throws {
         ferryd = try flags.string("ferryd")
@@ -26,6 +28,7 @@ struct Driver {
         out = flags.string("out", default: "bench-results.json")
         runs = flags.int("runs", default: quick ? 1 : 3)
         duration = flags.double("seconds", default: quick ? 1 : 2)
+        only = Set(flags.string("only", default: "").split(separator: ",").map(String.init))
     }
 
     func note(_ text: String) { FileHandle.standardError.write(Data("[bench] \(text)\n".utf8)) }
@@ -43,11 +46,12 @@ struct Driver {
         summary["runs"] = runs
         summary["seconds_per_run"] = duration
         summary["machine"] = machine()
-        try ingest()
-        try disk()
-        try latency()
-        try recoveryAndMemory()
-        try delivery()
+        func wanted(_ section: String) -> Bool { only.isEmpty || only.contains(section) }
+        if wanted("ingest") { try ingest() }
+        if wanted("disk") { try disk() }
+        if wanted("latency") { try latency() }
+        if wanted("recovery") { try recoveryAndMemory() }
+        if wanted("delivery") { try delivery() }
         summary["wall_seconds"] = Date().timeIntervalSince(started)
         let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys, .prettyPrinted])
         try data.write(to: URL(fileURLWithPath: out))
@@ -253,7 +257,7 @@ struct Driver {
 
     /// Starts ferryd on the backlog, runs 4 clients for the run time, reads VmHWM.
     func measureMemory(dir: String, backlog: Int, blocked: Bool) throws -> [String: Any] {
-        let (agent, _) = try launch(dir)
+        let (agent, firstAck) = try launch(dir)
         defer { agent.stop() }
         let afterStart = memoryKiB(pid: agent.child.pid)
         let rate = try drive(clients(4, runtime: dir + "/rt", size: 256))
@@ -262,7 +266,7 @@ struct Driver {
         let status = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#)
         let queue = status?["queue"] as? [String: Any]
         note("memory backlog=\(backlog): VmHWM \(after.hwm / 1024) MiB (after start \(afterStart.hwm / 1024) MiB), queue \(queue?["events"] ?? "?")")
-        return ["backlog": backlog, "delivery_blocked": blocked, "hwm_kib_after_start": afterStart.hwm,
+        return ["backlog": backlog, "delivery_blocked": blocked, "first_ack_ms": firstAck, "hwm_kib_after_start": afterStart.hwm,
                 "hwm_kib": after.hwm, "rss_kib": after.rss, "ingest_rate": rate, "queue_events": queue?["events"] ?? NSNull()]
     }
 

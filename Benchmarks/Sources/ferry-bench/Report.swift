@@ -40,6 +40,9 @@ struct Report {
         out.append("\n### Recovery: ferryd start to first ack (ms)\n")
         out.append("| backlog events | after clean stop | after kill -9 |")
         out.append("|---|---|---|")
+        if let empty = (summary["memory"] as? [[String: Any]])?.first(where: { $0["backlog"] as? Int == 0 }) {
+            out.append("| 0 (fresh data directory) | \(r(empty["first_ack_ms"])) | – |")
+        }
         for row in summary["recovery"] as? [[String: Any]] ?? [] {
             out.append("| \(n((row["backlog"] as? Int).map(Double.init))) | \(r(row["clean_median_ms"])) | \(r(row["kill9_median_ms"])) |")
         }
