@@ -28,8 +28,10 @@ let package = Package(
         ),
         // Safe Swift wrapper: context, sockets, multipart messages, poll, errors.
         .target(name: "ZeroMQ", dependencies: ["CZeroMQ"]),
+        // Hardware CRC-32C (SSE4.2) for FerryProtocol's CRC32C, chosen at run time.
+        .target(name: "CFerryCRC32C"),
         // Wire format v1, event model, record codec, CRC32C, UUIDv7.
-        .target(name: "FerryProtocol"),
+        .target(name: "FerryProtocol", dependencies: ["CFerryCRC32C"]),
         // Client library linked by applications.
         .target(
             name: "Ferry",
@@ -76,7 +78,7 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 
-for target in package.targets where target.type != .system {
+for target in package.targets where target.type != .system && target.name != "CFerryCRC32C" {
     var settings = target.swiftSettings ?? []
     settings.append(.enableUpcomingFeature("ExistentialAny"))
     target.swiftSettings = settings
