@@ -170,8 +170,12 @@ public final class SegmentedLog: Sendable {
             segments.append(SegmentInfo(index: index, path: path, size: scan.size, records: scan.records.count,
                                         deliveredRecords: Self.delivered(scan.records, segment: index, before: cursor)))
         }
+        // Only the newest `dedupWindow` ids can stay in the window: skip the older ones.
+        var skip = seen > dedupWindow ? seen - dedupWindow : 0
         for ids in seeds.reversed() {
-            for (id, at) in ids { seedDedup(id, at) }
+            let dropped = min(skip, ids.count)
+            skip -= dropped
+            for (id, at) in ids.dropFirst(dropped) { seedDedup(id, at) }
         }
         segments.reverse()
         let first = segments.first?.index ?? 1
