@@ -52,7 +52,7 @@ func runZMQPush(_ flags: Flags) throws {
     let frame = benchFrame(id: EventID(high: 1, low: 2), sequence: 1, bodySize: flags.int("size", default: 256))
     let context = try ZMQContext()
     let socket = try ZMQSocket(context: context, type: .push)
-    try socket.setOption(ZMQ_LINGER, 10_000)  // the END must arrive
+    try socket.setOption(ZMQ_LINGER, -1)  // the END must arrive
     try socket.connect(endpoint)
     ChildProtocol.ready()
     let start = nowNanoseconds()
@@ -82,16 +82,18 @@ func runZMQPull(_ flags: Flags) throws {
     while ends < clients {
         // A lost END must not hang the run: stop after 2 s of silence once the clients finished.
         let ready = try ZMQPoller.poll([.socket(socket, .readable)], timeout: .milliseconds(100))
-        guard ready[0].contains(.readable), let message = try socket.receive(dontWait: true) else {
-            if ends > 0 && nowNanoseconds() - quietSince > 2_000_000_000 { break }
+        guard ready[0].contains(.readable) else {
+            if (ends > 0 || received > 0) && nowNanoseconds() - quietSince > 2_000_000_000 { break }
             continue
         }
         quietSince = nowNanoseconds()
+        while let message = try socket.receive(dontWait: true) {
         if message.count == 1 && message[0].count == 3 && message[0] == Array("END".utf8) {
             ends += 1
         } else {
             received += 1
             bytes += message[0].count
+        }
         }
     }
     ChildProtocol.finish(["received": received, "bytes": bytes])

@@ -124,7 +124,11 @@ struct Driver {
         for child in pushers { try child.expectReady() }
         for child in pushers { child.go() }
         for child in pushers { _ = try child.result(); child.wait() }
-        let received = try server.result()["received"] as? Int ?? 0
+        // A puller that lost its ENDs is ended rather than hanging the whole run.
+        guard let received = (try? server.result())?["received"] as? Int else {
+            server.signal(SIGKILL)
+            return .nan
+        }
         server.wait()
         return Double(received) / duration
     }
