@@ -46,8 +46,10 @@ let package = Package(
         ),
         // Safe Swift wrapper: connection, JetStream context, streams, async publish with PubAcks.
         .target(name: "NATS", dependencies: ["CNATS"]),
+        // Hardware CRC-32C (SSE4.2) for FerryProtocol's CRC32C, chosen at run time.
+        .target(name: "CFerryCRC32C"),
         // Wire format v1, event model, record codec, CRC32C, UUIDv7.
-        .target(name: "FerryProtocol"),
+        .target(name: "FerryProtocol", dependencies: ["CFerryCRC32C"]),
         // Client library linked by applications.
         .target(
             name: "Ferry",
@@ -108,7 +110,7 @@ let package = Package(
     swiftLanguageModes: [.v6]
 )
 
-for target in package.targets where target.type != .system {
+for target in package.targets where target.type != .system && target.name != "CFerryCRC32C" {
     var settings = target.swiftSettings ?? []
     settings.append(.enableUpcomingFeature("ExistentialAny"))
     target.swiftSettings = settings

@@ -24,7 +24,11 @@ public struct Event: Sendable, Hashable {
         onceKey: String = "", category: UInt8 = 0, localOnly: Bool = false
     ) {
         var json: [UInt8] = []
-        if !properties.isEmpty { FerryValue.appendObject(properties, to: &json) }
+        if !properties.isEmpty {
+            // One allocation for typical properties instead of several growth steps.
+            json.reserveCapacity(16 + 32 * properties.count)
+            FerryValue.appendObject(properties, to: &json)
+        }
         self.init(type: type, name: name, propertiesJSON: json, userID: userID, onceKey: onceKey,
                   category: category, localOnly: localOnly)
     }

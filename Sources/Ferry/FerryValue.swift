@@ -17,12 +17,12 @@ public enum FerryValue: Sendable, Hashable {
     /// Appends the JSON text of the value.
     public func appendJSON(to out: inout [UInt8]) {
         switch self {
-        case .null: out += Array("null".utf8)
-        case .bool(let value): out += Array((value ? "true" : "false").utf8)
-        case .int(let value): out += Array(String(value).utf8)
+        case .null: out.append(contentsOf: "null".utf8)
+        case .bool(let value): out.append(contentsOf: (value ? "true" : "false").utf8)
+        case .int(let value): out.append(contentsOf: String(value).utf8)
         case .double(let value):
             // JSON has no NaN or infinity.
-            out += value.isFinite ? Array(String(value).utf8) : Array("null".utf8)
+            out.append(contentsOf: (value.isFinite ? String(value) : "null").utf8)
         case .string(let value): JSONText.appendString(value, to: &out)
         case .array(let values):
             out.append(UInt8(ascii: "["))
@@ -39,6 +39,14 @@ public enum FerryValue: Sendable, Hashable {
     /// Appends a JSON object with keys in sorted order (stable output).
     public static func appendObject(_ fields: [String: FerryValue], to out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
+        if fields.count == 1, let (key, value) = fields.first {
+            // The common single-property case needs no sorted copy of the keys.
+            JSONText.appendString(key, to: &out)
+            out.append(UInt8(ascii: ":"))
+            value.appendJSON(to: &out)
+            out.append(UInt8(ascii: "}"))
+            return
+        }
         for (index, key) in fields.keys.sorted().enumerated() {
             if index > 0 { out.append(UInt8(ascii: ",")) }
             JSONText.appendString(key, to: &out)

@@ -400,7 +400,7 @@ final class CommitPipeline: Sendable {
                     // the cap is hit under drop-oldest and someone listens).
                     let start = LogPosition(segment: victim.index, offset: SegmentedLog.segmentHeaderSize)
                     let cursor = log.cursor
-                    if let events = try? log.read(from: max(start, cursor), maxEvents: victim.records, maxBytes: Int(victim.size)).events {
+                    if let events = try? log.read(from: max(start, cursor), maxEvents: victim.verified ? victim.records : .max, maxBytes: Int(victim.size)).events {
                         droppedEvents(events.filter { $0.position.segment == victim.index })
                     }
                 }

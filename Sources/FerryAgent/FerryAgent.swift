@@ -151,7 +151,8 @@ public final class FerryAgent: Service, Sendable {
             var report = RecoveryReport()
             let log = try SegmentedLog(
                 directory: configuration.dataDirectory + "/segments", configuration: configuration.log,
-                cursors: cursors, logger: logger, recovered: &report
+                cursors: cursors, logger: logger, recovered: &report,
+                dedupWindow: configuration.dedup.maxEntries
             ) { id, at in dedup.insert(id, at: at) }
             dedup.expire(now: WallClock.unixMilliseconds())
             return (log, dedup, report, stored.map { $0?.checkpoint })
@@ -258,6 +259,7 @@ public final class FerryAgent: Service, Sendable {
             "data": "\(configuration.dataDirectory)", "sinks": "\(sinks.map(\.configuration.name).joined(separator: ","))",
         ])
         settleReadiness(.success(()))
+        let verifier = verifySealedSegments(log)
 
         // Serve until graceful shutdown (or cancellation), then stop in order: intake, commit
         // (acks of what was written go out), sockets, delivery.
@@ -273,6 +275,7 @@ public final class FerryAgent: Service, Sendable {
         await pipeline.stop()
         await server.stop()
         for (_, sink) in sinks { try? await sink.shutdown() }
+        await verifier.stop()
         await io.run { context.terminate() }
         logger.info("ferryd stopped", metadata: ["accepted": "\(counters.accepted.load(ordering: .relaxed))"])
     }
@@ -326,6 +329,37 @@ public final class FerryAgent: Service, Sendable {
             engine: engine, heldLog: heldLog, onceKeys: onceKeys, mainLog: log, stateFile: stateFile,
             auditLog: auditLog, logger: logger)
         return (engine, UncheckedBox(worker), dedup)
+    }
+
+    /// Counts and checks, on a thread of its own, the sealed segments recovery left for later, so
+    /// the time to the first ack does not grow with the backlog.
+    private func verifySealedSegments(_ log: SegmentedLog) -> Verifier {
+        let verifier = Verifier()
+        guard log.unverifiedSegments > 0 else { return verifier }
+        let logger = self.logger
+        let thread = DedicatedThread(name: "ferry-verify") { [self] in
+            let found = log.verifySealedSegments { verifier.stopping.load(ordering: .relaxed) }
+            running.withLock { $0?.recovery.merge(found) }
+            if found.isClean {
+                logger.info("verified the older segments", metadata: ["events": "\(found.records)"])
+            } else {
+                logger.warning("verified the older segments with damage", metadata: [
+                    "events": "\(found.records)", "corrupt_regions": "\(found.corruptRegions)",
+                    "corrupt_bytes": "\(found.corruptBytes)",
+                ])
+            }
+        }
+        verifier.thread.withLock { $0 = thread }
+        return verifier
+    }
+
+    private final class Verifier: Sendable {
+        let stopping = Atomic<Bool>(false)
+        let thread = Mutex<DedicatedThread?>(nil)
+        func stop() async {
+            stopping.store(true, ordering: .relaxed)
+            if let thread = thread.withLock({ $0 }) { await thread.joinAsync() }
+        }
     }
 
     private static func lock(_ path: String) throws -> CInt {
@@ -547,6 +581,7 @@ public final class FerryAgent: Service, Sendable {
                 "segments": log.segments,
                 "oldest_undelivered_age_ms": oldestAge,
                 "cursor": log.cursor.description,
+                "verifying_segments": log.unverifiedSegments,
             ] as [String: Any],
             "delivery": deliveryJSON,
             "consent": Self.jsonObject(running.consent.snapshot()),

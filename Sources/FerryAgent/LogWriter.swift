@@ -177,10 +177,10 @@ final class LogWriter {
         guard let oldest = log.state.withLock({ state in state.segments.first { $0.index != active.index } }) else {
             return nil
         }
+        let lost = log.undeliveredRecords(of: oldest)
         try FileIO.unlink(oldest.path)
         try FileIO.syncDirectory(log.directory)
-        let lost = log.state.withLock { state -> Int in
-            let lost = oldest.undelivered(consumers: state.cursors.keys)
+        log.state.withLock { state in
             state.segments.removeAll { $0.index == oldest.index }
             state.droppedRecords += lost
             if let next = state.segments.first {
@@ -188,7 +188,6 @@ final class LogWriter {
                     state.cursors[consumer] = LogPosition(segment: next.index, offset: SegmentedLog.segmentHeaderSize)
                 }
             }
-            return lost
         }
         totalBytes -= oldest.size
         return lost

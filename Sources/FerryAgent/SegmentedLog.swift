@@ -47,6 +47,22 @@ public struct RecoveryReport: Sendable, Hashable {
 
     /// Whether anything was damaged.
     public var isClean: Bool { corruptRegions == 0 && truncatedBytes == 0 }
+
+    /// Adds what one segment's scan found.
+    mutating func add(_ scan: SegmentScanner.Result) {
+        records += scan.records.count
+        corruptRegions += scan.corruptRegions
+        corruptBytes += scan.corruptBytes
+        truncatedBytes += scan.truncatedBytes
+    }
+
+    /// Adds a later report (sealed segments verified after start); `segments` stays as counted.
+    public mutating func merge(_ other: RecoveryReport) {
+        records += other.records
+        corruptRegions += other.corruptRegions
+        corruptBytes += other.corruptBytes
+        truncatedBytes += other.truncatedBytes
+    }
 }
 
 /// One segment file as the log tracks it.
@@ -61,6 +77,9 @@ struct SegmentInfo: Sendable {
     /// False for a segment the writer created in a group not yet committed: readers must not
     /// move on to it, or they would skip that group's records still going into the one before.
     var visible = true
+    /// Whether ``records`` is known: a sealed segment left out of start-up recovery is counted
+    /// (and CRC-checked) later by ``SegmentedLog/verifySealedSegments(shouldStop:)``.
+    var verified = true
 
     /// Records some consumer has not passed yet (the most any registered consumer lacks).
     func undelivered(consumers: some Collection<String>) -> Int {
@@ -93,6 +112,9 @@ public final class SegmentedLog: Sendable {
         var erasedPending: [String: Int] = [:]
     }
 
+    /// The cursors recovery started from, for counting delivered records of segments verified later.
+    private let recoveredCursors: [String: LogPosition?]
+
     /// Size of the segment file header.
     public static let segmentHeaderSize: Int64 = 16
     static let segmentMagic = Array("FERRYSG1".utf8)
@@ -115,23 +137,31 @@ public final class SegmentedLog: Sendable {
     /// Opens the log with one consumer, ``defaultConsumer``, resuming from `cursor`.
     public convenience init(
         directory: String, configuration: LogConfiguration, cursor: LogPosition?, logger: Logger,
-        recovered report: inout RecoveryReport, seedDedup: (EventID, UInt64) -> Void
+        recovered report: inout RecoveryReport, dedupWindow: Int = .max, seedDedup: (EventID, UInt64) -> Void
     ) throws {
         try self.init(directory: directory, configuration: configuration, cursors: [Self.defaultConsumer: cursor],
-                      logger: logger, recovered: &report, seedDedup: seedDedup)
+                      logger: logger, recovered: &report, dedupWindow: dedupWindow, seedDedup: seedDedup)
     }
 
     /// Opens (or creates) the log in `directory` and recovers it: a torn tail of the last segment
     /// is truncated, damaged records elsewhere are skipped. `cursors` names every consumer (sink)
     /// with the position it resumes from (`nil`: the oldest segment). `seedDedup` is called with
-    /// every recovered event, oldest first.
+    /// the id and acceptedAt of recovered events, oldest first.
+    ///
+    /// Start-up work does not grow with the backlog: segments are scanned newest first only until
+    /// the last one and `dedupWindow` records have been seen (the most a dedup window can hold; only
+    /// those are passed to `seedDedup`). Older sealed segments are opened unscanned, readable at once
+    /// (every read CRC-checks its records and resynchronises past damage), and counted and checked
+    /// by ``verifySealedSegments(shouldStop:)``, which the caller runs in the background. With the
+    /// default `dedupWindow` every segment is scanned here.
     public init(
         directory: String, configuration: LogConfiguration, cursors: [String: LogPosition?], logger: Logger,
-        recovered report: inout RecoveryReport, seedDedup: (EventID, UInt64) -> Void
+        recovered report: inout RecoveryReport, dedupWindow: Int = .max, seedDedup: (EventID, UInt64) -> Void
     ) throws {
         self.directory = directory
         self.configuration = configuration
         self.logger = logger
+        recoveredCursors = cursors
         try FileIO.makeDirectory(directory, mode: 0o700)
 
         let indices = try FileIO.listDirectory(directory).compactMap { name -> UInt64? in
@@ -141,41 +171,110 @@ public final class SegmentedLog: Sendable {
 
         var segments: [SegmentInfo] = []
         var erasedPending: [String: Int] = [:]
-        for (position, index) in indices.enumerated() {
+        var seeds: [[(EventID, UInt64)]] = []
+        var seen = 0
+        for (position, index) in indices.enumerated().reversed() {
             let path = directory + "/" + Self.fileName(for: index)
             let isLast = position == indices.count - 1
+            report.segments += 1
+            guard isLast || seen < dedupWindow else {
+                let fd = try FileIO.open(path, O_RDONLY)
+                defer { close(fd) }
+                segments.append(SegmentInfo(index: index, path: path, size: try FileIO.fileSize(fd, path: path),
+                                            records: 0, deliveredRecords: [:], verified: false))
+                continue
+            }
+            var ids: [(EventID, UInt64)] = []
             let scan = try SegmentScanner.scan(path: path, truncateTornTail: isLast) { offset, size, body in
                 guard body.count >= LogRecord.bodyPrefixSize + 16 else { return }
                 if body[0] == LogRecord.Kind.erased.rawValue {
-                    for (consumer, cursor) in cursors where cursor.map({ LogPosition(segment: index, offset: offset) >= $0 }) ?? true {
-                        erasedPending[consumer, default: 0] += 1
-                    }
+                    Self.countErased(at: LogPosition(segment: index, offset: offset), cursors: cursors, into: &erasedPending)
                 }
                 let acceptedAt = body.loadLE(at: 1, as: UInt64.self)
-                seedDedup(EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt)
+                ids.append((EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt))
             }
-            report.segments += 1
-            report.records += scan.records.count
-            report.corruptRegions += scan.corruptRegions
-            report.corruptBytes += scan.corruptBytes
-            report.truncatedBytes += scan.truncatedBytes
-            var delivered: [String: Int] = [:]
-            for (consumer, cursor) in cursors {
-                guard let cursor else { continue }
-                if index < cursor.segment {
-                    delivered[consumer] = scan.records.count
-                } else if index == cursor.segment {
-                    delivered[consumer] = scan.records.prefix { $0 < cursor.offset }.count
-                }
-            }
+            seen += ids.count
+            seeds.append(ids)
+            report.add(scan)
             segments.append(SegmentInfo(index: index, path: path, size: scan.size, records: scan.records.count,
-                                        deliveredRecords: delivered))
+                                        deliveredRecords: Self.delivered(scan.records, segment: index, before: cursors)))
         }
+        // Only the newest `dedupWindow` ids can stay in the window: skip the older ones.
+        var skip = seen > dedupWindow ? seen - dedupWindow : 0
+        for ids in seeds.reversed() {
+            let dropped = min(skip, ids.count)
+            skip -= dropped
+            for (id, at) in ids.dropFirst(dropped) { seedDedup(id, at) }
+        }
+        segments.reverse()
         let first = segments.first?.index ?? 1
         let oldest = LogPosition(segment: first, offset: Self.segmentHeaderSize)
         let starts = cursors.mapValues { cursor in cursor.map { $0.segment < first ? oldest : $0 } ?? oldest }
         state = Mutex(State(segments: segments, cursors: starts, nextIndex: (indices.last ?? 0) + 1,
                             erasedPending: erasedPending))
+    }
+
+    /// How many of a segment's records (by offset) lie before each consumer's cursor.
+    private static func delivered(_ records: [Int64], segment index: UInt64, before cursors: [String: LogPosition?]) -> [String: Int] {
+        var delivered: [String: Int] = [:]
+        for (consumer, cursor) in cursors {
+            guard let cursor else { continue }
+            if index < cursor.segment {
+                delivered[consumer] = records.count
+            } else if index == cursor.segment {
+                delivered[consumer] = records.prefix { $0 < cursor.offset }.count
+            }
+        }
+        return delivered
+    }
+
+    /// Counts an erased record at `position` for every consumer that has not passed it.
+    private static func countErased(at position: LogPosition, cursors: [String: LogPosition?], into counts: inout [String: Int]) {
+        for (consumer, cursor) in cursors where cursor.map({ position >= $0 }) ?? true {
+            counts[consumer, default: 0] += 1
+        }
+    }
+
+    /// Undelivered records in `segment` (the most any consumer lacks), counting an unverified one
+    /// from its file (rare paths: the drop-oldest policy).
+    func undeliveredRecords(of segment: SegmentInfo) -> Int {
+        let consumers = state.withLock { Array($0.cursors.keys) }
+        guard !segment.verified else { return segment.undelivered(consumers: consumers) }
+        guard let scan = try? SegmentScanner.scan(path: segment.path, truncateTornTail: false) else { return 0 }
+        let atStart = Self.delivered(scan.records, segment: segment.index, before: recoveredCursors)
+        return consumers.map { scan.records.count - (atStart[$0] ?? 0) - (segment.deliveredRecords[$0] ?? 0) }.max().map { max(0, $0) } ?? 0
+    }
+
+    /// Sealed segments whose records are not yet counted.
+    public var unverifiedSegments: Int { state.withLock { $0.segments.count { !$0.verified } } }
+
+    /// Counts and CRC-checks the sealed segments start-up recovery left out (oldest first),
+    /// reporting damage as recovery would have. Safe to run on any thread while the log is in use:
+    /// a segment deleted meanwhile is skipped. `shouldStop` is asked between segments.
+    public func verifySealedSegments(shouldStop: () -> Bool = { false }) -> RecoveryReport {
+        var report = RecoveryReport()
+        let pending = state.withLock { $0.segments.filter { !$0.verified } }
+        let cursors = recoveredCursors
+        for segment in pending where !shouldStop() {
+            var erased: [String: Int] = [:]
+            guard let scan = try? SegmentScanner.scan(path: segment.path, truncateTornTail: false, visit: { offset, _, body in
+                if body.count > 0 && body[0] == LogRecord.Kind.erased.rawValue {
+                    Self.countErased(at: LogPosition(segment: segment.index, offset: offset), cursors: cursors, into: &erased)
+                }
+            }) else { continue }
+            let delivered = Self.delivered(scan.records, segment: segment.index, before: cursors)
+            let present = state.withLock { state -> Bool in
+                guard let i = state.segments.firstIndex(where: { $0.index == segment.index }) else { return false }
+                state.segments[i].records = scan.records.count
+                // Deliveries since start were already counted by markDelivered.
+                state.segments[i].deliveredRecords.merge(delivered) { $0 + $1 }
+                state.segments[i].verified = true
+                state.erasedPending.merge(erased) { $0 + $1 }
+                return true
+            }
+            if present { report.add(scan) }
+        }
+        return report
     }
 
     // MARK: Reading
@@ -380,6 +479,9 @@ public final class SegmentedLog: Sendable {
         public var cursor: LogPosition
         /// Each consumer's cursor.
         public var cursors: [String: LogPosition]
+        /// Sealed segments not yet counted since start (their events are missing from
+        /// ``undeliveredEvents`` until then).
+        public var unverifiedSegments: Int
     }
 
     /// The log's size now.
@@ -388,7 +490,7 @@ public final class SegmentedLog: Sendable {
             let consumers = state.cursors.keys
             var backlog: [String: Int] = [:]
             for consumer in consumers {
-                let records = state.segments.reduce(0) { $0 + $1.records - ($1.deliveredRecords[consumer] ?? 0) }
+                let records = state.segments.reduce(0) { $0 + ($1.verified ? $1.records - ($1.deliveredRecords[consumer] ?? 0) : 0) }
                 backlog[consumer] = max(0, records - (state.erasedPending[consumer] ?? 0))
             }
             return Status(
@@ -398,7 +500,8 @@ public final class SegmentedLog: Sendable {
                 segments: state.segments.count,
                 droppedEvents: state.droppedRecords,
                 cursor: Self.oldestCursor(state),
-                cursors: state.cursors)
+                cursors: state.cursors,
+                unverifiedSegments: state.segments.count { !$0.verified })
         }
     }
 

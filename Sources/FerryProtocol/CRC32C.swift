@@ -1,6 +1,12 @@
+import CFerryCRC32C
+
 /// CRC-32C (Castagnoli, polynomial 0x1EDC6F41 reflected as 0x82F63B78), as used by iSCSI, ext4
-/// and Kafka. Software slicing-by-8: roughly a byte per cycle, no CPU feature needed.
+/// and Kafka. Uses the CPU's CRC32 instruction (SSE4.2) when present, several times faster than
+/// the portable software path (slicing-by-8, roughly a byte per cycle), which is used otherwise.
 public enum CRC32C {
+    /// Whether the hardware instruction is used.
+    public static let usesHardware = CFerryCRC32C_hardwareAvailable() != 0
+
     private static let flat: [UInt32] = {
         var tables = [[UInt32]](repeating: [UInt32](repeating: 0, count: 256), count: 8)
         for n in 0..<256 {
@@ -21,6 +27,12 @@ public enum CRC32C {
     /// The CRC-32C of `bytes`, continuing from `crc` (pass the previous result to checksum data
     /// in pieces; start with 0).
     public static func checksum(_ bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
+        if usesHardware { return CFerryCRC32C_hardware(crc, bytes.baseAddress, bytes.count) }
+        return software(bytes, continuing: crc)
+    }
+
+    /// The portable software path (also the reference the hardware path is tested against).
+    public static func software(_ bytes: UnsafeRawBufferPointer, continuing crc: UInt32 = 0) -> UInt32 {
         var crc = ~crc
         flat.withUnsafeBufferPointer { t in
             var index = 0

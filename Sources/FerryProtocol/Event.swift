@@ -89,8 +89,9 @@ public struct WireEvent: Hashable, Sendable {
 
     /// The encoded frame. Text fields longer than 65 535 bytes are a programming error.
     public func encoded() -> [UInt8] {
-        let source = Array(source.utf8), name = Array(name.utf8)
-        let user = Array(userID.utf8), once = Array(onceKey.utf8)
+        // The UTF-8 views are copied straight into `out` (no intermediate arrays: this runs on the
+        // app's thread for every tracked event).
+        let source = source.utf8, name = name.utf8, user = userID.utf8, once = onceKey.utf8
         precondition(source.count <= 0xFFFF && name.count <= 0xFFFF && user.count <= 0xFFFF && once.count <= 0xFFFF,
                      "event text fields are limited to 65535 bytes")
         var out: [UInt8] = []
@@ -107,11 +108,11 @@ public struct WireEvent: Hashable, Sendable {
         out.appendLE(UInt16(user.count))
         out.appendLE(UInt16(once.count))
         out.appendLE(UInt32(properties.count))
-        out += source
-        out += name
-        out += user
-        out += once
-        out += properties
+        out.append(contentsOf: source)
+        out.append(contentsOf: name)
+        out.append(contentsOf: user)
+        out.append(contentsOf: once)
+        out.append(contentsOf: properties)
         return out
     }
 

@@ -95,4 +95,19 @@ struct CRC32CTests {
             #expect(CRC32C.checksum(damaged) != original, "bit \(bit)")
         }
     }
+
+    @Test("the software path (used where the CPU lacks SSE4.2) matches the reference at every length and alignment, continuing too")
+    func softwarePath() {
+        let buffer = pseudoRandomBytes(1024 + 16, seed: 7)
+        buffer.withUnsafeBytes { raw in
+            for start in 0..<8 {
+                for length in [0, 1, 7, 8, 9, 63, 64, 65, 1000] {
+                    let slice = UnsafeRawBufferPointer(rebasing: raw[start..<start + length])
+                    #expect(CRC32C.software(slice) == referenceCRC32C(Array(slice)), "start \(start) length \(length)")
+                    #expect(CRC32C.software(slice, continuing: 0x1234_5678) == referenceCRC32C(Array(slice), continuing: 0x1234_5678))
+                    #expect(CRC32C.checksum(slice, continuing: 0x1234_5678) == referenceCRC32C(Array(slice), continuing: 0x1234_5678))
+                }
+            }
+        }
+    }
 }

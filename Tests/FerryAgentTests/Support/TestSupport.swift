@@ -74,7 +74,7 @@ struct OpenedLog {
 
 func openLog(
     _ directory: String, segmentMaxBytes: Int64 = 1 << 20, retentionMaxBytes: Int64 = 1 << 30,
-    fullPolicy: LogConfiguration.FullPolicy = .reject, cursor: LogPosition? = nil
+    fullPolicy: LogConfiguration.FullPolicy = .reject, cursor: LogPosition? = nil, dedupWindow: Int = .max
 ) throws -> OpenedLog {
     var report = RecoveryReport()
     var seeded: [(id: EventID, at: UInt64)] = []
@@ -82,7 +82,7 @@ func openLog(
         directory: directory,
         configuration: LogConfiguration(segmentMaxBytes: segmentMaxBytes, retentionMaxBytes: retentionMaxBytes,
                                         fullPolicy: fullPolicy),
-        cursor: cursor, logger: quietLogger, recovered: &report
+        cursor: cursor, logger: quietLogger, recovered: &report, dedupWindow: dedupWindow
     ) { id, at in seeded.append((id, at)) }
     return OpenedLog(log: log, report: report, seeded: seeded)
 }

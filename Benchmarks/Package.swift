@@ -1,0 +1,45 @@
+// swift-tools-version:6.1
+import PackageDescription
+
+// Ferry's benchmarks, in their own package so that the benchmark tooling (GRDB for the SQLite
+// baseline, HdrHistogram, ordo-one/benchmark) never lengthens the root package's
+// `swift build --build-tests`. Run everything with `scripts/bench` from the repository root.
+let package = Package(
+    name: "ferry-benchmarks",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(name: "Ferry", path: ".."),
+        .package(url: "https://github.com/groue/GRDB.swift", exact: "7.10.0"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift", exact: "0.2.0"),
+        .package(url: "https://github.com/ordo-one/benchmark", exact: "1.38.1", traits: ["MallocInterposer"]),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        // The harness: ingest (Ferry and baselines), latency, recovery, memory, delivery.
+        .executableTarget(
+            name: "ferry-bench",
+            dependencies: [
+                .product(name: "Ferry", package: "Ferry"),
+                .product(name: "FerryAgent", package: "Ferry"),
+                .product(name: "FerryProtocol", package: "Ferry"),
+                .product(name: "ZeroMQ", package: "Ferry"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/ferry-bench"
+        ),
+        // Client cost: ns and allocations per FerryClient.track() (ordo-one/benchmark).
+        .executableTarget(
+            name: "ClientCost",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "Ferry", package: "Ferry"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Benchmarks/ClientCost",
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)
