@@ -278,31 +278,106 @@ struct Driver {
 
     mutating func delivery() throws {
         let events = quick ? 200_000 : 1_000_000
-        var rates: [Double] = []
-        for _ in 0..<runs {
-            let dir = work + "/delivery"
-            defer { removeTree(dir) }
-            try generateLog(directory: dir + "/data/segments", events: events, bodySize: 256)
-            let (agent, _) = try launch(dir)
-            defer { agent.stop() }
-            let ready = nowNanoseconds()
-            let deadline = ready + 300_000_000_000
-            while nowNanoseconds() < deadline {
-                let counters = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#)?["counters"] as? [String: Any]
-                if (counters?["delivered"] as? Int ?? 0) >= events { break }
-                sleepMicroseconds(20_000)
+        var results: [String: Any] = [:]
+        // The file sink, the HTTP sink (a local collector that answers 200 at once; gzip on and
+        // off) and the JetStream sink (a local nats-server -js, one node). Each run starts ferryd
+        // on a pre-written backlog and times until every event is counted delivered.
+        let collector = try LocalProcess.httpCollector(port: 20_000 + Int(getpid() % 5000))
+        defer { collector.stop() }
+        let nats = try LocalProcess.natsServer(port: 25_000 + Int(getpid() % 5000), store: work + "/nats-store")
+        defer { nats.stop() }
+        let sinks: [(name: String, config: String?)] = [
+            ("file", nil),
+            ("http", #"{"sinks":[{"name":"http","type":"http","url":"http://127.0.0.1:\#(collector.port)/v1/batch","gzip":false}]}"#),
+            ("http_gzip", #"{"sinks":[{"name":"http","type":"http","url":"http://127.0.0.1:\#(collector.port)/v1/batch","gzip":true}]}"#),
+            ("jetstream", #"{"sinks":[{"name":"js","type":"jetstream","servers":["nats://127.0.0.1:\#(nats.port)"],"stream":"BENCH","streamSubjects":["ferry.events.>"],"duplicateWindowSeconds":120}]}"#),
+        ]
+        for (name, config) in sinks {
+            var rates: [Double] = []
+            for _ in 0..<runs {
+                let dir = work + "/delivery-" + name
+                defer { removeTree(dir) }
+                try generateLog(directory: dir + "/data/segments", events: events, bodySize: 256)
+                var path = configPath
+                if let config {
+                    // The retention setting of the shared config, plus this sink.
+                    path = dir + ".json"
+                    let base = #"{"log":{"retentionMaxBytes":17179869184},"# + config.dropFirst()
+                    try Data(base.utf8).write(to: URL(fileURLWithPath: path))
+                }
+                let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
+                                                                   sink: dir + "/sink", config: path, log: dir + ".log")
+                defer { agent.stop() }
+                let ready = nowNanoseconds()
+                let deadline = ready + 600_000_000_000
+                while nowNanoseconds() < deadline {
+                    let counters = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#)?["counters"] as? [String: Any]
+                    if (counters?["delivered"] as? Int ?? 0) >= events { break }
+                    sleepMicroseconds(20_000)
+                }
+                rates.append(Double(events) / seconds(since: ready))
             }
-            rates.append(Double(events) / seconds(since: ready))
+            note("\(name) sink delivery: \(Int(median(rates))) events/s")
+            results[name] = ["events": events, "size": 256, "rates": rates, "median": median(rates)] as [String: Any]
         }
-        note("file sink delivery: \(Int(median(rates))) events/s")
-        summary["delivery"] = [
-            "file": ["events": events, "size": 256, "rates": rates, "median": median(rates)] as [String: Any],
-            // PLACEHOLDER (lead): HTTP and JetStream sink throughput go here once those sinks land.
-            // Run the same loop as above with a config selecting the sink (HTTP: a local server
-            // that answers 200 at once; JetStream: a local nats-server -js), and report the median.
-            "http": NSNull(),
-            "jetstream": NSNull(),
-        ] as [String: Any]
+        summary["delivery"] = results
+    }
+}
+
+/// A helper process the delivery benchmark talks to (an HTTP collector, a nats-server).
+final class LocalProcess {
+    let process: Process
+    let port: Int
+
+    private init(_ executable: String, _ arguments: [String], port: Int) throws {
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = arguments
+        process.standardOutput = FileHandle.nullDevice
+        process.standardError = FileHandle.nullDevice
+        self.port = port
+        try process.run()
+        // Ready once the port accepts connections.
+        let deadline = nowNanoseconds() + 20_000_000_000
+        while nowNanoseconds() < deadline && !Self.accepts(port: port) { sleepMicroseconds(20_000) }
+    }
+
+    /// A collector answering every POST with 200 at once (Python's standard library, threaded).
+    static func httpCollector(port: Int) throws -> LocalProcess {
+        let script = """
+            import http.server, sys
+            class H(http.server.BaseHTTPRequestHandler):
+                protocol_version = "HTTP/1.1"
+                def do_POST(self):
+                    self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                    self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
+                def log_message(self, *a): pass
+            http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+            """
+        return try LocalProcess("/usr/bin/python3", ["-c", script, String(port)], port: port)
+    }
+
+    /// A single-node JetStream server storing in `store`.
+    static func natsServer(port: Int, store: String) throws -> LocalProcess {
+        try LocalProcess("/usr/sbin/nats-server", ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", store], port: port)
+    }
+
+    func stop() {
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    private static func accepts(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
+        }
     }
 }
 
