@@ -54,13 +54,14 @@ struct Report {
             out.append("| \(n((row["backlog"] as? Int).map(Double.init))) | \(mib("hwm_kib_after_start")) | \(mib("hwm_kib")) | \(mib("rss_kib")) | \(row["delivery_blocked"] ?? "") |")
         }
         let delivery = summary["delivery"] as? [String: Any] ?? [:]
-        let file = delivery["file"] as? [String: Any] ?? [:]
         out.append("\n### Delivery\n")
-        out.append("| sink | events | events/s |")
-        out.append("|---|---|---|")
-        out.append("| file | \(file["events"] ?? "") | \(n(file["median"])) |")
-        out.append("| HTTP | – | (not yet: sink on another branch) |")
-        out.append("| JetStream | – | (not yet: sink on another branch) |")
+        out.append("| sink | events | events/s (median) | runs |")
+        out.append("|---|---|---|---|")
+        for (key, label) in [("file", "file"), ("http", "HTTP, gzip off"), ("http_gzip", "HTTP, gzip on"), ("jetstream", "JetStream (1 node)")] {
+            guard let row = delivery[key] as? [String: Any] else { continue }
+            let runs = (row["rates"] as? [Double] ?? []).map { n($0) }.joined(separator: ", ")
+            out.append("| \(label) | \(row["events"] ?? "") | \(n(row["median"])) | \(runs) |")
+        }
         out.append("\nWall time: \(n(summary["wall_seconds"])) s")
         return out.joined(separator: "\n")
     }
