@@ -210,4 +210,7 @@ final class ConsentEngine: DeliveryGate, Sendable {
 
     /// Sets the held-area count.
     func setHeldEvents(_ count: Int) { state.withLock { $0.heldEvents = count } }
+
+    /// Adds to the held-area count.
+    func addHeldEvents(_ count: Int) { state.withLock { $0.heldEvents += count } }
 }

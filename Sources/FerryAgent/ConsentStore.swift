@@ -177,20 +177,7 @@ struct AuditLog {
     func append(_ entry: AuditEntry) throws {
         var line = Array((try? JSONSerialization.data(withJSONObject: entry.json, options: [.sortedKeys])) ?? Data())
         line.append(UInt8(ascii: "\n"))
-        let fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_APPEND)
-        defer { close(fd) }
-        try line.withUnsafeBytes { raw in
-            var done = 0
-            while done < raw.count {
-                let n = write(fd, raw.baseAddress! + done, raw.count - done)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw AgentError.system("append to", path: path, errno: errno)
-                }
-                done += n
-            }
-        }
-        try FileIO.fdatasync(fd, path: path)
+        try FileIO.appendDurably(line, to: path)
     }
 }
 

@@ -36,6 +36,9 @@ final class ConsentWorker {
     private let ids = EventIDGenerator()
     private var consentSequence: UInt64 = 0
     private var lastExpiryCheck: UInt64 = 0
+    /// When the oldest live held event was accepted (`nil`: the held area is empty), so hold
+    /// expiry reads the held area only when something has actually expired.
+    private var oldestHeldAt: UInt64?
     /// Bus publication (topic, JSON), from the commit thread.
     var publish: (BusTopic, [UInt8]) -> Void = { _, _ in }
 
@@ -49,7 +52,9 @@ final class ConsentWorker {
         self.auditLog = auditLog
         self.logger = logger
         heldWriter = try LogWriter(log: heldLog)
-        engine.setHeldEvents(try liveHeldEvents().count)
+        let live = try liveHeldEvents()
+        engine.setHeldEvents(live.count)
+        oldestHeldAt = live.first?.acceptedAt
     }
 
     // MARK: Ingest
@@ -57,13 +62,14 @@ final class ConsentWorker {
     /// Appends a held event to the held area's current group.
     func hold(frame: [UInt8], acceptedAt: UInt64) throws {
         try heldWriter.append(frame: frame, acceptedAt: acceptedAt)
+        if oldestHeldAt == nil { oldestHeldAt = acceptedAt }
     }
 
     /// Commits the held group (after the main log's) and the once-key marks.
     func commitGroup(heldAppended: Int) throws {
         if heldAppended > 0 {
             try heldWriter.commit()
-            engine.setHeldEvents(engine.snapshot().heldEvents + heldAppended)
+            engine.addHeldEvents(heldAppended)
         }
     }
 
@@ -256,6 +262,7 @@ final class ConsentWorker {
         for segment in dead { try heldWriter.delete(segment: segment) }
         if !dead.isEmpty { try FileIO.syncDirectory(heldLog.directory) }
         engine.setHeldEvents(live.count)
+        oldestHeldAt = live.first?.acceptedAt
     }
 
     /// Moves held events of `category` to the queue (committed there first, then erased from
@@ -280,9 +287,13 @@ final class ConsentWorker {
         guard let maxAge = engine.configuration.undetermined.maxHoldAgeSeconds, now >= lastExpiryCheck + 1000 else { return }
         lastExpiryCheck = now
         let limit = now > UInt64(maxAge) * 1000 ? now - UInt64(maxAge) * 1000 : 0
+        guard let oldest = oldestHeldAt, oldest < limit else { return }
         do {
             let erased = try eraseHeld { $0.acceptedAt < limit }
-            if erased > 0 {
+            if erased == 0 {
+                // Only a rolled-back group can leave the mark stale: take it from the disk again.
+                oldestHeldAt = try liveHeldEvents().first?.acceptedAt
+            } else {
                 publish(.purged, Self.jsonBytes(["topic": "purged", "queued": 0, "held": erased, "total": erased, "reason": "hold_expired"]))
                 logger.info("held events expired", metadata: ["events": "\(erased)"])
             }

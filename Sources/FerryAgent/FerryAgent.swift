@@ -419,7 +419,7 @@ public final class FerryAgent: Service, Sendable {
             return fail(error.message, valid: error.valid)
         }
         var actor = ConsentActor(uid: peer?.uid, pid: peer?.pid, process: peer.flatMap { processName(of: $0.pid) })
-        if let text = object["actor"] as? String { actor.actor = String(text.utf8.prefix(200)).map { String($0) } ?? text }
+        if let text = object["actor"] as? String { actor.actor = String(decoding: text.utf8.prefix(200), as: UTF8.self) }
         let submitted = running.pipeline.submit(command, by: actor) { result in
             switch result {
             case .success(let outcome):

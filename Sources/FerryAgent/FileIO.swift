@@ -92,6 +92,15 @@ enum FileIO {
         if chmod(path, mode) != 0 { throw AgentError.system("chmod", path: path, errno: errno) }
     }
 
+    /// Appends `bytes` to the file at `path` (created 0600 if missing) and `fdatasync`s it.
+    static func appendDurably(_ bytes: [UInt8], to path: String) throws {
+        let fd = try open(path, O_WRONLY | O_CREAT)
+        defer { close(fd) }
+        let size = try fileSize(fd, path: path)
+        try bytes.withUnsafeBytes { try pwriteAll(fd, $0, at: size, path: path) }
+        try fdatasync(fd, path: path)
+    }
+
     /// Atomically replaces `path` with `bytes`: temp file, fsync, rename, fsync of the directory.
     static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
         let temporary = path + ".tmp"

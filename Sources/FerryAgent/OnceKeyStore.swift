@@ -92,11 +92,7 @@ final class OnceKeyStore {
             bytes += raw
             appendLE(CRC32C.checksum(raw), to: &bytes)
         }
-        let fd = try FileIO.open(path, O_WRONLY | O_CREAT)
-        defer { close(fd) }
-        let size = try FileIO.fileSize(fd, path: path)
-        try bytes.withUnsafeBytes { try FileIO.pwriteAll(fd, $0, at: size, path: path) }
-        try FileIO.fdatasync(fd, path: path)
+        try FileIO.appendDurably(bytes, to: path)
         pending.removeAll(keepingCapacity: true)
     }
 }

@@ -22,10 +22,14 @@ public struct SHA256: Sendable {
 
     /// The lower-case hex digest of `bytes`.
     public static func hexHash<Bytes: Sequence>(_ bytes: Bytes) -> String where Bytes.Element == UInt8 {
-        hash(bytes).map { byte in
-            let digits = Array("0123456789abcdef".utf8)
-            return String(decoding: [digits[Int(byte >> 4)], digits[Int(byte & 0xF)]], as: UTF8.self)
-        }.joined()
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = []
+        text.reserveCapacity(64)
+        for byte in hash(bytes) {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0xF)])
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// Adds bytes.

@@ -95,7 +95,7 @@ extension AgentProcess {
 
 /// Every regular file under `directory` whose bytes contain `marker`.
 public func filesContaining(_ marker: String, under directory: String) -> [String] {
-    let needle = Array(marker.utf8)
+    let needle = Data(marker.utf8)
     guard let walker = FileManager.default.enumerator(atPath: directory) else { return [] }
     var hits: [String] = []
     while let relative = walker.nextObject() as? String {
@@ -103,11 +103,7 @@ public func filesContaining(_ marker: String, under directory: String) -> [Strin
         var isDirectory: ObjCBool = false
         guard FileManager.default.fileExists(atPath: path, isDirectory: &isDirectory), !isDirectory.boolValue,
               let data = FileManager.default.contents(atPath: path) else { continue }
-        let bytes = [UInt8](data)
-        if bytes.count >= needle.count,
-           (0...(bytes.count - needle.count)).contains(where: { bytes[$0] == needle[0] && Array(bytes[$0..<($0 + needle.count)]) == needle }) {
-            hits.append(relative)
-        }
+        if data.range(of: needle) != nil { hits.append(relative) }
     }
     return hits
 }

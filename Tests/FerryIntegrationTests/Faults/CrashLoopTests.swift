@@ -60,21 +60,30 @@ struct CrashLoopTests {
             Self.feedUntilStopped(process, prefix: "crash-\(index + 1)", stop: stop)
         }
 
-        // The loop: let the agent run a random while (sometimes not even until it is ready, so
-        // some kills land during recovery), kill it, start it again.
+        // The loop: let the agent make a random amount of progress (sometimes none: some kills
+        // land during start-up or recovery), kill it, start it again. Kill moments are tied to
+        // progress the agent reports, not to time, so a slow machine changes nothing.
         var killedDuringStartUp = 0
         var acceptedAtKills: [Int] = []
         for _ in 1...kills {
             if Double.random(in: 0..<1, using: &random) < 0.15 {
-                // A kill during start-up/recovery: 0-30 ms after the process started.
-                try await Task.sleep(for: .milliseconds(Int.random(in: 0...30, using: &random)))
+                // A kill during start-up: at once, or once this run has recovered its queue but
+                // before it serves.
+                if Bool.random(using: &random), let process = agent.process {
+                    try await eventually("this run to recover its queue") {
+                        process.standardError.contains("recovered the queue") || process.exitStatus != nil
+                    }
+                }
                 if agent.isRunning, (try? await agent.status(timeout: .milliseconds(200))) == nil { killedDuringStartUp += 1 }
             } else {
+                // A kill mid-stream: once this run has accepted a random number of events.
                 try await agent.waitUntilReady()
-                try await Task.sleep(for: .milliseconds(Int.random(in: 20...400, using: &random)))
-                if let accepted = (try? await agent.status(timeout: .milliseconds(300)))?.counters["accepted"] {
-                    acceptedAtKills.append(accepted)
+                let target = Int.random(in: 1...1500, using: &random)
+                let accepted = try await waitForValue("this run to accept \(target) events", timeout: .seconds(60)) { () -> Int? in
+                    let accepted = (try? await agent.status(timeout: .milliseconds(300)))?.counters["accepted"] ?? 0
+                    return accepted >= target ? accepted : nil
                 }
+                acceptedAtKills.append(accepted)
             }
             let killed = agent.kill9()
             #expect(killed == .signaled(SIGKILL), "ferryd ended \(killed) before the kill\n\(agent.logs.suffix(3000))")
