@@ -7,10 +7,13 @@ let package = Package(
     products: [
         .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryAgent", targets: ["FerryAgent"]),
+        .library(name: "FerryHTTPSink", targets: ["FerryHTTPSink"]),
+        .library(name: "FerryJetStreamSink", targets: ["FerryJetStreamSink"]),
+        .library(name: "FerryDaemon", targets: ["FerryDaemon"]),
+        .library(name: "FerryStorage", targets: ["FerryStorage"]),
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
         .library(name: "ZeroMQ", targets: ["ZeroMQ"]),
         .library(name: "NATS", targets: ["NATS"]),
-        .library(name: "FerryTestKit", targets: ["FerryTestKit"]),
         .executable(name: "ferryd", targets: ["ferryd"]),
         .executable(name: "ferry", targets: ["ferry"]),
     ],
@@ -59,25 +62,64 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
             ]
         ),
-        // Agent core: durable log, dedup, ingest, delivery, sinks.
+        // The durable log and the other files the agent keeps: segments, records, scanner,
+        // recovery, cursors, dead letters, dedup snapshot. The only code that changes log state.
+        .target(
+            name: "FerryStorage",
+            dependencies: [
+                "FerryProtocol",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "DequeModule", package: "swift-collections"),
+            ]
+        ),
+        // Agent core: ingest, commit, consent, delivery, the file sink, configuration and the
+        // sink registry. Nothing of NIO, NATS or zlib: those sinks live in modules of their own.
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "NATS", "FerryProtocol", "CZlib",
+                "ZeroMQ", "FerryProtocol", "FerryStorage",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // The HTTP sink (AsyncHTTPClient, NIO, NIOSSL, zlib), registered as sink type "http".
+        .target(
+            name: "FerryHTTPSink",
+            dependencies: [
+                "FerryAgent", "FerryProtocol", "FerryStorage", "CZlib",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ]
         ),
-        // Helpers for tests: temp dirs, launching agents, waiting on conditions.
+        // The NATS JetStream sink (nats.c), registered as sink type "jetstream".
+        .target(
+            name: "FerryJetStreamSink",
+            dependencies: [
+                "FerryAgent", "FerryProtocol", "FerryStorage", "NATS",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // What `ferryd` does before the agent runs: arguments, configuration, logging, the
+        // service group. The executable only names the sink kinds it links.
+        .target(
+            name: "FerryDaemon",
+            dependencies: [
+                "FerryAgent",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+        // Helpers for tests: temp dirs, launching agents, waiting on conditions. A target for
+        // our own tests, not a product.
         .target(
             name: "FerryTestKit",
             dependencies: [
-                "Ferry", "FerryAgent", "FerryProtocol", "ZeroMQ", "NATS",
+                "Ferry", "FerryAgent", "FerryHTTPSink", "FerryStorage", "FerryProtocol", "ZeroMQ", "NATS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -86,24 +128,23 @@ let package = Package(
         ),
         .executableTarget(
             name: "ferryd",
-            dependencies: [
-                "FerryAgent",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
-                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
+            dependencies: ["FerryDaemon", "FerryHTTPSink", "FerryJetStreamSink"]
         ),
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "Ferry", "FerryAgent", "FerryProtocol", "ZeroMQ",
+                "Ferry", "FerryStorage", "FerryProtocol", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
-        .testTarget(name: "FerryAgentTests", dependencies: ["FerryAgent", "FerryTestKit", "Ferry", "NATS"]),
+        .testTarget(
+            name: "FerryAgentTests",
+            dependencies: ["FerryAgent", "FerryStorage", "FerryHTTPSink", "FerryJetStreamSink", "FerryTestKit", "Ferry", "NATS"]
+        ),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
         .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "NATS"]),
     ],

@@ -214,7 +214,9 @@ public struct FerryControl: Sendable, Hashable {
     /// print(reply.text)                                   // {"ok":true,"consent":{…}}
     /// ```
     public func send(_ request: Request) async throws -> Reply {
-        try await BlockingExecutor.shared.run { [self] in try sendBlocking(request) }
+        // A thread of its own: the reply may take up to the request timeout, and no other work of
+        // the process should queue behind that wait.
+        try await BlockingExecutor.runDetached(name: "ferry-control-request") { [self] in try sendBlocking(request) }
     }
 
     /// The blocking form of ``send(_:)``, for the package's synchronous command-line code; never

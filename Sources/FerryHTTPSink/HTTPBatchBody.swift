@@ -1,4 +1,6 @@
 import FerryProtocol
+import FerryAgent
+import FerryStorage
 
 /// The JSON request bodies of the HTTP sink (documented in `docs/HTTP-SINK.md`).
 ///

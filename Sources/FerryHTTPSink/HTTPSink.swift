@@ -6,6 +6,8 @@ import NIOCore
 import NIOHTTP1
 import NIOSSL
 import Synchronization
+import FerryAgent
+import FerryStorage
 
 /// Delivers batches by POSTing them to an HTTP collector. See `docs/HTTP-SINK.md`.
 ///
@@ -35,6 +37,11 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     private let client: HTTPClient
     private let state = Mutex<State>(State())
 
+    /// The sink's thread for blocking file reads (token, CA file).
+    private let io: BlockingExecutor
+    /// Whether ``shutdown()`` ends `io` (a thread the sink made itself, not its loop's).
+    private let ownsIO: Bool
+
     private struct State {
         /// `nil` until loaded; then `.some(nil)` when no token is configured.
         var token: String??
@@ -48,7 +55,15 @@ public final class HTTPSink: Sink, CustomStringConvertible {
 
     /// Creates the sink and its connection pool; nothing is connected until the first batch.
     /// The configuration is expected to be valid (``HTTPSinkConfiguration/validate()``).
-    public init(name: String = "http", configuration: HTTPSinkConfiguration, logger: Logger) {
+    public convenience init(name: String = "http", configuration: HTTPSinkConfiguration, logger: Logger) {
+        self.init(name: name, configuration: configuration, logger: logger,
+                  io: BlockingExecutor(name: "ferry-sink-" + name), ownsIO: true)
+    }
+
+    /// Creates the sink with `io` (its delivery loop's thread) for reading the token and CA files.
+    package init(name: String, configuration: HTTPSinkConfiguration, logger: Logger, io: BlockingExecutor, ownsIO: Bool = false) {
+        self.io = io
+        self.ownsIO = ownsIO
         self.name = name
         self.configuration = configuration
         self.logger = logger
@@ -80,7 +95,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
         _ = try await authorization()
         if let caFile = configuration.caFile {
             do {
-                let certificates = try await BlockingExecutor.shared.run { try NIOSSLCertificate.fromPEMFile(caFile) }
+                let certificates = try await io.run { try NIOSSLCertificate.fromPEMFile(caFile) }
                 guard !certificates.isEmpty else { throw AgentError(code: .configuration, message: "no certificate") }
             } catch {
                 throw AgentError(code: .configuration, message: "sink (http): caFile \(caFile) holds no readable PEM certificate: \(error)")
@@ -96,6 +111,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     }
 
     public func shutdown() async throws {
+        if ownsIO { io.shutdown() }
         guard state.withLock({ state in
             defer { state.isShutDown = true }
             return !state.isShutDown
@@ -215,7 +231,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     private func authorization() async throws -> String? {
         if let loaded = state.withLock({ $0.token }) { return loaded.map { "Bearer " + $0 } }
         let configuration = self.configuration, logger = self.logger
-        let token = try await BlockingExecutor.shared.run { try Self.loadToken(configuration, logger: logger) }
+        let token = try await io.run { try Self.loadToken(configuration, logger: logger) }
         state.withLock { $0.token = .some(token) }
         return token.map { "Bearer " + $0 }
     }

@@ -1,4 +1,6 @@
 import Foundation
+import FerryAgent
+import FerryStorage
 
 extension HTTPSinkConfiguration {
     /// Reads the `sink` object of a configuration file whose `type` is `"http"`. Unknown keys are

@@ -1,4 +1,6 @@
 import Foundation
+import FerryAgent
+import FerryStorage
 
 /// How the HTTP sink posts batches to a collector. See `docs/HTTP-SINK.md`.
 ///
@@ -116,5 +118,29 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
         parts.append("requestTimeoutMilliseconds: \(requestTimeoutMilliseconds)")
         parts.append("connectTimeoutMilliseconds: \(connectTimeoutMilliseconds)")
         return "HTTPSinkConfiguration(" + parts.joined(separator: ", ") + ")"
+    }
+}
+
+extension HTTPSinkConfiguration: SinkSettings {
+    public static let type = "http"
+
+    public func validate(name: String) throws {
+        try validate()
+    }
+
+    public func makeSink(_ context: SinkContext) -> any Sink {
+        HTTPSink(name: context.name, configuration: self, logger: context.logger, io: context.io)
+    }
+}
+
+extension SinkSettings where Self == HTTPSinkConfiguration {
+    /// POSTs batches to an HTTP collector (see `docs/HTTP-SINK.md`).
+    public static func http(_ configuration: HTTPSinkConfiguration) -> HTTPSinkConfiguration { configuration }
+}
+
+extension SinkKind {
+    /// The HTTP sink, `"type": "http"` (see `docs/HTTP-SINK.md` for its keys).
+    public static let http = SinkKind(HTTPSinkConfiguration.self) { object, fields, keyPath in
+        try HTTPSinkConfiguration.parse(object, path: fields.path, at: keyPath)
     }
 }

@@ -3,6 +3,8 @@ import FerryProtocol
 import Logging
 import NATS
 import Synchronization
+import FerryAgent
+import FerryStorage
 
 /// Delivers events to a NATS JetStream stream.
 ///
@@ -31,8 +33,10 @@ public final class JetStreamSink: Sink {
     private let state = Mutex<State>(State())
 
     /// nats.c calls that may block (connecting, stream requests, a full publish window) run on
-    /// this thread, shared by every JetStream sink and never by the agent's log I/O.
-    private static let io = BlockingExecutor(name: "ferry-jetstream")
+    /// the sink's own thread, shared with its delivery loop and with no other sink.
+    private let io: BlockingExecutor
+    /// Whether ``shutdown()`` ends `io` (a thread the sink made itself, not its loop's).
+    private let ownsIO: Bool
 
     private struct State {
         var js: JetStreamContext?
@@ -41,7 +45,15 @@ public final class JetStreamSink: Sink {
     }
 
     /// Creates the sink; nothing connects until the first delivery.
-    public init(name: String = "jetstream", configuration: JetStreamSinkConfiguration, logger: Logger) {
+    public convenience init(name: String = "jetstream", configuration: JetStreamSinkConfiguration, logger: Logger) {
+        self.init(name: name, configuration: configuration, logger: logger,
+                  io: BlockingExecutor(name: "ferry-sink-" + name), ownsIO: true)
+    }
+
+    /// Creates the sink with `io` (its delivery loop's thread) for nats.c's blocking calls.
+    package init(name: String, configuration: JetStreamSinkConfiguration, logger: Logger, io: BlockingExecutor, ownsIO: Bool = false) {
+        self.io = io
+        self.ownsIO = ownsIO
         self.name = name
         self.configuration = configuration
         self.logger = logger
@@ -67,7 +79,7 @@ public final class JetStreamSink: Sink {
         let js = try await ready()
         let messages = Self.messages(for: batch, template: template)
         let ackWait = Duration.milliseconds(configuration.ackTimeoutMilliseconds)
-        let pending = await Self.io.run { js.publish(messages, ackWait: ackWait) }
+        let pending = await io.run { js.publish(messages, ackWait: ackWait) }
         // nats.c fails each message after ackWait; the margin covers a closed connection.
         let results = await pending.acknowledgements(timeout: ackWait + .seconds(1))
         var failures: [NATSError] = []
@@ -98,8 +110,8 @@ public final class JetStreamSink: Sink {
             defer { state.js = nil }
             return state.js
         }
-        guard let js else { return }
-        await Self.io.run { js.connection.close() }
+        if let js { await io.run { js.connection.close() } }
+        if ownsIO { io.shutdown() }
     }
 
     /// The JetStream context, connected (or reconnecting) with the stream checked; creates them
@@ -115,10 +127,10 @@ public final class JetStreamSink: Sink {
         if let existing {
             js = existing
         } else {
-            js = try await Self.io.run { try Self.connect(configuration, logger: logger) }
+            js = try await io.run { try Self.connect(configuration, logger: logger) }
             state.withLock { $0.js = js }
         }
-        try await Self.io.run { try Self.checkStream(js, configuration, logger: logger) }
+        try await io.run { try Self.checkStream(js, configuration, logger: logger) }
         state.withLock { $0.streamReady = true }
         return js
     }
@@ -181,9 +193,8 @@ public final class JetStreamSink: Sink {
             headers.append(("Ferry-Consent-" + SubjectTemplate.sanitize(field), headerValue(value)))
         }
         return batch.events.map { stored in
-            var body: [UInt8] = []
-            FileSink.appendLine(for: stored, to: &body)
-            body.removeLast()  // the line's newline
+            // The object of the file sink's line for the event (without the newline).
+            let body = JSONWriter.storedEventObject(stored)
             let subject: String
             if let event = try? stored.decoded() {
                 subject = template.render(type: event.type.description, category: event.category, source: event.source)

@@ -1,3 +1,5 @@
+import FerryAgent
+import FerryStorage
 extension JetStreamSinkConfiguration {
     /// The keys of a `"type": "jetstream"` sink object in the agent's JSON file, applied to
     /// `box` (unknown keys are errors, as everywhere in the file):
@@ -32,11 +34,4 @@ extension JetStreamSinkConfiguration {
             "tokenFile": .string { box.value.tokenFile = $0 },
         ]
     }
-}
-
-/// A value the setters of a ``FieldReader`` table write into (they are escaping closures, so
-/// they cannot capture an `inout` parameter).
-final class FieldBox<Value> {
-    var value: Value
-    init(_ value: Value) { self.value = value }
 }

@@ -1,3 +1,5 @@
+import FerryAgent
+import FerryStorage
 /// Settings of the NATS JetStream sink (``JetStreamSink``). Every field has a default, so
 /// `JetStreamSinkConfiguration()` publishes to a local `nats-server -js` on the default port.
 ///
@@ -109,5 +111,31 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
                 throw fail("streamSubjects (\(streamSubjects.joined(separator: ", "))) do not capture every subject of subjectTemplate \"\(subjectTemplate)\" (such as \(template.sampleSubject))")
             }
         }
+    }
+}
+
+extension JetStreamSinkConfiguration: SinkSettings {
+    public static let type = "jetstream"
+
+    public func validate(name: String) throws {
+        try validate()
+    }
+
+    public func makeSink(_ context: SinkContext) -> any Sink {
+        JetStreamSink(name: context.name, configuration: self, logger: context.logger, io: context.io)
+    }
+}
+
+extension SinkSettings where Self == JetStreamSinkConfiguration {
+    /// Publishes each event to a NATS JetStream stream (see `docs/JETSTREAM.md`).
+    public static func jetstream(_ configuration: JetStreamSinkConfiguration) -> JetStreamSinkConfiguration { configuration }
+}
+
+extension SinkKind {
+    /// The NATS JetStream sink, `"type": "jetstream"` (see `docs/JETSTREAM.md` for its keys).
+    public static let jetstream = SinkKind(JetStreamSinkConfiguration.self) { object, fields, keyPath in
+        let box = FieldBox(JetStreamSinkConfiguration())
+        try fields.apply(object, JetStreamSinkConfiguration.fields(box), at: keyPath)
+        return box.value
     }
 }

@@ -1,3 +1,5 @@
+import FerryAgent
+import FerryStorage
 /// A NATS subject with placeholders, e.g. `ferry.events.{category}.{type}`.
 ///
 /// Placeholders: `{type}` (track, identify, …), `{category}` (the category number) and

@@ -154,9 +154,10 @@ package final class DedicatedThread: Sendable {
         while done.takeAll(timeout: .seconds(1))?.isEmpty ?? false {}
     }
 
-    /// Waits for the thread without blocking the concurrency pool.
+    /// Waits for the thread without blocking the concurrency pool (on a thread of its own, so a
+    /// join never queues behind other blocking work).
     package func joinAsync() async {
-        await BlockingExecutor.shared.run { self.join() }
+        _ = try? await BlockingExecutor.runDetached(name: name + "-join") { self.join() }
     }
 
     private final class ThreadBody: Sendable {
@@ -167,12 +168,21 @@ package final class DedicatedThread: Sendable {
 
 /// Runs blocking work (file I/O, fsync, joins) on a dedicated thread, off the Swift concurrency
 /// pool, and resumes the caller when it is done.
+///
+/// One executor serialises its jobs, so unrelated blocking work gets executors of its own: each
+/// sink has one (a sink stalled in I/O holds back only itself), and so does the agent's control
+/// socket. ``shutdown()`` ends the thread once the queued jobs are done; a job submitted after
+/// that runs on a thread of its own rather than being lost.
 package final class BlockingExecutor: Sendable {
+    /// An executor for short, independent work of a process (never for I/O that can stall).
     package static let shared = BlockingExecutor(name: "ferry-blocking-io")
 
     private let inbox = ThreadInbox<@Sendable () -> Void>()
+    /// What the thread is for, for logs and debugging.
+    package let name: String
 
     package init(name: String) {
+        self.name = name
         let inbox = self.inbox
         _ = DedicatedThread(name: name) {
             while let jobs = inbox.takeAll(timeout: .seconds(3600)) {
@@ -184,15 +194,37 @@ package final class BlockingExecutor: Sendable {
     /// Runs `body` on the executor's thread and returns its result.
     package func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
-            inbox.put { continuation.resume(with: Result { try body() }) }
+            submit { continuation.resume(with: Result { try body() }) }
         }
     }
 
     /// Runs non-throwing `body` on the executor's thread.
     package func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in
-            inbox.put { continuation.resume(returning: body()) }
+            submit { continuation.resume(returning: body()) }
         }
+    }
+
+    /// Queues `job` without waiting for it.
+    package func submit(_ job: @escaping @Sendable () -> Void) {
+        if !inbox.put(job) { Self.runDetached(name: name, job) }
+    }
+
+    /// Ends the thread after the jobs already queued.
+    package func shutdown() {
+        inbox.close()
+    }
+
+    /// Runs `body` on a new thread of its own (for rare blocking waits that must not queue behind,
+    /// or hold up, anything else) and returns its result.
+    package static func runDetached<T: Sendable>(name: String, _ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            runDetached(name: name) { continuation.resume(with: Result { try body() }) }
+        }
+    }
+
+    private static func runDetached(name: String, _ job: @escaping @Sendable () -> Void) {
+        _ = DedicatedThread(name: name, job)
     }
 }
 

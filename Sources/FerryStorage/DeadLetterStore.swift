@@ -9,60 +9,59 @@ import FerryProtocol
 /// `attempts`, `idempotency_key`, `consent`, `event_count`, `events` (the events as the file sink
 /// writes them) and `frames` (`id`, `accepted_at`, `frame`: the stored event frame in base64, for
 /// an exact replay).
-public struct DeadLetter: Sendable {
+package struct DeadLetter: Sendable {
     /// The file's name without `.json`: the batch's idempotency key (its first event's UUIDv7 and
     /// its size), so ids sort by time and writing the same batch again replaces its file.
-    public var id: String
+    package var id: String
     /// The sink that refused it.
-    public var sink: String
+    package var sink: String
     /// When it was dead-lettered (ms since the Unix epoch).
-    public var createdAt: UInt64
+    package var createdAt: UInt64
     /// `permanent` (the sink said retrying cannot help) or `max_elapsed` (retries ran out).
-    public var reason: String
+    package var reason: String
     /// The last error's message.
-    public var error: String
+    package var error: String
     /// The upstream's response status, if there was a response.
-    public var upstreamStatus: Int?
+    package var upstreamStatus: Int?
     /// The start of the upstream's response body, if there was one.
-    public var upstreamBody: String?
+    package var upstreamBody: String?
     /// Delivery attempts made.
-    public var attempts: Int
+    package var attempts: Int
     /// The batch's idempotency key as sent.
-    public var idempotencyKey: String
+    package var idempotencyKey: String
     /// The consent stamp the batch carried.
-    public var consent: [String: String]
+    package var consent: [String: String]
     /// The events, exactly as stored.
-    public var events: [StoredEvent]
+    package var events: [StoredEvent]
 
     /// Longest upstream body excerpt kept.
-    public static let maxBodyExcerpt = 4096
+    package static let maxBodyExcerpt = 4096
 
-    /// Creates a dead letter for `batch`.
-    public init(sink: String, batch: DeliveryBatch, error: SinkError, reason: String, attempts: Int,
-                createdAt: UInt64 = WallClock.unixMilliseconds()) {
-        id = batch.idempotencyKey
+    /// Creates a dead letter.
+    package init(
+        id: String, sink: String, createdAt: UInt64, reason: String, error: String, upstreamStatus: Int?,
+        upstreamBody: String?, attempts: Int, idempotencyKey: String, consent: [String: String], events: [StoredEvent]
+    ) {
+        self.id = id
         self.sink = sink
         self.createdAt = createdAt
         self.reason = reason
-        self.error = error.message
-        upstreamStatus = error.upstreamStatus
-        upstreamBody = error.upstreamBody.map { String($0.prefix(Self.maxBodyExcerpt)) }
+        self.error = error
+        self.upstreamStatus = upstreamStatus
+        self.upstreamBody = upstreamBody.map { String($0.prefix(Self.maxBodyExcerpt)) }
         self.attempts = attempts
-        idempotencyKey = batch.idempotencyKey
-        consent = batch.consent
-        events = batch.events
+        self.idempotencyKey = idempotencyKey
+        self.consent = consent
+        self.events = events
     }
 
-    /// The batch to hand to the sink again.
-    public var batch: DeliveryBatch { DeliveryBatch(events: events, consent: consent) }
-
     /// The JSON document.
-    public func encoded() throws -> [UInt8] {
+    package func encoded() throws -> [UInt8] {
         var eventObjects: [Any] = []
         var frames: [Any] = []
         for event in events {
             var line: [UInt8] = []
-            FileSink.appendLine(for: event, to: &line)
+            JSONWriter.appendLine(for: event, to: &line)
             eventObjects.append((try? JSONSerialization.jsonObject(with: Data(line))) ?? NSNull())
             frames.append([
                 "id": event.decodedID.description, "accepted_at": Int(event.acceptedAt),
@@ -78,9 +77,9 @@ public struct DeadLetter: Sendable {
         return Array(try JSONSerialization.data(withJSONObject: document, options: [.sortedKeys, .prettyPrinted]))
     }
 
-    /// Reads a document written by ``encoded()``; throws ``AgentError`` (`corrupt`) if it is not one.
-    public init(decoding bytes: [UInt8], path: String) throws {
-        func bad(_ what: String) -> AgentError { AgentError(code: .corrupt, message: "dead letter \(path): \(what)") }
+    /// Reads a document written by ``encoded()``; throws ``StorageError`` (`corrupt`) if it is not one.
+    package init(decoding bytes: [UInt8], path: String) throws {
+        func bad(_ what: String) -> StorageError { StorageError(code: .corrupt, message: "dead letter \(path): \(what)") }
         guard let object = try? JSONSerialization.jsonObject(with: Data(bytes)) as? [String: Any] else {
             throw bad("not a JSON object")
         }
@@ -110,52 +109,52 @@ public struct DeadLetter: Sendable {
 
 /// The dead-letter directory `<data>/deadletter/<sink>/`. Files are written atomically (temp
 /// file, fsync, rename, directory fsync) and only removed by a successful replay or `drop`.
-public struct DeadLetterStore: Sendable {
+package struct DeadLetterStore: Sendable {
     /// `<data>/deadletter`.
-    public let directory: String
+    package let directory: String
 
     /// The store of the agent using `dataDirectory`.
-    public init(dataDirectory: String) {
+    package init(dataDirectory: String) {
         directory = dataDirectory + "/deadletter"
     }
 
     /// Whether `id` can name a dead letter (no path separators or dot files).
-    public static func isValidID(_ id: String) -> Bool {
+    package static func isValidID(_ id: String) -> Bool {
         !id.isEmpty && id.count <= 200 && !id.hasPrefix(".")
             && id.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" || $0 == ".") }
     }
 
     /// The file of dead letter `id` of `sink`.
-    public func path(sink: String, id: String) -> String { directory + "/" + sink + "/" + id + ".json" }
+    package func path(sink: String, id: String) -> String { directory + "/" + sink + "/" + id + ".json" }
 
     /// Writes `letter` durably.
-    public func write(_ letter: DeadLetter) throws {
+    package func write(_ letter: DeadLetter) throws {
         let sinkDirectory = directory + "/" + letter.sink
         try FileIO.makeDirectory(sinkDirectory, mode: 0o700)
         try FileIO.writeAtomically(try letter.encoded(), to: path(sink: letter.sink, id: letter.id))
     }
 
     /// The sinks that have a dead-letter directory.
-    public func sinks() throws -> [String] {
-        try FileIO.listDirectory(directory).filter { AgentConfiguration.SinkConfiguration.isValidName($0) }.sorted()
+    package func sinks() throws -> [String] {
+        try FileIO.listDirectory(directory).filter { CursorStore.isValidSinkName($0) }.sorted()
     }
 
     /// The ids of `sink`'s dead letters, oldest first.
-    public func ids(sink: String) throws -> [String] {
+    package func ids(sink: String) throws -> [String] {
         try FileIO.listDirectory(directory + "/" + sink)
             .filter { $0.hasSuffix(".json") && !$0.hasPrefix(".") }
             .map { String($0.dropLast(5)) }.sorted()
     }
 
     /// The sinks holding a dead letter `id` (normally one).
-    public func sinks(holding id: String) throws -> [String] {
+    package func sinks(holding id: String) throws -> [String] {
         guard Self.isValidID(id) else { return [] }
         return try sinks().filter { FileManager.default.fileExists(atPath: path(sink: $0, id: id)) }
     }
 
     /// Reads dead letter `id` of `sink`; `nil` if there is none.
-    public func load(sink: String, id: String) throws -> DeadLetter? {
-        guard Self.isValidID(id), AgentConfiguration.SinkConfiguration.isValidName(sink) else { return nil }
+    package func load(sink: String, id: String) throws -> DeadLetter? {
+        guard Self.isValidID(id), CursorStore.isValidSinkName(sink) else { return nil }
         let path = path(sink: sink, id: id)
         guard let bytes = try FileIO.readFile(path) else { return nil }
         return try DeadLetter(decoding: bytes, path: path)
@@ -163,8 +162,8 @@ public struct DeadLetterStore: Sendable {
 
     /// Deletes dead letter `id` of `sink` durably; false if it did not exist.
     @discardableResult
-    public func remove(sink: String, id: String) throws -> Bool {
-        guard Self.isValidID(id), AgentConfiguration.SinkConfiguration.isValidName(sink) else { return false }
+    package func remove(sink: String, id: String) throws -> Bool {
+        guard Self.isValidID(id), CursorStore.isValidSinkName(sink) else { return false }
         let path = path(sink: sink, id: id)
         guard FileManager.default.fileExists(atPath: path) else { return false }
         try FileIO.unlink(path)

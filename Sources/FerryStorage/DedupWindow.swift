@@ -6,25 +6,25 @@ import FerryProtocol
 /// Used only by the commit thread. Entries are kept in arrival order so the oldest are evicted
 /// first; a set answers membership. It is rebuilt on start from the persisted snapshot (ids of
 /// segments already deleted) and from the segments still on disk, so it survives restarts.
-struct DedupWindow {
+package struct DedupWindow {
     private var order: Deque<(id: EventID, at: UInt64)> = []
     private var members: Set<EventID> = []
-    let maxEntries: Int
-    let maxAgeMilliseconds: UInt64
+    package let maxEntries: Int
+    package let maxAgeMilliseconds: UInt64
 
-    init(maxEntries: Int, maxAgeMilliseconds: UInt64) {
+    package init(maxEntries: Int, maxAgeMilliseconds: UInt64) {
         self.maxEntries = maxEntries
         self.maxAgeMilliseconds = maxAgeMilliseconds
         members.reserveCapacity(min(maxEntries, 1 << 16))
     }
 
-    var count: Int { members.count }
+    package var count: Int { members.count }
 
-    func contains(_ id: EventID) -> Bool { members.contains(id) }
+    package func contains(_ id: EventID) -> Bool { members.contains(id) }
 
     /// Adds `id` seen at `at` (agent ms). Returns false if it was already present.
     @discardableResult
-    mutating func insert(_ id: EventID, at: UInt64) -> Bool {
+    package mutating func insert(_ id: EventID, at: UInt64) -> Bool {
         guard members.insert(id).inserted else { return false }
         order.append((id, at))
         while order.count > maxEntries { members.remove(order.removeFirst().id) }
@@ -32,7 +32,7 @@ struct DedupWindow {
     }
 
     /// Removes the newest entries for `ids` (used when a group commit fails).
-    mutating func remove(_ ids: some Sequence<EventID>) {
+    package mutating func remove(_ ids: some Sequence<EventID>) {
         let drop = Set(ids)
         guard !drop.isEmpty else { return }
         members.subtract(drop)
@@ -40,7 +40,7 @@ struct DedupWindow {
     }
 
     /// Evicts entries older than the window's age relative to `now`.
-    mutating func expire(now: UInt64) {
+    package mutating func expire(now: UInt64) {
         while let first = order.first, first.at + maxAgeMilliseconds < now {
             members.remove(first.id)
             order.removeFirst()
@@ -48,13 +48,13 @@ struct DedupWindow {
     }
 
     /// The entries, oldest first, for the snapshot file.
-    var entries: some Sequence<(id: EventID, at: UInt64)> { order }
+    package var entries: some Sequence<(id: EventID, at: UInt64)> { order }
 
     // MARK: Snapshot file: "FDDP" count:u32 then (id:16, at:u64) entries, then crc32c:u32.
 
-    static let snapshotMagic = Array("FDDP".utf8)
+    package static let snapshotMagic = Array("FDDP".utf8)
 
-    func snapshot(excluding: Set<EventID> = []) -> [UInt8] {
+    package func snapshot(excluding: Set<EventID> = []) -> [UInt8] {
         var out = Self.snapshotMagic
         out.reserveCapacity(12 + order.count * 24)
         let kept = excluding.isEmpty ? Array(order) : order.filter { !excluding.contains($0.id) }
@@ -68,7 +68,7 @@ struct DedupWindow {
     }
 
     /// Parses a snapshot; returns `nil` for a damaged one (the caller logs and starts without it).
-    static func parseSnapshot(_ bytes: [UInt8]) -> [(id: EventID, at: UInt64)]? {
+    package static func parseSnapshot(_ bytes: [UInt8]) -> [(id: EventID, at: UInt64)]? {
         guard bytes.count >= 12, Array(bytes[0..<4]) == snapshotMagic else { return nil }
         let count = Int(readLE(bytes, at: 4, as: UInt32.self))
         guard bytes.count == 12 + count * 24 else { return nil }

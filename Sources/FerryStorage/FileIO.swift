@@ -4,38 +4,38 @@ import Glibc
 import Darwin
 #endif
 
-/// Thin POSIX file helpers. Every call retries `EINTR` and throws ``AgentError`` with the path;
+/// Thin POSIX file helpers. Every call retries `EINTR` and throws ``StorageError`` with the path;
 /// nothing here is called from the Swift concurrency pool (see ``BlockingExecutor``).
-enum FileIO {
+package enum FileIO {
     @inline(__always)
-    static func call<T: BinaryInteger>(_ operation: String, _ path: String, _ body: () -> T) throws -> T {
+    package static func call<T: BinaryInteger>(_ operation: String, _ path: String, _ body: () -> T) throws -> T {
         while true {
             let result = body()
             if result >= 0 { return result }
             let code = errno
             if code == EINTR { continue }
-            throw AgentError.system(operation, path: path, errno: code)
+            throw StorageError.system(operation, path: path, errno: code)
         }
     }
 
-    static func open(_ path: String, _ flags: CInt, mode: mode_t = 0o600) throws -> CInt {
+    package static func open(_ path: String, _ flags: CInt, mode: mode_t = 0o600) throws -> CInt {
         try call("open", path) { Glibc.open(path, flags | O_CLOEXEC, mode) }
     }
 
     /// Writes all of `bytes` at `offset`, looping over short writes.
-    static func pwriteAll(_ fd: CInt, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
+    package static func pwriteAll(_ fd: CInt, _ bytes: UnsafeRawBufferPointer, at offset: Int64, path: String) throws {
         var done = 0
         while done < bytes.count {
             let n = try call("write", path) {
                 pwrite(fd, bytes.baseAddress! + done, bytes.count - done, off_t(offset) + off_t(done))
             }
-            if n == 0 { throw AgentError(code: .io, message: "write \(path): wrote 0 bytes") }
+            if n == 0 { throw StorageError(code: .io, message: "write \(path): wrote 0 bytes") }
             done += n
         }
     }
 
     /// Reads up to `count` bytes at `offset`; fewer only at end of file.
-    static func pread(_ fd: CInt, count: Int, at offset: Int64, path: String) throws -> [UInt8] {
+    package static func pread(_ fd: CInt, count: Int, at offset: Int64, path: String) throws -> [UInt8] {
         var buffer = [UInt8](repeating: 0, count: count)
         var done = 0
         try buffer.withUnsafeMutableBytes { raw in
@@ -51,7 +51,7 @@ enum FileIO {
         return buffer
     }
 
-    static func fdatasync(_ fd: CInt, path: String) throws {
+    package static func fdatasync(_ fd: CInt, path: String) throws {
         #if canImport(Darwin)
         _ = try call("fcntl(F_FULLFSYNC)", path) { fcntl(fd, F_FULLFSYNC) }
         #else
@@ -59,41 +59,41 @@ enum FileIO {
         #endif
     }
 
-    static func fsync(_ fd: CInt, path: String) throws {
+    package static func fsync(_ fd: CInt, path: String) throws {
         _ = try call("fsync", path) { Glibc.fsync(fd) }
     }
 
-    static func ftruncate(_ fd: CInt, _ length: Int64, path: String) throws {
+    package static func ftruncate(_ fd: CInt, _ length: Int64, path: String) throws {
         _ = try call("ftruncate", path) { Glibc.ftruncate(fd, off_t(length)) }
     }
 
-    static func fileSize(_ fd: CInt, path: String) throws -> Int64 {
+    package static func fileSize(_ fd: CInt, path: String) throws -> Int64 {
         var st = stat()
         _ = try call("fstat", path) { fstat(fd, &st) }
         return Int64(st.st_size)
     }
 
     /// fsyncs a directory so that a create, rename or unlink in it is durable.
-    static func syncDirectory(_ path: String) throws {
+    package static func syncDirectory(_ path: String) throws {
         let fd = try open(path, O_RDONLY | O_DIRECTORY)
         defer { Glibc.close(fd) }
         try fsync(fd, path: path)
     }
 
     /// Creates `path` (and parents) with `mode` if missing; fixes the mode if it exists.
-    static func makeDirectory(_ path: String, mode: mode_t) throws {
+    package static func makeDirectory(_ path: String, mode: mode_t) throws {
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
             current += "/" + component
             if mkdir(current, mode) != 0 && errno != EEXIST {
-                throw AgentError.system("mkdir", path: current, errno: errno)
+                throw StorageError.system("mkdir", path: current, errno: errno)
             }
         }
-        if chmod(path, mode) != 0 { throw AgentError.system("chmod", path: path, errno: errno) }
+        if chmod(path, mode) != 0 { throw StorageError.system("chmod", path: path, errno: errno) }
     }
 
     /// Appends `bytes` to the file at `path` (created 0600 if missing) and `fdatasync`s it.
-    static func appendDurably(_ bytes: [UInt8], to path: String) throws {
+    package static func appendDurably(_ bytes: [UInt8], to path: String) throws {
         let fd = try open(path, O_WRONLY | O_CREAT)
         defer { close(fd) }
         let size = try fileSize(fd, path: path)
@@ -102,7 +102,7 @@ enum FileIO {
     }
 
     /// Atomically replaces `path` with `bytes`: temp file, fsync, rename, fsync of the directory.
-    static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
+    package static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
         let temporary = path + ".tmp"
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
         do {
@@ -118,11 +118,11 @@ enum FileIO {
     }
 
     /// Reads a whole file, or returns `nil` if it does not exist.
-    static func readFile(_ path: String) throws -> [UInt8]? {
+    package static func readFile(_ path: String) throws -> [UInt8]? {
         let fd: CInt
         do {
             fd = try open(path, O_RDONLY)
-        } catch let error as AgentError where error.errno == ENOENT {
+        } catch let error as StorageError where error.errno == ENOENT {
             return nil
         }
         defer { Glibc.close(fd) }
@@ -131,10 +131,10 @@ enum FileIO {
     }
 
     /// Names in a directory (without `.` and `..`), or `[]` if it does not exist.
-    static func listDirectory(_ path: String) throws -> [String] {
+    package static func listDirectory(_ path: String) throws -> [String] {
         guard let dir = opendir(path) else {
             if errno == ENOENT { return [] }
-            throw AgentError.system("opendir", path: path, errno: errno)
+            throw StorageError.system("opendir", path: path, errno: errno)
         }
         defer { closedir(dir) }
         var names: [String] = []
@@ -147,11 +147,11 @@ enum FileIO {
         return names
     }
 
-    static func unlink(_ path: String) throws {
-        if Glibc.unlink(path) != 0 && errno != ENOENT { throw AgentError.system("unlink", path: path, errno: errno) }
+    package static func unlink(_ path: String) throws {
+        if Glibc.unlink(path) != 0 && errno != ENOENT { throw StorageError.system("unlink", path: path, errno: errno) }
     }
 
-    static func parent(of path: String) -> String {
+    package static func parent(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         return slash == path.startIndex ? "/" : String(path[..<slash])
     }

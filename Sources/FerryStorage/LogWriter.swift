@@ -10,7 +10,7 @@ import FerryProtocol
 /// Appends are buffered in memory; ``commit()`` writes the group, `fdatasync`s it once and only
 /// then makes it visible to readers. A failed commit rolls the files back to where the group
 /// started, so a rejected group leaves no partial records behind.
-final class LogWriter {
+package final class LogWriter {
     private let log: SegmentedLog
     private var active: Open
     /// Segments touched by the current group other than `active`, with their pre-group sizes.
@@ -20,7 +20,7 @@ final class LogWriter {
     private var buffer: [UInt8] = []
     private var bufferRecords = 0
     /// Total bytes of all segment files including the uncommitted group.
-    private(set) var totalBytes: Int64
+    package private(set) var totalBytes: Int64
 
     private struct Open {
         var index: UInt64
@@ -31,7 +31,7 @@ final class LogWriter {
         var records: Int
     }
 
-    init(log: SegmentedLog) throws {
+    package init(log: SegmentedLog) throws {
         self.log = log
         let last = log.state.withLock { $0.segments.last }
         if let last {
@@ -77,10 +77,10 @@ final class LogWriter {
     }
 
     /// Bytes appended in the current group.
-    var pendingBytes: Int { buffer.count + rotatedOut.reduce(0) { $0 + Int($1.open.written - $1.startSize) } }
+    package var pendingBytes: Int { buffer.count + rotatedOut.reduce(0) { $0 + Int($1.open.written - $1.startSize) } }
 
     /// Buffers one event record, rotating to a new segment first if it would overflow this one.
-    func append(frame: [UInt8], acceptedAt: UInt64) throws {
+    package func append(frame: [UInt8], acceptedAt: UInt64) throws {
         let size = Int64(LogRecord.framedSize(frameSize: frame.count))
         let fill = active.written + Int64(buffer.count)
         if fill + size > log.configuration.segmentMaxBytes && fill > SegmentedLog.segmentHeaderSize {
@@ -112,7 +112,7 @@ final class LogWriter {
 
     /// Writes the group, syncs it and publishes it to readers. On failure the group is rolled back
     /// and the error thrown; the log stays usable.
-    func commit() throws {
+    package func commit() throws {
         do {
             try flushBuffer()
             for (open, _) in rotatedOut { try FileIO.fdatasync(open.fd, path: open.path) }
@@ -164,7 +164,7 @@ final class LogWriter {
     }
 
     /// Deletes a segment that is not the active one, fsyncing the directory.
-    func delete(segment: SegmentInfo) throws {
+    package func delete(segment: SegmentInfo) throws {
         precondition(segment.index != active.index, "the active segment is never deleted")
         try FileIO.unlink(segment.path)
         log.removeSegment(segment.index)
@@ -173,7 +173,7 @@ final class LogWriter {
 
     /// Drops the oldest segment that is not active, for the drop-oldest policy. Returns how many
     /// undelivered events it held, or `nil` if only the active segment is left.
-    func dropOldestSegment() throws -> Int? {
+    package func dropOldestSegment() throws -> Int? {
         guard let oldest = log.state.withLock({ state in state.segments.first { $0.index != active.index } }) else {
             return nil
         }
@@ -194,5 +194,24 @@ final class LogWriter {
     }
 
     /// The segment appends go to; it is never deleted.
-    var activeIndex: UInt64 { active.index }
+    package var activeIndex: UInt64 { active.index }
+
+    /// The oldest segment other than the active one (the one the drop-oldest policy deletes next).
+    package var oldestSealedSegment: SegmentInfo? {
+        let active = active.index
+        return log.state.withLock { state in state.segments.first { $0.index != active } }
+    }
+
+    /// Deletes every segment other than the active one whose index is not in `keep`, then fsyncs
+    /// the directory. Returns how many were deleted.
+    @discardableResult
+    package func deleteSegments(keeping keep: Set<UInt64>) throws -> Int {
+        let active = active.index
+        let dead = log.state.withLock { state in
+            state.segments.filter { $0.index != active && !keep.contains($0.index) }
+        }
+        for segment in dead { try delete(segment: segment) }
+        if !dead.isEmpty { try FileIO.syncDirectory(log.directory) }
+        return dead.count
+    }
 }

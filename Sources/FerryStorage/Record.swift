@@ -166,3 +166,8 @@ public struct LogPosition: Hashable, Comparable, Sendable, CustomStringConvertib
 
     public var description: String { "\(segment):\(offset)" }
 }
+
+extension StoredEvent {
+    /// The event id, read from the frame's first 16 bytes.
+    public var decodedID: EventID { EventID(bytes: frame) }
+}

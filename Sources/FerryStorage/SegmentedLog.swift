@@ -45,11 +45,14 @@ public struct RecoveryReport: Sendable, Hashable {
     /// Bytes cut from the end of the last segment (a write torn by a crash).
     public var truncatedBytes: Int64 = 0
 
+    /// An empty report.
+    public init() {}
+
     /// Whether anything was damaged.
     public var isClean: Bool { corruptRegions == 0 && truncatedBytes == 0 }
 
     /// Adds what one segment's scan found.
-    mutating func add(_ scan: SegmentScanner.Result) {
+    package mutating func add(_ scan: SegmentScanner.Result) {
         records += scan.records.count
         corruptRegions += scan.corruptRegions
         corruptBytes += scan.corruptBytes
@@ -65,24 +68,46 @@ public struct RecoveryReport: Sendable, Hashable {
     }
 }
 
+/// The segment file format: `<directory>/<index, 20 digits>.seg`, each starting with a 16-byte
+/// header (`FERRYSG1`, index as u64le) followed by ``LogRecord``s.
+public enum SegmentFile {
+    /// Size of the header.
+    public static let headerSize: Int64 = 16
+    /// The header's first 8 bytes.
+    public static let magic = Array("FERRYSG1".utf8)
+
+    /// The file name of segment `index`.
+    public static func fileName(for index: UInt64) -> String {
+        let digits = String(index)
+        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".seg"
+    }
+
+    /// The header of segment `index`.
+    public static func header(index: UInt64) -> [UInt8] {
+        var header = magic
+        appendLE(index, to: &header)
+        return header
+    }
+}
+
 /// One segment file as the log tracks it.
-struct SegmentInfo: Sendable {
-    var index: UInt64
-    var path: String
+package struct SegmentInfo: Sendable {
+    package var index: UInt64
+    package var path: String
     /// Bytes known durable (fsync'd) and readable.
-    var size: Int64
-    var records: Int
+    package var size: Int64
+    package var records: Int
     /// Records before each consumer's cursor, by consumer (sink) name.
-    var deliveredRecords: [String: Int]
+    package var deliveredRecords: [String: Int]
     /// False for a segment the writer created in a group not yet committed: readers must not
     /// move on to it, or they would skip that group's records still going into the one before.
-    var visible = true
+    package var visible = true
     /// Whether ``records`` is known: a sealed segment left out of start-up recovery is counted
     /// (and CRC-checked) later by ``SegmentedLog/verifySealedSegments(shouldStop:)``.
-    var verified = true
+    package var verified = true
 
     /// Records some consumer has not passed yet (the most any registered consumer lacks).
-    func undelivered(consumers: some Collection<String>) -> Int {
+    package func undelivered(consumers: some Collection<String>) -> Int {
         consumers.map { records - (deliveredRecords[$0] ?? 0) }.max() ?? 0
     }
 }
@@ -95,10 +120,10 @@ struct SegmentInfo: Sendable {
 ///
 /// Every consumer (one per sink, by name) has its own delivery cursor; a segment can be deleted
 /// only once every consumer's cursor has passed it.
-public final class SegmentedLog: Sendable {
+package final class SegmentedLog: Sendable {
     /// The directory holding the segment files.
-    public let directory: String
-    let configuration: LogConfiguration
+    package let directory: String
+    package let configuration: LogConfiguration
     let logger: Logger
     let state: Mutex<State>
 
@@ -115,27 +140,20 @@ public final class SegmentedLog: Sendable {
     /// The cursors recovery started from, for counting delivered records of segments verified later.
     private let recoveredCursors: [String: LogPosition?]
 
-    /// Size of the segment file header.
-    public static let segmentHeaderSize: Int64 = 16
-    static let segmentMagic = Array("FERRYSG1".utf8)
+    /// Size of the segment file header (``SegmentFile/headerSize``).
+    package static let segmentHeaderSize = SegmentFile.headerSize
+    package static let segmentMagic = SegmentFile.magic
 
-    /// The file name of segment `index`.
-    public static func fileName(for index: UInt64) -> String {
-        let digits = String(index)
-        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".seg"
-    }
+    /// The file name of segment `index` (``SegmentFile/fileName(for:)``).
+    package static func fileName(for index: UInt64) -> String { SegmentFile.fileName(for: index) }
 
-    static func segmentHeader(index: UInt64) -> [UInt8] {
-        var header = segmentMagic
-        appendLE(index, to: &header)
-        return header
-    }
+    package static func segmentHeader(index: UInt64) -> [UInt8] { SegmentFile.header(index: index) }
 
     /// The consumer name used by the single-cursor API (the default file sink's name).
-    public static let defaultConsumer = "file"
+    package static let defaultConsumer = "file"
 
     /// Opens the log with one consumer, ``defaultConsumer``, resuming from `cursor`.
-    public convenience init(
+    package convenience init(
         directory: String, configuration: LogConfiguration, cursor: LogPosition?, logger: Logger,
         recovered report: inout RecoveryReport, dedupWindow: Int = .max, seedDedup: (EventID, UInt64) -> Void
     ) throws {
@@ -154,7 +172,7 @@ public final class SegmentedLog: Sendable {
     /// (every read CRC-checks its records and resynchronises past damage), and counted and checked
     /// by ``verifySealedSegments(shouldStop:)``, which the caller runs in the background. With the
     /// default `dedupWindow` every segment is scanned here.
-    public init(
+    package init(
         directory: String, configuration: LogConfiguration, cursors: [String: LogPosition?], logger: Logger,
         recovered report: inout RecoveryReport, dedupWindow: Int = .max, seedDedup: (EventID, UInt64) -> Void
     ) throws {
@@ -246,12 +264,12 @@ public final class SegmentedLog: Sendable {
     }
 
     /// Sealed segments whose records are not yet counted.
-    public var unverifiedSegments: Int { state.withLock { $0.segments.count { !$0.verified } } }
+    package var unverifiedSegments: Int { state.withLock { $0.segments.count { !$0.verified } } }
 
     /// Counts and CRC-checks the sealed segments start-up recovery left out (oldest first),
     /// reporting damage as recovery would have. Safe to run on any thread while the log is in use:
     /// a segment deleted meanwhile is skipped. `shouldStop` is asked between segments.
-    public func verifySealedSegments(shouldStop: () -> Bool = { false }) -> RecoveryReport {
+    package func verifySealedSegments(shouldStop: () -> Bool = { false }) -> RecoveryReport {
         var report = RecoveryReport()
         let pending = state.withLock { $0.segments.filter { !$0.verified } }
         let cursors = recoveredCursors
@@ -282,7 +300,7 @@ public final class SegmentedLog: Sendable {
     /// Reads up to `maxEvents` events (and about `maxBytes`) starting at `position`, skipping any
     /// damaged region. Returns the events and the position after the last one. Only committed
     /// (fsync'd) bytes are read.
-    public func read(from position: LogPosition, maxEvents: Int, maxBytes: Int) throws -> (events: [StoredEvent], next: LogPosition) {
+    package func read(from position: LogPosition, maxEvents: Int, maxBytes: Int) throws -> (events: [StoredEvent], next: LogPosition) {
         var position = position
         var events: [StoredEvent] = []
         var bytes = 0
@@ -361,7 +379,7 @@ public final class SegmentedLog: Sendable {
     ///
     /// Call it where nothing else writes the log (the commit thread, between groups). A reader
     /// racing with it sees either the old record or the erased one, or a torn record it skips.
-    func erase(from position: LogPosition, matching matches: (StoredEvent) -> Bool) throws -> [StoredEvent] {
+    package func erase(from position: LogPosition, matching matches: (StoredEvent) -> Bool) throws -> [StoredEvent] {
         var erased: [StoredEvent] = []
         var touched: [UInt64: (fd: CInt, path: String)] = [:]
         defer { for (_, file) in touched { close(file.fd) } }
@@ -409,18 +427,32 @@ public final class SegmentedLog: Sendable {
         return try FileIO.pread(fd, count: count, at: offset, path: segment.path)
     }
 
+    /// The end of the log: the position after the last record of the newest segment. Between two
+    /// group commits (where the commit thread asks) every byte before it is committed.
+    package var endPosition: LogPosition {
+        state.withLock { state in
+            state.segments.last.map { LogPosition(segment: $0.index, offset: $0.size) }
+                ?? LogPosition(segment: 0, offset: 0)
+        }
+    }
+
+    /// The position of the oldest segment's first byte (its header), whatever any cursor says.
+    package var startPosition: LogPosition {
+        LogPosition(segment: state.withLock { $0.segments.first?.index } ?? 0, offset: 0)
+    }
+
     // MARK: Delivery bookkeeping
 
     /// The oldest position some consumer still needs (the smallest cursor): everything before it
     /// has been delivered to every sink.
-    public var cursor: LogPosition { state.withLock { Self.oldestCursor($0) } }
+    package var cursor: LogPosition { state.withLock { Self.oldestCursor($0) } }
 
     private static func oldestCursor(_ state: State) -> LogPosition {
         state.cursors.values.min() ?? LogPosition(segment: state.segments.first?.index ?? 1, offset: segmentHeaderSize)
     }
 
     /// The position `consumer` resumes from (the oldest segment for an unknown consumer).
-    public func cursor(for consumer: String) -> LogPosition {
+    package func cursor(for consumer: String) -> LogPosition {
         state.withLock { state in
             state.cursors[consumer]
                 ?? LogPosition(segment: state.segments.first?.index ?? 1, offset: Self.segmentHeaderSize)
@@ -428,11 +460,11 @@ public final class SegmentedLog: Sendable {
     }
 
     /// The consumers (sink names) the log keeps segments for.
-    public var consumers: [String] { state.withLock { $0.cursors.keys.sorted() } }
+    package var consumers: [String] { state.withLock { $0.cursors.keys.sorted() } }
 
     /// Records that `events` were delivered to `consumer` and moves its cursor to `next` (never
     /// backwards: a segment dropped meanwhile may already have moved it further).
-    public func markDelivered(_ events: [StoredEvent], next: LogPosition, consumer: String = SegmentedLog.defaultConsumer) {
+    package func markDelivered(_ events: [StoredEvent], next: LogPosition, consumer: String = SegmentedLog.defaultConsumer) {
         state.withLock { state in
             let first = LogPosition(segment: state.segments.first?.index ?? 1, offset: Self.segmentHeaderSize)
             let current = state.cursors[consumer] ?? first
@@ -449,7 +481,7 @@ public final class SegmentedLog: Sendable {
 
     /// Segments wholly before every consumer's cursor, other than the active (last) one: safe to
     /// delete. With no consumer nothing is.
-    func deliveredSegments() -> [SegmentInfo] {
+    package func deliveredSegments() -> [SegmentInfo] {
         state.withLock { state in
             guard let oldest = state.cursors.values.min() else { return [] }
             return state.segments.dropLast().filter { $0.index < oldest.segment }
@@ -464,28 +496,28 @@ public final class SegmentedLog: Sendable {
     // MARK: Status
 
     /// A consistent snapshot of the log's size.
-    public struct Status: Sendable {
+    package struct Status: Sendable {
         /// Events not yet delivered to every sink.
-        public var undeliveredEvents: Int
+        package var undeliveredEvents: Int
         /// Events not yet delivered, per consumer (sink name).
-        public var backlog: [String: Int]
+        package var backlog: [String: Int]
         /// Bytes of all segment files.
-        public var bytes: Int64
+        package var bytes: Int64
         /// Number of segment files.
-        public var segments: Int
+        package var segments: Int
         /// Events deleted by the drop-oldest policy since start.
-        public var droppedEvents: Int
+        package var droppedEvents: Int
         /// The oldest position some sink still needs.
-        public var cursor: LogPosition
+        package var cursor: LogPosition
         /// Each consumer's cursor.
-        public var cursors: [String: LogPosition]
+        package var cursors: [String: LogPosition]
         /// Sealed segments not yet counted since start (their events are missing from
         /// ``undeliveredEvents`` until then).
-        public var unverifiedSegments: Int
+        package var unverifiedSegments: Int
     }
 
     /// The log's size now.
-    public func status() -> Status {
+    package func status() -> Status {
         state.withLock { state in
             let consumers = state.cursors.keys
             var backlog: [String: Int] = [:]
@@ -506,35 +538,35 @@ public final class SegmentedLog: Sendable {
     }
 
     /// When the oldest undelivered event was accepted (agent ms), or `nil` if none is pending.
-    public func oldestUndeliveredAcceptedAt() -> UInt64? {
+    package func oldestUndeliveredAcceptedAt() -> UInt64? {
         guard let first = try? read(from: cursor, maxEvents: 1, maxBytes: 1).events.first else { return nil }
         return first.acceptedAt
     }
 }
 
 /// Scans one segment file record by record, resynchronising past damage.
-public enum SegmentScanner {
+package enum SegmentScanner {
     /// What a scan found.
-    public struct Result: Sendable {
+    package struct Result: Sendable {
         /// Offsets of the valid records, in order.
-        public var records: [Int64] = []
+        package var records: [Int64] = []
         /// Damaged regions skipped.
-        public var corruptRegions = 0
+        package var corruptRegions = 0
         /// Bytes in damaged regions (including a torn tail).
-        public var corruptBytes: Int64 = 0
+        package var corruptBytes: Int64 = 0
         /// Bytes cut off the end (only when truncation was asked for).
-        public var truncatedBytes: Int64 = 0
+        package var truncatedBytes: Int64 = 0
         /// File size after the scan.
-        public var size: Int64 = 0
+        package var size: Int64 = 0
         /// Whether the segment header was valid.
-        public var headerValid = true
+        package var headerValid = true
         /// Damaged regions as (offset, length), for `ferry queue inspect`.
-        public var damage: [(offset: Int64, length: Int64)] = []
+        package var damage: [(offset: Int64, length: Int64)] = []
     }
 
     /// Scans `path`. With `truncateTornTail`, trailing bytes that hold no valid record are cut
     /// off (a write torn by a crash). `visit` sees each valid record's offset, size and body.
-    public static func scan(
+    package static func scan(
         path: String, truncateTornTail: Bool,
         visit: (Int64, Int, UnsafeRawBufferPointer) -> Void = { _, _, _ in }
     ) throws -> Result {

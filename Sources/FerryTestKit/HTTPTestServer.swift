@@ -1,4 +1,4 @@
-import FerryAgent
+import FerryHTTPSink
 import Foundation
 import NIOCore
 import NIOHTTP1

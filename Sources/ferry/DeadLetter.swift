@@ -1,5 +1,5 @@
 import ArgumentParser
-import FerryAgent
+import FerryStorage
 import FerryProtocol
 import Foundation
 

@@ -1,4 +1,7 @@
 @testable import FerryAgent
+@testable import FerryStorage
+@testable import FerryHTTPSink
+@testable import FerryJetStreamSink
 import FerryProtocol
 import Foundation
 import Testing
@@ -11,7 +14,9 @@ struct ConfigurationTests {
         defer { scratch.remove() }
         let path = scratch.appending("ferryd.json")
         try writeBytes(Array(json.utf8), to: path)
-        return try AgentConfiguration.load(fromFile: path, base: AgentConfiguration(runtimeDirectory: "/tmp/fa-base", dataDirectory: "/tmp/fa-base-data"))
+        // The sink types ferryd links.
+        return try AgentConfiguration.load(fromFile: path, base: AgentConfiguration(runtimeDirectory: "/tmp/fa-base", dataDirectory: "/tmp/fa-base-data"),
+                                           sinkKinds: .builtIn.registering(.http, .jetstream))
     }
 
     /// The configuration error `json` produces.
@@ -46,7 +51,7 @@ struct ConfigurationTests {
                                                                retryInitialMilliseconds: 15, retryMaxMilliseconds: 2500))
         // The single "sink" key is a one-element list named after its type, with delivery's defaults.
         #expect(config.sinks == [AgentConfiguration.SinkConfiguration(
-            name: "file", kind: .file(directory: "/tmp/fa-out", maxFileBytes: 12345),
+            name: "file", settings: .file(directory: "/tmp/fa-out", maxFileBytes: 12345),
             batch: .init(maxEvents: 5, maxBytes: 1000), retry: .init(initialMilliseconds: 15, maxMilliseconds: 2500))])
         #expect(config.fileSinkDirectory == "/tmp/fa-out")
     }

@@ -1,4 +1,5 @@
 @testable import FerryAgent
+@testable import FerryStorage
 import FerryProtocol
 import Foundation
 import Testing
@@ -56,7 +57,7 @@ struct CursorStoreTests {
             do {
                 _ = try store.load()
                 Issue.record("\(what): load() did not throw")
-            } catch let error as AgentError {
+            } catch let error as StorageError {
                 #expect(error.code == .corrupt, "\(what): \(error)")
                 #expect(error.message.contains(store.path), "\(what): the message names the file: \(error.message)")
             }

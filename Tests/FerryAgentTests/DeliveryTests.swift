@@ -1,5 +1,6 @@
 import Foundation
 @testable import FerryAgent
+@testable import FerryStorage
 import FerryProtocol
 import FerryTestKit
 import Testing
@@ -12,7 +13,7 @@ func scriptedSinkConfiguration(
     retry: AgentConfiguration.SinkConfiguration.Retry = .init(initialMilliseconds: 5, maxMilliseconds: 50),
     circuit: AgentConfiguration.SinkConfiguration.Circuit = .init(failureThreshold: 1000, openMilliseconds: 1000)
 ) -> AgentConfiguration.SinkConfiguration {
-    AgentConfiguration.SinkConfiguration(name: name, kind: .file(directory: scratch.appending("out-" + name), maxFileBytes: 1 << 20),
+    AgentConfiguration.SinkConfiguration(name: name, settings: .file(directory: scratch.appending("out-" + name), maxFileBytes: Int64(1 << 20)),
                                          batch: batch, retry: retry, circuit: circuit)
 }
 

@@ -1,5 +1,7 @@
 import Foundation
 @testable import FerryAgent
+@testable import FerryStorage
+@testable import FerryHTTPSink
 import Testing
 
 @Suite("HTTP sink configuration and Retry-After")
@@ -9,7 +11,7 @@ struct HTTPSinkConfigurationTests {
         defer { scratch.remove() }
         let path = scratch.appending("ferryd.json")
         try writeBytes(Array(json.utf8), to: path)
-        return try AgentConfiguration.load(fromFile: path)
+        return try AgentConfiguration.load(fromFile: path, sinkKinds: .builtIn.registering(.http, .jetstream))
     }
 
     static func error(_ json: String) -> String {
@@ -29,7 +31,7 @@ struct HTTPSinkConfigurationTests {
                   "requestTimeoutMilliseconds": 5000, "connectTimeoutMilliseconds": 1000,
                   "format": "segment", "gzip": true}}
         """#)
-        #expect(config.sinks.first?.kind == .http(HTTPSinkConfiguration(
+        #expect(config.sinks.first?.settings(as: HTTPSinkConfiguration.self) == .http(HTTPSinkConfiguration(
             url: "https://collector.example/v1/batch", headers: ["X-Tenant": "acme"], tokenFile: "/etc/ferry/token",
             tlsVerify: false, caFile: "/etc/ferry/ca.pem", requestTimeoutMilliseconds: 5000,
             connectTimeoutMilliseconds: 1000, format: .segment, gzip: true)))
@@ -38,7 +40,7 @@ struct HTTPSinkConfigurationTests {
     @Test("defaults: envelope, no gzip, TLS verified, 30 s request and 10 s connect timeouts")
     func defaults() throws {
         let config = try Self.load(#"{"sink": {"type": "http", "url": "http://127.0.0.1:8080/ingest"}}"#)
-        guard case .http(let http) = config.sinks.first?.kind else {
+        guard let http = config.sinks.first?.settings(as: HTTPSinkConfiguration.self) else {
             Issue.record("expected an http sink")
             return
         }
@@ -49,8 +51,8 @@ struct HTTPSinkConfigurationTests {
 
     @Test("the file sink still loads, with or without a type")
     func fileSink() throws {
-        #expect(try Self.load(#"{"sink": {"directory": "/x"}}"#).sinks.first?.kind == .file(directory: "/x", maxFileBytes: 64 << 20))
-        #expect(try Self.load(#"{"sink": {"type": "file", "maxFileBytes": 4096}}"#).sinks.first?.kind == .file(directory: nil, maxFileBytes: 4096))
+        #expect(try Self.load(#"{"sink": {"directory": "/x"}}"#).sinks.first?.settings(as: FileSinkSettings.self) == .file(directory: "/x", maxFileBytes: 64 << 20))
+        #expect(try Self.load(#"{"sink": {"type": "file", "maxFileBytes": 4096}}"#).sinks.first?.settings(as: FileSinkSettings.self) == .file(directory: nil, maxFileBytes: 4096))
     }
 
     @Test("mistakes are errors naming the key", arguments: [

@@ -1,5 +1,7 @@
 import Foundation
 @testable import FerryAgent
+@testable import FerryStorage
+@testable import FerryHTTPSink
 import FerryProtocol
 import FerryTestKit
 import Logging

@@ -1,4 +1,6 @@
 @testable import FerryAgent
+@testable import FerryStorage
+@testable import FerryJetStreamSink
 import FerryProtocol
 import FerryTestKit
 import Foundation
@@ -49,7 +51,8 @@ struct JetStreamSinkConfigurationTests {
         defer { dir.remove() }
         let path = dir.appending("ferryd.json")
         try Data(json.utf8).write(to: URL(fileURLWithPath: path))
-        return try AgentConfiguration.load(fromFile: path, base: AgentConfiguration(runtimeDirectory: "/tmp/fj-base", dataDirectory: "/tmp/fj-data"))
+        return try AgentConfiguration.load(fromFile: path, base: AgentConfiguration(runtimeDirectory: "/tmp/fj-base", dataDirectory: "/tmp/fj-data"),
+                                           sinkKinds: .builtIn.registering(.http, .jetstream))
     }
 
     static func error(_ json: String) -> String {
@@ -70,20 +73,21 @@ struct JetStreamSinkConfigurationTests {
                   "connectTimeoutMilliseconds": 700, "reconnectWaitMilliseconds": 90,
                   "credentialsFile": "/etc/n.creds", "tokenFile": "/etc/n.token"}}
         """)
-        #expect(config.sinks.first?.kind == .jetstream(JetStreamSinkConfiguration(
+        #expect(config.sinks.first?.settings(as: JetStreamSinkConfiguration.self) == .jetstream(JetStreamSinkConfiguration(
             servers: ["nats://a:1", "nats://b:2"], subjectTemplate: "ev.{source}.{type}", stream: "EV", createStream: false,
             streamSubjects: ["ev.>"], replicas: 3, duplicateWindowSeconds: 600, maxInFlight: 64, ackTimeoutMilliseconds: 9000,
             connectTimeoutMilliseconds: 700, reconnectWaitMilliseconds: 90, credentialsFile: "/etc/n.creds", tokenFile: "/etc/n.token")))
-        #expect(try Self.load(#"{"sink": {"type": "jetstream"}}"#).sinks.first?.kind == .jetstream(JetStreamSinkConfiguration()))
+        #expect(try Self.load(#"{"sink": {"type": "jetstream"}}"#).sinks.first?.settings(as: JetStreamSinkConfiguration.self) == .jetstream(JetStreamSinkConfiguration()))
         // The file sink still parses as before.
-        #expect(try Self.load(#"{"sink": {"directory": "/tmp/x"}}"#).sinks.first?.kind == .file(directory: "/tmp/x", maxFileBytes: 64 << 20))
+        #expect(try Self.load(#"{"sink": {"directory": "/tmp/x"}}"#).sinks.first?.settings(as: FileSinkSettings.self) == .file(directory: "/tmp/x", maxFileBytes: 64 << 20))
     }
 
     @Test("daemon/ferryd.jetstream.example.json loads")
     func exampleFile() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
-        let config = try AgentConfiguration.load(fromFile: root.path + "/daemon/ferryd.jetstream.example.json")
-        guard case .jetstream(let jetstream) = config.sinks.first?.kind else {
+        let config = try AgentConfiguration.load(fromFile: root.path + "/daemon/ferryd.jetstream.example.json",
+                                                 sinkKinds: .builtIn.registering(.http, .jetstream))
+        guard let jetstream = config.sinks.first?.settings(as: JetStreamSinkConfiguration.self) else {
             Issue.record("not a jetstream sink: \(String(describing: config.sinks))")
             return
         }

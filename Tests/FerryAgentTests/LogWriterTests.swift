@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 @testable import FerryAgent
+@testable import FerryStorage
 import FerryProtocol
 import Foundation
 import Testing
@@ -31,7 +32,7 @@ struct LogWriterTests {
         try breakWrites(fd: fds[0])
         for frame in Events.frames(4) { try writer.append(frame: frame, acceptedAt: 7) }
         #expect(writer.totalBytes > bytesAfterGood)
-        #expect(throws: AgentError.self) { try writer.commit() }
+        #expect(throws: StorageError.self) { try writer.commit() }
         try restoreWrites(fd: fds[0], path: path)
 
         #expect(writer.totalBytes == bytesAfterGood)
@@ -73,7 +74,7 @@ struct LogWriterTests {
         let fds = openDescriptors(of: second)
         try #require(fds.count == 1, "expected the writer's descriptor on \(second), found \(fds)")
         try breakWrites(fd: fds[0])
-        #expect(throws: AgentError.self) { try writer.commit() }
+        #expect(throws: StorageError.self) { try writer.commit() }
 
         #expect(!FileManager.default.fileExists(atPath: second), "the segment created by the failed group is deleted")
         #expect(fileSize(first) == sizeAfterGood, "segment 1 is cut back to where the group started")
@@ -106,7 +107,7 @@ struct LogWriterTests {
         try #require(fds.count == 1)
         try breakWrites(fd: fds[0])
         try writer.append(frame: Events.make(1).encoded(), acceptedAt: 1)
-        let error = #expect(throws: AgentError.self) { try writer.commit() }
+        let error = #expect(throws: StorageError.self) { try writer.commit() }
         #expect(error?.code == .noSpace)
         #expect(error?.errno == ENOSPC)
         try restoreWrites(fd: fds[0], path: path)

@@ -1,4 +1,5 @@
 @testable import FerryAgent
+@testable import FerryStorage
 import FerryProtocol
 import Testing
 

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 @testable import FerryAgent
+@testable import FerryStorage
 import FerryProtocol
 import Foundation
 import Synchronization
@@ -16,7 +17,8 @@ final class PipelineHarness: Sendable {
     let pipeline: CommitPipeline
     let counters = AgentCounters()
     let configuration: AgentConfiguration
-    private let results = ThreadInbox<CommittedBatch>()
+    /// What the pipeline hands the socket thread: acks and bus messages (this harness drains it).
+    private let mailbox: SocketMailbox
     private let pending = Locked<[CommittedBatch]>([])
     let droppedOnBus = Locked<[EventID]>([])
     private let nextRequest = Atomic<UInt32>(1)
@@ -28,15 +30,38 @@ final class PipelineHarness: Sendable {
         var report = RecoveryReport()
         log = try SegmentedLog(directory: scratch.appending("segments"), configuration: logConfiguration, cursor: nil,
                                logger: quietLogger, recovered: &report) { _, _ in }
-        let dropped = droppedOnBus
-        pipeline = CommitPipeline(log: log, configuration: configuration, counters: counters, logger: quietLogger,
-                                  wantsDropped: { true },
-                                  droppedEvents: { events in dropped.withLock { $0 += events.map(\.decodedID) } })
-        let results = self.results
-        let (_, worker, seeded) = try FerryAgent.loadConsent(configuration: configuration, log: log, dedup: dedup, logger: quietLogger)
-        try pipeline.start(dedup: seeded, consent: worker.take()) { batches in
-            for batch in batches { results.put(batch) }
-        } committedEvents: {}
+        mailbox = try SocketMailbox()
+        // As a subscriber to `dropped` would: the pipeline publishes dropped events only then.
+        mailbox.updateSubscription(Array("dropped".utf8), subscribe: true)
+        pipeline = CommitPipeline(log: log, configuration: configuration, counters: counters, mailbox: mailbox,
+                                  committedSignals: [], logger: quietLogger)
+        let (_, worker, seeded) = try FerryAgent.loadConsent(configuration: configuration, log: log, dedup: dedup,
+                                                             mailbox: mailbox, logger: quietLogger)
+        try pipeline.start(dedup: seeded, consent: worker.take())
+    }
+
+    /// Moves what the mailbox holds into `pending` (acks) and `droppedOnBus`, waiting up to
+    /// `timeout` on its wake-up pipe when it is empty.
+    private static func drain(_ mailbox: SocketMailbox, into pending: Locked<[CommittedBatch]>, dropped: Locked<[EventID]>,
+                              timeout: Int32) {
+        var items = mailbox.take()
+        if items.isEmpty {
+            var descriptor = pollfd(fd: mailbox.wake.readEnd, events: Int16(POLLIN), revents: 0)
+            _ = poll(&descriptor, 1, timeout)
+            mailbox.wake.drain()
+            items = mailbox.take()
+        }
+        for item in items {
+            switch item {
+            case .committed(let batches):
+                pending.withLock { $0 += batches }
+            case .publish(.dropped, let json):
+                let object = try? JSONSerialization.jsonObject(with: Data(json)) as? [String: Any]
+                if let text = object?["id"] as? String, let id = EventID(text) { dropped.withLock { $0.append(id) } }
+            default:
+                break
+            }
+        }
     }
 
     /// Submits one message of `frames` and waits for its result.
@@ -44,7 +69,7 @@ final class PipelineHarness: Sendable {
         let request = nextRequest.add(1, ordering: .relaxed).oldValue
         let items: [IngestBatch.Item] = try frames.map { .event(try EventHeader($0), frame: $0) }
         #expect(pipeline.submit(IngestBatch(peer: [1, 2, 3], requestID: request, items: items)))
-        let results = self.results, pending = self.pending
+        let mailbox = self.mailbox, pending = self.pending, dropped = droppedOnBus
         let batch = try await offPool { () throws -> CommittedBatch in
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline {
@@ -52,9 +77,7 @@ final class PipelineHarness: Sendable {
                     guard let index = list.firstIndex(where: { $0.requestID == request }) else { return nil }
                     return list.remove(at: index)
                 }) { return hit }
-                if let arrived = results.takeAll(timeout: .milliseconds(200)) {
-                    pending.withLock { $0 += arrived }
-                }
+                Self.drain(mailbox, into: pending, dropped: dropped, timeout: 200)
             }
             throw TestFailure("no commit result for request \(request)")
         }

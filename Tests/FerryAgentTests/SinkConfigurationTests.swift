@@ -1,4 +1,6 @@
 @testable import FerryAgent
+@testable import FerryStorage
+@testable import FerryJetStreamSink
 import Foundation
 import Testing
 
@@ -9,7 +11,7 @@ struct SinkConfigurationTests {
     @Test("the old single `sink` key is a one-element list named after its type, with delivery's batching and retry")
     func oldSinkKey() throws {
         let config = try ConfigurationTests.load(#"{"sink": {"type": "file", "maxFileBytes": 4096}}"#)
-        #expect(config.sinks == [Sink(name: "file", kind: .file(directory: nil, maxFileBytes: 4096))])
+        #expect(config.sinks == [Sink(name: "file", settings: .file(directory: nil, maxFileBytes: 4096))])
         #expect(config.fileSinkDirectory == "/tmp/fa-base-data/delivered")
         // Without "type" (as files written before there were other types).
         #expect(try ConfigurationTests.load(#"{"sink": {"directory": "/tmp/x"}}"#).sinks.map(\.name) == ["file"])
@@ -25,7 +27,7 @@ struct SinkConfigurationTests {
         let end = try #require(rest[start.upperBound...].range(of: "```"))
         let config = try ConfigurationTests.load(String(rest[start.upperBound..<end.lowerBound]))
         #expect(config.sinks.map(\.name) == ["collector", "bus", "archive"])
-        #expect(config.sinks.map(\.kind.typeName) == ["http", "jetstream", "file"])
+        #expect(config.sinks.map(\.type) == ["http", "jetstream", "file"])
     }
 
     @Test("no sink key: the default file sink, following the file's delivery defaults")
@@ -53,11 +55,11 @@ struct SinkConfigurationTests {
         }
         """)
         #expect(config.sinks == [
-            Sink(name: "archive", kind: .file(directory: "/tmp/fa-a", maxFileBytes: 9999),
+            Sink(name: "archive", settings: .file(directory: "/tmp/fa-a", maxFileBytes: 9999),
                  batch: .init(maxEvents: 10, maxBytes: 2048, maxWaitMilliseconds: 250),
                  retry: .init(initialMilliseconds: 1, maxMilliseconds: 2, maxElapsedMilliseconds: 60_000),
                  circuit: .init(failureThreshold: 3, openMilliseconds: 1500)),
-            Sink(name: "copy_2", kind: .file(directory: "/tmp/fa-b", maxFileBytes: 64 << 20),
+            Sink(name: "copy_2", settings: .file(directory: "/tmp/fa-b", maxFileBytes: Int64(64 << 20)),
                  batch: .init(maxEvents: 50, maxBytes: 1 << 20), retry: .init(initialMilliseconds: 20, maxMilliseconds: 400)),
         ])
         #expect(config.fileSinkDirectory == "/tmp/fa-a")

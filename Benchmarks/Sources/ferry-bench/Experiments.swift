@@ -4,7 +4,7 @@ import Glibc
 import Darwin
 #endif
 import CZeroMQ
-import FerryAgent
+import FerryStorage
 import FerryProtocol
 import Foundation
 import ZeroMQ
@@ -27,7 +27,7 @@ func generateLog(directory: String, events: Int, bodySize: Int, segmentMaxBytes:
         appendLE(index, to: &buffer)
     }
     func flush() throws {
-        let path = directory + "/" + SegmentedLog.fileName(for: index)
+        let path = directory + "/" + SegmentFile.fileName(for: index)
         guard FileManager.default.createFile(atPath: path, contents: Data(buffer)) else { throw BenchError("cannot write \(path)") }
         index += 1
     }
@@ -64,7 +64,7 @@ func blockDelivery(dataDirectory: String, sinkDirectory: String) throws -> Bool 
     appendLE(UInt64(1), to: &checkpoint)
     appendLE(Int64(0), to: &checkpoint)
     try CursorStore(dataDirectory: dataDirectory, sink: "file")
-        .save(LogPosition(segment: 1, offset: SegmentedLog.segmentHeaderSize), checkpoint: checkpoint)
+        .save(LogPosition(segment: 1, offset: SegmentFile.headerSize), checkpoint: checkpoint)
     return shell("chattr", ["+i", file]) == 0
 }
 

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryStorage
 
 /// An error from the agent core: storage, configuration, sockets or delivery.
 ///

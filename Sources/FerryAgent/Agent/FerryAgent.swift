@@ -9,6 +9,7 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 import ZeroMQ
+import FerryStorage
 
 /// The Ferry agent: ingest over ZeroMQ IPC, a durable group-committed log, delivery to one or
 /// more sinks (each with its own loop, cursor, retry policy and circuit breaker), an event bus and
@@ -29,8 +30,8 @@ public final class FerryAgent: Service, Sendable {
     /// Counters, readable while the agent runs.
     public let counters = AgentCounters()
     private let logger: Logger
-    /// The sinks in configuration order, each with its configuration.
-    private let sinks: [(configuration: AgentConfiguration.SinkConfiguration, sink: any Sink)]
+    /// Sink implementations that replace what their configuration describes, by sink name.
+    private let sinkOverrides: [String: any Sink]
     private let startedAt = WallClock.unixMilliseconds()
     private let running = Mutex<Running?>(nil)
     private let readyWaiters = Mutex<ReadyState>(ReadyState())
@@ -41,6 +42,7 @@ public final class FerryAgent: Service, Sendable {
     }
 
     private struct Running: Sendable {
+        var sinks: [AgentConfiguration.SinkConfiguration]
         var log: SegmentedLog
         var deliveries: [DeliveryLoop]
         var recovery: RecoveryReport
@@ -61,9 +63,7 @@ public final class FerryAgent: Service, Sendable {
     public init(configuration: AgentConfiguration, sinks overrides: [String: any Sink], logger: Logger) {
         self.configuration = configuration
         self.logger = logger
-        sinks = configuration.sinks.map { sink in
-            (sink, overrides[sink.name] ?? sink.makeSink(dataDirectory: configuration.dataDirectory, logger: logger))
-        }
+        sinkOverrides = overrides
     }
 
     /// Suspends until the agent is bound and serving; throws the error ``run()`` failed with if
@@ -106,7 +106,9 @@ public final class FerryAgent: Service, Sendable {
 
     private func serve() async throws {
         try configuration.validate()
-        let io = BlockingExecutor.shared
+        // Start-up and shutdown file work of this run: a thread of its own, shared with nothing.
+        let io = BlockingExecutor(name: "ferry-agent-io")
+        defer { io.shutdown() }
         let configuration = self.configuration, logger = self.logger
 
         // Directories and the single-instance locks.
@@ -121,8 +123,8 @@ public final class FerryAgent: Service, Sendable {
         defer { locks.forEach { close($0) } }
 
         // Recovery: the sinks' cursors, dedup snapshot, then every segment.
-        let sinks = self.sinks
-        let cursorStores = sinks.map { CursorStore(dataDirectory: configuration.dataDirectory, sink: $0.configuration.name) }
+        let configuredSinks = configuration.sinks
+        let cursorStores = configuredSinks.map { CursorStore(dataDirectory: configuration.dataDirectory, sink: $0.name) }
         let (log, recoveredDedup, report, checkpoints) = try await io.run { () throws -> (SegmentedLog, DedupWindow, RecoveryReport, [[UInt8]?]) in
             try FileIO.makeDirectory(configuration.dataDirectory + "/cursors", mode: 0o700)
             var stored: [(position: LogPosition, checkpoint: [UInt8]?)?] = []
@@ -137,7 +139,7 @@ public final class FerryAgent: Service, Sendable {
             }
             var cursors: [String: LogPosition?] = [:]
             // updateValue: assigning a nil position through the subscript would drop the consumer.
-            for (sink, position) in zip(sinks, stored) { cursors.updateValue(position?.position, forKey: sink.configuration.name) }
+            for (sink, position) in zip(configuredSinks, stored) { cursors.updateValue(position?.position, forKey: sink.name) }
             var dedup = DedupWindow(maxEntries: configuration.dedup.maxEntries,
                                     maxAgeMilliseconds: UInt64(configuration.dedup.maxAgeSeconds) * 1000)
             let snapshotPath = configuration.dataDirectory + "/dedup.snapshot"
@@ -166,13 +168,26 @@ public final class FerryAgent: Service, Sendable {
                 "truncated_bytes": "\(report.truncatedBytes)",
             ])
         }
+
+        // Everything that publishes or acks is built with the mailbox, before the threads that
+        // use it start: the bus and the acks need no late binding.
+        let mailbox = try SocketMailbox()
+        defer { mailbox.close() }
         // Consent: the persisted state (or the configured start), once-key marks, the held area.
         let (engine, workerBox, dedup) = try await io.run { [recoveredDedup] () throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) in
-            try Self.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, logger: logger)
+            try Self.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, mailbox: mailbox, logger: logger)
         }
         let auditLog = AuditLog(path: configuration.dataDirectory + "/consent/audit.log")
+
+        // Each sink gets a thread of its own for blocking work, shared with its delivery loop.
+        let sinkThreads = configuredSinks.map { BlockingExecutor(name: "ferry-sink-" + $0.name) }
+        defer { sinkThreads.forEach { $0.shutdown() } }
+        let sinks = zip(configuredSinks, sinkThreads).map { configured, thread in
+            sinkOverrides[configured.name]
+                ?? configured.makeSink(dataDirectory: configuration.dataDirectory, logger: logger, io: thread)
+        }
         var startCheckpoints: [[UInt8]?] = []
-        for ((configured, sink), (store, checkpoint)) in zip(sinks, zip(cursorStores, checkpoints)) {
+        for (sink, (configured, (store, checkpoint))) in zip(sinks, zip(configuredSinks, zip(cursorStores, checkpoints))) {
             let initialCheckpoint = try await sink.recover(checkpoint: checkpoint)
             if checkpoint == nil {
                 // First start (or a lost cursor): record where the sink stands before it receives
@@ -183,70 +198,60 @@ public final class FerryAgent: Service, Sendable {
             startCheckpoints.append(checkpoint ?? initialCheckpoint)
         }
 
-        let context = try ZMQContext()
-        let serverBox = Mutex<IngestServer?>(nil)
-        let pipeline = CommitPipeline(
-            log: log, configuration: configuration, counters: counters, logger: logger,
-            wantsDropped: { serverBox.withLock { $0 }?.wants(.dropped) ?? false },
-            droppedEvents: { events in
-                guard let server = serverBox.withLock({ $0 }) else { return }
-                let now = WallClock.unixMilliseconds()
-                for event in events {
-                    if let json = BusMessage.event(topic: .dropped, frame: event.frame, at: now, reason: "retention") {
-                        server.publish(.dropped, json)
-                    }
-                }
-            })
         let deadLetters = DeadLetterStore(dataDirectory: configuration.dataDirectory)
         let counters = self.counters
-        let deliveries = zip(sinks, zip(cursorStores, startCheckpoints)).map { sinkAndConfiguration, storeAndCheckpoint in
-            let (configured, sink) = sinkAndConfiguration, (store, checkpoint) = storeAndCheckpoint
+        let deliveries = configuredSinks.enumerated().map { index, configured in
             let sinkName = configured.name
             return DeliveryLoop(
-                sink: sink, configuration: configured, log: log, cursorStore: store, deadLetters: deadLetters,
-                counters: counters, logger: logger, checkpoint: checkpoint, gate: engine,
+                sink: sinks[index], configuration: configured, log: log, cursorStore: cursorStores[index],
+                deadLetters: deadLetters, counters: counters, logger: logger, checkpoint: startCheckpoints[index],
+                gate: engine, io: sinkThreads[index],
                 blocked: { events, reason in
                     let live = events.filter { !$0.isErased }
                     counters.blockedAtSend.add(live.count, ordering: .relaxed)
-                    guard let server = serverBox.withLock({ $0 }), server.wants(.blocked) else { return }
+                    guard mailbox.wants(.blocked) else { return }
                     let now = WallClock.unixMilliseconds()
                     for event in live {
                         if let json = BusMessage.event(topic: .blocked, frame: event.frame, at: now, reason: reason, sink: sinkName) {
-                            server.publish(.blocked, json)
+                            mailbox.publish(.blocked, json)
                         }
                     }
                 },
                 circuitChanged: { change in
-                    guard let server = serverBox.withLock({ $0 }), server.wants(.circuit) else { return }
-                    server.publish(.circuit, BusMessage.circuit(change))
+                    guard mailbox.wants(.circuit) else { return }
+                    mailbox.publish(.circuit, BusMessage.circuit(change))
                 }
             ) { batch in
-                guard let server = serverBox.withLock({ $0 }), server.wants(.delivered) else { return }
+                guard mailbox.wants(.delivered) else { return }
                 let now = WallClock.unixMilliseconds()
                 for event in batch.events {
                     if let json = BusMessage.event(topic: .delivered, frame: event.frame, at: now, sink: sinkName) {
-                        server.publish(.delivered, json)
+                        mailbox.publish(.delivered, json)
                     }
                 }
             }
         }
+        let pipeline = CommitPipeline(
+            log: log, configuration: configuration, counters: counters, mailbox: mailbox,
+            committedSignals: deliveries.map(\.wakeup), logger: logger)
         running.withLock {
-            $0 = Running(log: log, deliveries: deliveries, recovery: report, pipeline: pipeline, consent: engine, auditLog: auditLog)
+            $0 = Running(sinks: configuredSinks, log: log, deliveries: deliveries, recovery: report, pipeline: pipeline,
+                         consent: engine, auditLog: auditLog)
         }
-        let server = try IngestServer(
-            context: context, configuration: configuration, pipeline: pipeline, counters: counters, logger: logger
+
+        // Control requests are answered on a thread of their own: status, the audit log and
+        // /proc reads never block the socket thread, and no sink's I/O holds them up.
+        let controlThread = BlockingExecutor(name: "ferry-control")
+        defer { controlThread.shutdown() }
+        let context = try ZMQContext()
+        let server = IngestServer(
+            context: context, configuration: configuration, pipeline: pipeline, mailbox: mailbox, counters: counters,
+            logger: logger, controlThread: controlThread
         ) { [weak self] request, peer, reply in
             guard let self else { return reply(Array(#"{"ok":false,"error":"agent stopping"}"#.utf8)) }
             self.handleControl(request, peer: peer, reply: reply)
         }
-        serverBox.withLock { $0 = server }
-        let worker = workerBox.take()
-        worker.publish = { topic, json in serverBox.withLock { $0 }?.publish(topic, json) }
-        try pipeline.start(dedup: dedup, consent: worker) { results in
-            server.deliverAcks(results)
-        } committedEvents: {
-            for delivery in deliveries { delivery.wakeup.signal() }
-        }
+        try pipeline.start(dedup: dedup, consent: workerBox.take())
         do {
             try await io.run { try server.start() }
         } catch {
@@ -256,7 +261,7 @@ public final class FerryAgent: Service, Sendable {
         }
         logger.info("ferryd ready", metadata: [
             "ingest": "\(FerryPaths.ingestEndpoint(configuration.runtimeDirectory))",
-            "data": "\(configuration.dataDirectory)", "sinks": "\(sinks.map(\.configuration.name).joined(separator: ","))",
+            "data": "\(configuration.dataDirectory)", "sinks": "\(configuredSinks.map(\.name).joined(separator: ","))",
         ])
         settleReadiness(.success(()))
         let verifier = verifySealedSegments(log)
@@ -274,7 +279,7 @@ public final class FerryAgent: Service, Sendable {
         server.stopIntake()
         await pipeline.stop()
         await server.stop()
-        for (_, sink) in sinks { try? await sink.shutdown() }
+        for sink in sinks { try? await sink.shutdown() }
         await verifier.stop()
         await io.run { context.terminate() }
         logger.info("ferryd stopped", metadata: ["accepted": "\(counters.accepted.load(ordering: .relaxed))"])
@@ -283,7 +288,7 @@ public final class FerryAgent: Service, Sendable {
     /// Loads (or creates) the consent state, checks the audit chain, loads the once-key marks and
     /// recovers the held area (whose events join the dedup window).
     static func loadConsent(
-        configuration: AgentConfiguration, log: SegmentedLog, dedup: DedupWindow, logger: Logger
+        configuration: AgentConfiguration, log: SegmentedLog, dedup: DedupWindow, mailbox: SocketMailbox, logger: Logger
     ) throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) {
         let consentConfiguration = configuration.consent
         let directory = configuration.dataDirectory + "/consent"
@@ -327,7 +332,7 @@ public final class FerryAgent: Service, Sendable {
         let engine = ConsentEngine(configuration: consentConfiguration, persisted: persisted, anonymousID: anonymousID)
         let worker = try ConsentWorker(
             engine: engine, heldLog: heldLog, onceKeys: onceKeys, mainLog: log, stateFile: stateFile,
-            auditLog: auditLog, logger: logger)
+            auditLog: auditLog, mailbox: mailbox, logger: logger)
         return (engine, UncheckedBox(worker), dedup)
     }
 
@@ -444,7 +449,7 @@ public final class FerryAgent: Service, Sendable {
         var name = sink
         if name == nil {
             let store = DeadLetterStore(dataDirectory: configuration.dataDirectory)
-            let holders = (try? await BlockingExecutor.shared.run { try store.sinks(holding: id) }) ?? []
+            let holders = (try? await BlockingExecutor.runDetached(name: "ferry-deadletter-lookup") { try store.sinks(holding: id) }) ?? []
             guard holders.count == 1 else {
                 return ["ok": false, "error": holders.isEmpty ? "no dead letter \(id)"
                     : "dead letter \(id) exists for sinks \(holders.joined(separator: ", ")); give \"sink\""]
@@ -547,10 +552,10 @@ public final class FerryAgent: Service, Sendable {
         if log.undeliveredEvents > 0, let at = running.log.oldestUndeliveredAcceptedAt() {
             oldestAge = now >= at ? Int(now - at) : 0
         }
-        let sinksJSON = zip(running.deliveries, sinks).map { delivery, configured -> [String: Any] in
+        let sinksJSON = zip(running.deliveries, running.sinks).map { delivery, configured -> [String: Any] in
             let state = delivery.state.withLock { $0 }
             var json: [String: Any] = [
-                "name": state.sink, "type": configured.configuration.kind.typeName, "state": state.phase.rawValue,
+                "name": state.sink, "type": configured.type, "state": state.phase.rawValue,
                 "circuit": state.circuit.rawValue, "consecutive_failures": state.consecutiveFailures,
                 "backlog_events": log.backlog[state.sink] ?? 0, "delivered": state.delivered,
                 "retried": state.retried, "dead_lettered": state.deadLettered,

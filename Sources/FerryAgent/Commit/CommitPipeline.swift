@@ -1,6 +1,7 @@
 import FerryProtocol
 import Logging
 import Synchronization
+import FerryStorage
 
 /// One ingest message after validation, on its way to the commit thread.
 struct IngestBatch: Sendable {
@@ -43,64 +44,6 @@ enum CommitWork: Sendable {
     case consent(ConsentCommand, ConsentActor, reply: @Sendable (Result<ConsentOutcome, AgentError>) -> Void)
 }
 
-/// Counters shared by the agent's threads and reported by `ferry status`.
-public final class AgentCounters: Sendable {
-    /// Events stored and acked.
-    public let accepted = Atomic<Int>(0)
-    /// Events answered `duplicate`.
-    public let duplicate = Atomic<Int>(0)
-    /// Events rejected (any reason).
-    public let rejected = Atomic<Int>(0)
-    /// Of those, events rejected because the queue was full (`full` policy or no disk space).
-    public let rejectedFull = Atomic<Int>(0)
-    /// Undelivered events deleted by the drop-oldest policy.
-    public let dropped = Atomic<Int>(0)
-    /// Events delivered, summed over the sinks (an event delivered to two sinks counts twice).
-    public let delivered = Atomic<Int>(0)
-    /// Failed delivery attempts (all sinks).
-    public let deliveryFailures = Atomic<Int>(0)
-    /// Failed attempts that were retried (all sinks).
-    public let retried = Atomic<Int>(0)
-    /// Events written to a dead-letter directory (all sinks).
-    public let deadLettered = Atomic<Int>(0)
-    /// Whole messages refused with an error reply.
-    public let malformedMessages = Atomic<Int>(0)
-    /// Group commits (fsyncs) performed.
-    public let commits = Atomic<Int>(0)
-    /// Events answered `blocked` by the consent state at ingest.
-    public let blocked = Atomic<Int>(0)
-    /// Local-only events answered `suppressed`.
-    public let suppressed = Atomic<Int>(0)
-    /// Events put in the held area.
-    public let held = Atomic<Int>(0)
-    /// Queued events refused by the consent state at send time.
-    public let blockedAtSend = Atomic<Int>(0)
-
-    /// Creates zeroed counters.
-    public init() {}
-
-    /// A plain snapshot, for status output.
-    public var snapshot: [String: Int] {
-        [
-            "accepted": accepted.load(ordering: .relaxed),
-            "duplicate": duplicate.load(ordering: .relaxed),
-            "rejected": rejected.load(ordering: .relaxed),
-            "rejected_full": rejectedFull.load(ordering: .relaxed),
-            "dropped": dropped.load(ordering: .relaxed),
-            "delivered": delivered.load(ordering: .relaxed),
-            "delivery_failures": deliveryFailures.load(ordering: .relaxed),
-            "retried": retried.load(ordering: .relaxed),
-            "dead_lettered": deadLettered.load(ordering: .relaxed),
-            "malformed_messages": malformedMessages.load(ordering: .relaxed),
-            "commits": commits.load(ordering: .relaxed),
-            "blocked": blocked.load(ordering: .relaxed),
-            "suppressed": suppressed.load(ordering: .relaxed),
-            "held": held.load(ordering: .relaxed),
-            "blocked_at_send": blockedAtSend.load(ordering: .relaxed),
-        ]
-    }
-}
-
 /// The commit thread: dedup, retention, append, one `fdatasync` per group, then acks.
 ///
 /// Everything that arrived while the previous group was syncing forms the next group, so under
@@ -114,16 +57,19 @@ final class CommitPipeline: Sendable {
     private let logger: Logger
     private let configuration: AgentConfiguration
 
-    private let wantsDropped: @Sendable () -> Bool
-    private let droppedEvents: @Sendable ([StoredEvent]) -> Void
+    /// Where acks and bus publications go (drained by the socket thread).
+    private let mailbox: SocketMailbox
+    /// Signalled after each group that stored something (the delivery loops wait on them).
+    private let committedSignals: [AsyncSignal]
 
+    /// `committedSignals` are signalled after each group that stored events and after each
+    /// consent change (which may unpause delivery or have queued an event).
     init(
-        log: SegmentedLog, configuration: AgentConfiguration, counters: AgentCounters, logger: Logger,
-        wantsDropped: @escaping @Sendable () -> Bool = { false },
-        droppedEvents: @escaping @Sendable ([StoredEvent]) -> Void = { _ in }
+        log: SegmentedLog, configuration: AgentConfiguration, counters: AgentCounters, mailbox: SocketMailbox,
+        committedSignals: [AsyncSignal], logger: Logger
     ) {
-        self.wantsDropped = wantsDropped
-        self.droppedEvents = droppedEvents
+        self.mailbox = mailbox
+        self.committedSignals = committedSignals
         self.log = log
         self.configuration = configuration
         self.counters = counters
@@ -161,17 +107,14 @@ final class CommitPipeline: Sendable {
 
     var dedupSnapshotPath: String { configuration.dataDirectory + "/dedup.snapshot" }
 
-    /// Starts the thread. `completed` is called on the commit thread after each group;
-    /// `committedEvents` after each group that stored something.
-    func start(
-        dedup: DedupWindow, consent: ConsentWorker, completed: @escaping @Sendable ([CommittedBatch]) -> Void,
-        committedEvents: @escaping @Sendable () -> Void
-    ) throws {
+    /// Starts the thread, which becomes the only owner of the log writer, the dedup window and
+    /// the consent worker.
+    func start(dedup: DedupWindow, consent: ConsentWorker) throws {
         let writer = try LogWriter(log: log)
         let state = UncheckedBox((writer, dedup, consent))
         let thread = DedicatedThread(name: "ferry-commit") { [self] in
             var (writer, dedup, consent) = state.take()
-            run(writer: writer, dedup: &dedup, consent: consent, completed: completed, committedEvents: committedEvents)
+            run(writer: writer, dedup: &dedup, consent: consent)
         }
         self.thread.withLock { $0 = thread }
     }
@@ -201,10 +144,11 @@ final class CommitPipeline: Sendable {
         if let thread = thread.withLock({ $0 }) { await thread.joinAsync() }
     }
 
-    private func run(
-        writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker,
-        completed: @Sendable ([CommittedBatch]) -> Void, committedEvents: @Sendable () -> Void
-    ) {
+    private func committedEvents() {
+        for signal in committedSignals { signal.signal() }
+    }
+
+    private func run(writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker) {
         while let work = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
             let now = WallClock.unixMilliseconds()
             dedup.expire(now: now)
@@ -218,7 +162,7 @@ final class CommitPipeline: Sendable {
                 let results = commit(batches, writer: writer, dedup: &dedup, consent: consent, now: WallClock.unixMilliseconds())
                 pendingBytes.subtract(batches.reduce(0) { $0 + Self.weight(of: $1) }, ordering: .relaxed)
                 batches.removeAll()
-                completed(results)
+                mailbox.deliverAcks(results)
                 if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { committedEvents() }
             }
             for item in work {
@@ -332,7 +276,7 @@ final class CommitPipeline: Sendable {
             } catch {
                 failed.formUnion(heldIDs)
                 dedup.remove(heldIDs)
-                failureReason = (error as? AgentError)?.code == .noSpace ? .full : .storage
+                failureReason = (error as? StorageError)?.code == .noSpace ? .full : .storage
                 logger.error("held-area commit failed; rejected \(heldIDs.count) events", metadata: ["error": "\(error)"])
             }
         }
@@ -345,7 +289,7 @@ final class CommitPipeline: Sendable {
                 // them, is rejected so the client knows to keep or resend it.
                 failed.formUnion(appended)
                 dedup.remove(appended)
-                failureReason = (error as? AgentError)?.code == .noSpace ? .full : .storage
+                failureReason = (error as? StorageError)?.code == .noSpace ? .full : .storage
                 logger.error("group commit failed; rejected \(appended.count) events", metadata: ["error": "\(error)"])
             }
         }
@@ -394,14 +338,14 @@ final class CommitPipeline: Sendable {
                 // The dropped segment's ids leave the disk: persist the window first, without
                 // the ids of this uncommitted group.
                 try persistDedup(dedup, excluding: Set(pending))
-                let victim = log.state.withLock { state in state.segments.first { $0.index != writer.activeIndex } }
-                if let victim, wantsDropped() {
+                let victim = writer.oldestSealedSegment
+                if let victim, mailbox.wants(.dropped) {
                     // Tell the bus which events go, before their bytes do (rare path: only when
                     // the cap is hit under drop-oldest and someone listens).
                     let start = LogPosition(segment: victim.index, offset: SegmentedLog.segmentHeaderSize)
                     let cursor = log.cursor
                     if let events = try? log.read(from: max(start, cursor), maxEvents: victim.verified ? victim.records : .max, maxBytes: Int(victim.size)).events {
-                        droppedEvents(events.filter { $0.position.segment == victim.index })
+                        publishDropped(events.filter { $0.position.segment == victim.index })
                     }
                 }
                 guard let lost = try writer.dropOldestSegment() else { return false }
@@ -413,6 +357,15 @@ final class CommitPipeline: Sendable {
             }
         }
         return true
+    }
+
+    private func publishDropped(_ events: [StoredEvent]) {
+        let now = WallClock.unixMilliseconds()
+        for event in events {
+            if let json = BusMessage.event(topic: .dropped, frame: event.frame, at: now, reason: "retention") {
+                mailbox.publish(.dropped, json)
+            }
+        }
     }
 
     private func deleteDeliveredSegments(writer: LogWriter, dedup: DedupWindow) {

@@ -1,11 +1,17 @@
 import Foundation
 import FerryProtocol
+import FerryStorage
 
 extension AgentConfiguration {
     /// Loads a configuration from a JSON file, starting from the defaults: only the fields present
     /// in the file change. Unknown keys are an error, so a typo never silently falls back to a
     /// default. See `daemon/ferryd.example.json`.
-    public static func load(fromFile path: String, base: AgentConfiguration = AgentConfiguration()) throws -> AgentConfiguration {
+    ///
+    /// `sinkKinds` are the sink types the file may name (``SinkRegistry/builtIn``: `file`);
+    /// any other `type` is an error listing the known ones.
+    public static func load(
+        fromFile path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn
+    ) throws -> AgentConfiguration {
         guard let bytes = try FileIO.readFile(path) else {
             throw AgentError(code: .configuration, message: "configuration file \(path) does not exist")
         }
@@ -54,7 +60,7 @@ extension AgentConfiguration {
             guard let object = single as? [String: Any] else { throw reader.fail("sink", "expected an object") }
             // The single-sink form keeps its historical name ("file" for the file sink), so an
             // existing cursor file keeps working.
-            config.sinks = [try reader.sink(object, at: "sink", name: nil, delivery: config.delivery)]
+            config.sinks = [try reader.sink(object, at: "sink", name: nil, delivery: config.delivery, kinds: sinkKinds)]
         case (nil, let list?):
             guard let array = list as? [Any] else { throw reader.fail("sinks", "expected an array of sink objects") }
             guard !array.isEmpty else { throw reader.fail("sinks", "needs at least one sink") }
@@ -62,7 +68,7 @@ extension AgentConfiguration {
             for (index, element) in array.enumerated() {
                 let at = "sinks[\(index)]"
                 guard let object = element as? [String: Any] else { throw reader.fail(at, "expected an object") }
-                let sink = try reader.sink(object, at: at, name: "", delivery: config.delivery)
+                let sink = try reader.sink(object, at: at, name: "", delivery: config.delivery, kinds: sinkKinds)
                 if let other = sinks.firstIndex(where: { $0.name == sink.name }) {
                     throw reader.fail(at + ".name", "\"\(sink.name)\" is already the name of sinks[\(other)]; names must be unique")
                 }
@@ -147,107 +153,86 @@ extension AgentConfiguration {
     }
 }
 
-/// A value the field setters of one sink entry share.
-private final class SinkDraft {
-    var name: String?
-    var kind: AgentConfiguration.SinkConfiguration.Kind
-    var batch: AgentConfiguration.SinkConfiguration.Batch
-    var retry: AgentConfiguration.SinkConfiguration.Retry
-    var circuit = AgentConfiguration.SinkConfiguration.Circuit()
-
-    init(kind: AgentConfiguration.SinkConfiguration.Kind, delivery: AgentConfiguration.Delivery) {
-        self.kind = kind
-        let defaults = AgentConfiguration.SinkConfiguration(name: "", kind: kind, delivery: delivery)
-        batch = defaults.batch
-        retry = defaults.retry
-    }
-}
+/// The keys every sink object has, whatever its type.
+private let sharedSinkKeys = ["name", "type", "batch", "retry", "circuit"]
 
 extension FieldReader {
-    /// The sink types a file may name, each with its initial settings and its own keys.
-    /// A new sink type adds one entry here.
-    fileprivate static var sinkKinds: [String: (initial: AgentConfiguration.SinkConfiguration.Kind, keys: (SinkDraft) -> [String: Field])] { [
-        "file": (.file(directory: nil, maxFileBytes: 64 << 20), { draft in [
-            "directory": .string { directory in
-                if case .file(_, let max) = draft.kind { draft.kind = .file(directory: directory, maxFileBytes: max) }
-            },
-            "maxFileBytes": .int { max in
-                if case .file(let directory, _) = draft.kind { draft.kind = .file(directory: directory, maxFileBytes: Int64(max)) }
-            },
-        ] }),
-        // Placeholder until `sink(_:at:name:delivery:)` parses the object (HTTPSinkConfiguration.parse).
-        "http": (.http(HTTPSinkConfiguration(url: "")), { _ in [:] }),
-        // Likewise (JetStreamSinkConfiguration.fields).
-        "jetstream": (.jetstream(JetStreamSinkConfiguration()), { _ in [:] }),
-    ] }
-
     /// One sink object. `name`: `nil` for the single `sink` form (named after its type), `""`
-    /// when the object must carry its own `name`.
+    /// when the object must carry its own `name`. The keys of its type are read by the
+    /// registered ``SinkKind``; the shared keys here.
     fileprivate mutating func sink(
-        _ object: [String: Any], at prefix: String, name: String?, delivery: AgentConfiguration.Delivery
+        _ object: [String: Any], at prefix: String, name: String?, delivery: AgentConfiguration.Delivery, kinds: SinkRegistry
     ) throws -> AgentConfiguration.SinkConfiguration {
-        let types = Self.sinkKinds.keys.sorted()
+        let types = kinds.types
         // The single-sink form predates other types: its type defaults to "file".
-        guard let typeValue = object["type"] ?? (name == nil ? "file" : nil) else {
+        guard let typeValue = object["type"] ?? (name == nil ? FileSinkSettings.type : nil) else {
             throw fail(prefix + ".type", "missing; expected one of: \(types.joined(separator: ", "))")
         }
-        guard let type = typeValue as? String, let kind = Self.sinkKinds[type] else {
+        guard let type = typeValue as? String, let kind = kinds.kinds[type] else {
             throw fail(prefix + ".type", "expected one of: \(types.joined(separator: ", "))")
         }
-        var object = object
-        let draft = SinkDraft(kind: kind.initial, delivery: delivery)
-        var fields = kind.keys(draft)
-        if type == "http" {
-            // The HTTP settings have a loader of their own; the common keys stay here.
-            let common: Set = ["name", "type", "batch", "retry", "circuit"]
-            draft.kind = .http(try HTTPSinkConfiguration.parse(object.filter { !common.contains($0.key) }, path: path, at: prefix))
-            object = object.filter { common.contains($0.key) }
-        } else if type == "jetstream" {
-            let common: Set = ["name", "batch", "retry", "circuit"]
-            let box = FieldBox(JetStreamSinkConfiguration())
-            var reader = FieldReader(path: path)
-            try reader.apply(object.filter { !common.contains($0.key) }, JetStreamSinkConfiguration.fields(box), at: prefix)
-            draft.kind = .jetstream(box.value)
-            object = object.filter { common.contains($0.key) || $0.key == "type" }
-        }
-        fields["type"] = .string { _ in }
-        if name != nil { fields["name"] = .string { draft.name = $0 } }
-        fields["batch"] = .object([
-            "maxEvents": .int { draft.batch.maxEvents = $0 },
-            "maxBytes": .int { draft.batch.maxBytes = $0 },
-            "maxWaitMilliseconds": .int { draft.batch.maxWaitMilliseconds = $0 },
-        ])
-        fields["retry"] = .object([
-            "initialMilliseconds": .int { draft.retry.initialMilliseconds = $0 },
-            "maxMilliseconds": .int { draft.retry.maxMilliseconds = $0 },
-            "maxElapsedMilliseconds": .int { draft.retry.maxElapsedMilliseconds = $0 },
-        ])
-        fields["circuit"] = .object([
-            "failureThreshold": .int { draft.circuit.failureThreshold = $0 },
-            "openMilliseconds": .int { draft.circuit.openMilliseconds = $0 },
-        ])
-        try apply(object, fields, at: prefix)
-        let resolved: String
+        sharedKeys[prefix] = sharedSinkKeys
+        defer { sharedKeys[prefix] = nil }
+        let settings = try kind.load(object.filter { !sharedSinkKeys.contains($0.key) }, &self, prefix)
+
+        let defaults = AgentConfiguration.SinkConfiguration(name: "", settings: settings, delivery: delivery)
+        let draft = FieldBox(defaults)
+        var given: String?
+        var fields: [String: Field] = [
+            "type": .string { _ in },
+            "batch": .object([
+                "maxEvents": .int { draft.value.batch.maxEvents = $0 },
+                "maxBytes": .int { draft.value.batch.maxBytes = $0 },
+                "maxWaitMilliseconds": .int { draft.value.batch.maxWaitMilliseconds = $0 },
+            ]),
+            "retry": .object([
+                "initialMilliseconds": .int { draft.value.retry.initialMilliseconds = $0 },
+                "maxMilliseconds": .int { draft.value.retry.maxMilliseconds = $0 },
+                "maxElapsedMilliseconds": .int { draft.value.retry.maxElapsedMilliseconds = $0 },
+            ]),
+            "circuit": .object([
+                "failureThreshold": .int { draft.value.circuit.failureThreshold = $0 },
+                "openMilliseconds": .int { draft.value.circuit.openMilliseconds = $0 },
+            ]),
+        ]
+        if name != nil { fields["name"] = .string { given = $0 } }
+        try apply(object.filter { sharedSinkKeys.contains($0.key) }, fields, at: prefix)
         if name == nil {
-            resolved = type
+            draft.value.name = type
         } else {
-            guard let given = draft.name else { throw fail(prefix + ".name", "missing; every sink needs a unique name") }
+            guard let given else { throw fail(prefix + ".name", "missing; every sink needs a unique name") }
             guard AgentConfiguration.SinkConfiguration.isValidName(given) else {
                 throw fail(prefix + ".name", "\"\(given)\" is invalid: use 1-64 letters, digits, '-' or '_' (it names the cursor file)")
             }
-            resolved = given
+            draft.value.name = given
         }
-        return AgentConfiguration.SinkConfiguration(
-            name: resolved, kind: draft.kind, batch: draft.batch, retry: draft.retry, circuit: draft.circuit)
+        return draft.value
     }
 }
 
-/// Applies a JSON object to setters, with precise errors naming the key path. Shared by the
-/// loaders of nested configurations (`HTTPSinkConfiguration+File.swift`).
-struct FieldReader {
-    let path: String
+/// Applies a JSON object to setters, with precise errors naming the key path: the reader of the
+/// agent's configuration file, handed to each ``SinkKind`` for the keys of its sink type.
+///
+/// ```swift
+/// try fields.apply(object, [
+///     "url": .string { settings.url = $0 },
+///     "gzip": .bool { settings.gzip = $0 },
+/// ], at: keyPath)
+/// ```
+public struct FieldReader {
+    /// The configuration file, named in every error.
+    public let path: String
+    /// Keys valid at a key path besides those of the table applied there (a sink object's
+    /// shared keys while its type's keys are read), listed in unknown-key errors.
+    fileprivate var sharedKeys: [String: [String]] = [:]
 
-    indirect enum Field {
+    /// A reader of the file at `path`.
+    public init(path: String) {
+        self.path = path
+    }
+
+    /// What a key accepts and where its value goes.
+    public indirect enum Field {
         case string((String) -> Void)
         case int((Int) -> Void)
         /// Anything: the closure gets the value and its key path and throws its own errors.
@@ -281,15 +266,19 @@ struct FieldReader {
         }
     }
 
-    func fail(_ key: String, _ message: String) -> AgentError {
+    /// An error for the key at `key` (its whole key path) in the file.
+    public func fail(_ key: String, _ message: String) -> AgentError {
         AgentError(code: .configuration, message: "\(path): \(key): \(message)")
     }
 
-    mutating func apply(_ object: [String: Any], _ fields: [String: Field], at prefix: String) throws {
+    /// Applies every key of `object` (at key path `prefix`) to its entry in `fields`; a key
+    /// with no entry, or a value of the wrong type, is an error naming its key path.
+    public mutating func apply(_ object: [String: Any], _ fields: [String: Field], at prefix: String) throws {
         for (key, value) in object.sorted(by: { $0.key < $1.key }) {
             let name = prefix.isEmpty ? key : prefix + "." + key
             guard let field = fields[key] else {
-                throw fail(name, "unknown key; valid keys here: \(fields.keys.sorted().joined(separator: ", "))")
+                let valid = Set(fields.keys).union(sharedKeys[prefix] ?? [])
+                throw fail(name, "unknown key; valid keys here: \(valid.sorted().joined(separator: ", "))")
             }
             switch field {
             case .string(let set):
@@ -348,4 +337,13 @@ struct FieldReader {
             }
         }
     }
+}
+
+/// A value the setters of a ``FieldReader`` table write into (they are escaping closures, so
+/// they cannot capture an `inout` parameter).
+public final class FieldBox<Value> {
+    /// The value being filled in.
+    public var value: Value
+    /// A box holding `value`.
+    public init(_ value: Value) { self.value = value }
 }

@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryStorage
 
 /// Everything `ferryd` can be told. Every field has a default, so `AgentConfiguration()` is a
 /// working agent using the standard directories and the embedded file sink (named `file`).

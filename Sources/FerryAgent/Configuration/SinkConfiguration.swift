@@ -1,16 +1,20 @@
+import FerryProtocol
+import FerryStorage
 import Logging
+
 extension AgentConfiguration {
     /// One sink events are delivered to, with its own delivery loop, cursor file
     /// (`<data>/cursors/<name>.cursor`), batching, retry policy and circuit breaker.
     ///
-    /// Adding a sink type: a case in ``Kind``, its JSON keys in `AgentConfiguration+File.swift`
-    /// (`sinkKinds`), and its construction in ``makeSink(dataDirectory:)``.
+    /// Adding a sink type: a ``SinkSettings`` type that builds the sink and a ``SinkKind`` that
+    /// reads its keys, registered in the ``SinkRegistry`` the configuration is loaded with.
     public struct SinkConfiguration: Sendable, Hashable {
         /// Unique among the sinks; names the cursor file and the dead-letter directory
         /// (letters, digits, `-`, `_`; at most 64).
         public var name: String
-        /// What kind of sink, with its own settings.
-        public var kind: Kind
+        /// The settings of the sink's type (``FileSinkSettings``, or a type another module
+        /// registers, such as the HTTP and JetStream sinks).
+        public var settings: any SinkSettings
         /// How events are grouped into batches.
         public var batch: Batch
         /// How failed batches are retried.
@@ -18,23 +22,12 @@ extension AgentConfiguration {
         /// When the sink is left alone after repeated failures.
         public var circuit: Circuit
 
-        /// The sink types.
-        public enum Kind: Sendable, Hashable {
-            /// JSON Lines files in a directory (the embedded default). `nil` = `<data dir>/delivered`.
-            case file(directory: String?, maxFileBytes: Int64)
-            /// POSTs batches to an HTTP collector (see `docs/HTTP-SINK.md`).
-            case http(HTTPSinkConfiguration)
-            /// Publishes each event to a NATS JetStream stream (see `docs/JETSTREAM.md`).
-            case jetstream(JetStreamSinkConfiguration)
+        /// The `type` name in the configuration file.
+        public var type: String { Swift.type(of: settings).type }
 
-            /// The `type` name in the configuration file.
-            public var typeName: String {
-                switch self {
-                case .file: "file"
-                case .http: "http"
-                case .jetstream: "jetstream"
-                }
-            }
+        /// The settings if they are of type `Settings`.
+        public func settings<Settings: SinkSettings>(as _: Settings.Type) -> Settings? {
+            settings as? Settings
         }
 
         /// Batching: a batch is sent when it holds `maxEvents` events or about `maxBytes` bytes, or
@@ -88,11 +81,11 @@ extension AgentConfiguration {
 
         /// Creates a sink configuration; `batch` and `retry` default to `delivery`'s values.
         public init(
-            name: String, kind: Kind, batch: Batch? = nil, retry: Retry? = nil, circuit: Circuit = Circuit(),
+            name: String, settings: some SinkSettings, batch: Batch? = nil, retry: Retry? = nil, circuit: Circuit = Circuit(),
             delivery: Delivery = Delivery()
         ) {
             self.name = name
-            self.kind = kind
+            self.settings = settings
             self.batch = batch ?? Batch(maxEvents: delivery.batchMaxEvents, maxBytes: delivery.batchMaxBytes)
             self.retry = retry ?? Retry(initialMilliseconds: delivery.retryInitialMilliseconds,
                                         maxMilliseconds: delivery.retryMaxMilliseconds)
@@ -101,35 +94,35 @@ extension AgentConfiguration {
 
         /// The embedded file sink named `file` (the default when no sink is configured).
         public static func defaultFile(delivery: Delivery = Delivery()) -> SinkConfiguration {
-            SinkConfiguration(name: "file", kind: .file(directory: nil, maxFileBytes: 64 << 20), delivery: delivery)
+            SinkConfiguration(name: "file", settings: .file(), delivery: delivery)
         }
 
-        /// Whether `name` is a valid sink name.
+        public static func == (lhs: SinkConfiguration, rhs: SinkConfiguration) -> Bool {
+            lhs.name == rhs.name && lhs.settings.anyHashable == rhs.settings.anyHashable && lhs.batch == rhs.batch
+                && lhs.retry == rhs.retry && lhs.circuit == rhs.circuit
+        }
+
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(name)
+            hasher.combine(settings.anyHashable)
+            hasher.combine(batch)
+            hasher.combine(retry)
+            hasher.combine(circuit)
+        }
+
+        /// Whether `name` is a valid sink name (it names the cursor file and dead-letter directory).
         public static func isValidName(_ name: String) -> Bool {
-            !name.isEmpty && name.utf8.count <= 64 && name.utf8.allSatisfy { byte in
-                (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
-                    || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "_")
-            }
+            CursorStore.isValidSinkName(name)
         }
 
-        /// The file sink's directory once defaults are applied; `nil` for other kinds.
+        /// The file sink's directory once defaults are applied; `nil` for other types.
         public func fileDirectory(dataDirectory: String) -> String? {
-            switch kind {
-            case .file(let directory, _): directory ?? dataDirectory + "/delivered"
-            case .http, .jetstream: nil
-            }
+            (settings as? FileSinkSettings)?.directory(dataDirectory: dataDirectory)
         }
 
-        /// Builds the sink.
-        public func makeSink(dataDirectory: String, logger: Logger) -> any Sink {
-            switch kind {
-            case .file(_, let maxFileBytes):
-                FileSink(name: name, directory: fileDirectory(dataDirectory: dataDirectory)!, maxFileBytes: maxFileBytes)
-            case .http(let http):
-                HTTPSink(name: name, configuration: http, logger: logger)
-            case .jetstream(let jetstream):
-                JetStreamSink(name: name, configuration: jetstream, logger: logger)
-            }
+        /// Builds the sink, with `io` as its thread for blocking work.
+        package func makeSink(dataDirectory: String, logger: Logger, io: BlockingExecutor) -> any Sink {
+            settings.makeSink(SinkContext(name: name, dataDirectory: dataDirectory, logger: logger, io: io))
         }
 
         /// Checks the values; `fail` builds the error for a message.
@@ -150,15 +143,7 @@ extension AgentConfiguration {
             }
             guard circuit.failureThreshold > 0 else { throw fail("\(label): circuit.failureThreshold must be positive") }
             guard circuit.openMilliseconds >= 0 else { throw fail("\(label): circuit.openMilliseconds must not be negative") }
-            switch kind {
-            case .file(let directory, let maxFileBytes):
-                guard maxFileBytes > 0 else { throw fail("\(label): maxFileBytes must be positive") }
-                if let directory, directory.isEmpty { throw fail("\(label): directory must not be empty") }
-            case .http(let http):
-                try http.validate()
-            case .jetstream(let jetstream):
-                try jetstream.validate()
-            }
+            try settings.validate(name: name)
         }
     }
 }

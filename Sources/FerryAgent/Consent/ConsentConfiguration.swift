@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryStorage
 
 /// How the agent starts its consent state. See `docs/CONSENT.md`.
 ///

@@ -1,6 +1,7 @@
 import Foundation
 import FerryProtocol
 import Synchronization
+import FerryStorage
 
 /// What the ingest gate decided for one event.
 enum IngestDecision: Equatable, Sendable {

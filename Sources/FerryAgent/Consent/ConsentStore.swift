@@ -5,6 +5,7 @@ import Darwin
 #endif
 import Foundation
 import FerryProtocol
+import FerryStorage
 
 /// The persisted part of the consent state (`<data>/consent/state.json`).
 struct PersistedConsent: Codable, Hashable, Sendable {

@@ -1,6 +1,7 @@
 import Foundation
 import FerryProtocol
 import Logging
+import FerryStorage
 
 /// A consent change or action requested on the control socket.
 enum ConsentCommand: Sendable {
@@ -39,11 +40,12 @@ final class ConsentWorker {
     /// When the oldest live held event was accepted (`nil`: the held area is empty), so hold
     /// expiry reads the held area only when something has actually expired.
     private var oldestHeldAt: UInt64?
-    /// Bus publication (topic, JSON), from the commit thread.
-    var publish: (BusTopic, [UInt8]) -> Void = { _, _ in }
+    /// Where the `consent` and `purged` bus messages go.
+    private let mailbox: SocketMailbox
 
     init(engine: ConsentEngine, heldLog: SegmentedLog, onceKeys: OnceKeyStore, mainLog: SegmentedLog,
-         stateFile: ConsentStateFile, auditLog: AuditLog, logger: Logger) throws {
+         stateFile: ConsentStateFile, auditLog: AuditLog, mailbox: SocketMailbox, logger: Logger) throws {
+        self.mailbox = mailbox
         self.engine = engine
         self.heldLog = heldLog
         self.onceKeys = onceKeys
@@ -189,13 +191,13 @@ final class ConsentWorker {
         if !action && engine.upstreamAllowed {
             try enqueueConsentUpdated(change: change, old: oldText, new: newText, writer: writer)
         }
-        publish(.consent, Self.jsonBytes([
+        mailbox.publish(.consent, Self.jsonBytes([
             "topic": "consent", "change": change, "old": oldText, "new": newText, "at": Int(entry.at), "seq": entry.seq,
         ]))
         if let report {
             var message: [String: Any] = ["topic": "purged", "queued": report.queued, "held": report.held, "total": report.total]
             message["reason"] = change
-            publish(.purged, Self.jsonBytes(message))
+            mailbox.publish(.purged, Self.jsonBytes(message))
             logger.notice("purged events", metadata: ["reason": "\(change)", "queued": "\(report.queued)", "held": "\(report.held)"])
         }
         return ConsentOutcome(snapshot: engine.snapshot(), purged: report)
@@ -219,14 +221,11 @@ final class ConsentWorker {
         }
         // The end of the committed log: everything before it is erased now; the gate refuses
         // matching events read before this moment that are not yet on the wire.
-        let end = mainLog.state.withLock { state in
-            state.segments.last.map { LogPosition(segment: $0.index, offset: $0.size) } ?? LogPosition(segment: 0, offset: 0)
-        }
+        let end = mainLog.endPosition
         engine.recordErasure(ConsentEngine.Erasure(scope: scope, upTo: end))
-        let first = mainLog.state.withLock { $0.segments.first?.index } ?? 0
         let cursor = mainLog.cursor
         // Delivered records still on disk are erased too: nothing of theirs should remain.
-        let queued = try mainLog.erase(from: LogPosition(segment: first, offset: 0), matching: matches)
+        let queued = try mainLog.erase(from: mainLog.startPosition, matching: matches)
         let held = try eraseHeld(matches)
         return PurgeReport(queued: queued.count { $0.position >= cursor }, held: held)
     }
@@ -234,8 +233,7 @@ final class ConsentWorker {
     /// The held events that are not erased, oldest first.
     private func liveHeldEvents() throws -> [StoredEvent] {
         var events: [StoredEvent] = []
-        guard let first = heldLog.state.withLock({ $0.segments.first?.index }) else { return [] }
-        var position = LogPosition(segment: first, offset: 0)
+        var position = heldLog.startPosition
         while true {
             let (batch, next) = try heldLog.read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
             events += batch.filter { !$0.isErased }
@@ -246,8 +244,7 @@ final class ConsentWorker {
     }
 
     private func eraseHeld(_ matches: (StoredEvent) -> Bool) throws -> Int {
-        guard let first = heldLog.state.withLock({ $0.segments.first?.index }) else { return 0 }
-        let erased = try heldLog.erase(from: LogPosition(segment: first, offset: 0), matching: matches)
+        let erased = try heldLog.erase(from: heldLog.startPosition, matching: matches)
         if !erased.isEmpty { try compactHeld() }
         return erased.count
     }
@@ -256,11 +253,7 @@ final class ConsentWorker {
     private func compactHeld() throws {
         let live = try liveHeldEvents()
         let liveSegments = Set(live.map(\.position.segment))
-        let dead = heldLog.state.withLock { state in
-            state.segments.filter { $0.index != heldWriter.activeIndex && !liveSegments.contains($0.index) }
-        }
-        for segment in dead { try heldWriter.delete(segment: segment) }
-        if !dead.isEmpty { try FileIO.syncDirectory(heldLog.directory) }
+        try heldWriter.deleteSegments(keeping: liveSegments)
         engine.setHeldEvents(live.count)
         oldestHeldAt = live.first?.acceptedAt
     }
@@ -294,7 +287,7 @@ final class ConsentWorker {
                 // Only a rolled-back group can leave the mark stale: take it from the disk again.
                 oldestHeldAt = try liveHeldEvents().first?.acceptedAt
             } else {
-                publish(.purged, Self.jsonBytes(["topic": "purged", "queued": 0, "held": erased, "total": erased, "reason": "hold_expired"]))
+                mailbox.publish(.purged, Self.jsonBytes(["topic": "purged", "queued": 0, "held": erased, "total": erased, "reason": "hold_expired"]))
                 logger.info("held events expired", metadata: ["events": "\(erased)"])
             }
         } catch {

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import FerryProtocol
+import FerryStorage
 
 /// Durable once-key marks (conversion dedup): the first event carrying a key counts, later ones
 /// are answered `duplicate`, across restarts and for every process of the host.

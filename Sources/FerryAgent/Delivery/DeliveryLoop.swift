@@ -1,6 +1,7 @@
 import FerryProtocol
 import Logging
 import Synchronization
+import FerryStorage
 
 /// Where one sink's delivery stands, for `ferry status`.
 public struct DeliveryState: Sendable {
@@ -102,47 +103,6 @@ struct CircuitBreaker {
     }
 }
 
-/// Persists a sink's delivery cursor and checkpoint atomically.
-///
-/// File `<data>/cursors/<sink>.cursor`: `"FCUR" segment:u64le offset:i64le n:u32le checkpoint[n]
-/// crc32c:u32le`. A damaged file is reported and ignored: delivery restarts from the oldest
-/// segment, which may repeat events but never loses one.
-public struct CursorStore: Sendable {
-    /// The cursor file.
-    public let path: String
-
-    /// A store for `sink` in `dataDirectory`.
-    public init(dataDirectory: String, sink: String) {
-        path = dataDirectory + "/cursors/" + sink + ".cursor"
-    }
-
-    /// The stored cursor and checkpoint; `nil` if none. Throws `corrupt` for a damaged file.
-    public func load() throws -> (position: LogPosition, checkpoint: [UInt8]?)? {
-        guard let bytes = try FileIO.readFile(path) else { return nil }
-        guard bytes.count >= 28, Array(bytes[0..<4]) == Array("FCUR".utf8) else {
-            throw AgentError(code: .corrupt, message: "cursor file \(path) has a bad header")
-        }
-        let length = Int(readLE(bytes, at: 20, as: UInt32.self))
-        guard bytes.count == 28 + length,
-              CRC32C.checksum(Array(bytes[..<(bytes.count - 4)])) == readLE(bytes, at: bytes.count - 4, as: UInt32.self) else {
-            throw AgentError(code: .corrupt, message: "cursor file \(path) fails its checksum")
-        }
-        let position = LogPosition(segment: readLE(bytes, at: 4), offset: readLE(bytes, at: 12))
-        return (position, length == 0 ? nil : Array(bytes[24..<(24 + length)]))
-    }
-
-    /// Stores the cursor and checkpoint (temp file, fsync, rename, fsync of the directory).
-    public func save(_ position: LogPosition, checkpoint: [UInt8]?) throws {
-        var bytes = Array("FCUR".utf8)
-        appendLE(position.segment, to: &bytes)
-        appendLE(position.offset, to: &bytes)
-        appendLE(UInt32(checkpoint?.count ?? 0), to: &bytes)
-        bytes += checkpoint ?? []
-        appendLE(CRC32C.checksum(bytes), to: &bytes)
-        try FileIO.writeAtomically(bytes, to: path)
-    }
-}
-
 /// One sink's delivery: reads the log from the sink's own cursor, hands batches to the sink, and
 /// advances the cursor only after the sink acknowledged a batch (or the batch was dead-lettered).
 ///
@@ -163,7 +123,11 @@ final class DeliveryLoop: Sendable {
     private let configuration: AgentConfiguration.SinkConfiguration
     private let counters: AgentCounters
     private let logger: Logger
+    /// The sink's own thread for blocking work (log reads, cursor and dead-letter writes), shared
+    /// with the sink and with no other sink: a sink stalled in I/O holds back only itself.
     private let io: BlockingExecutor
+    /// Whether `io` was made for this loop alone (ended when ``run()`` returns).
+    private let ownsIO: Bool
     /// Signalled on every commit (new events) and by replay requests.
     let wakeup = AsyncSignal()
     /// Signalled by replay requests only: retry and circuit-open pauses wait on it, so a busy
@@ -184,13 +148,14 @@ final class DeliveryLoop: Sendable {
         var requests: [(id: String, continuation: CheckedContinuation<Int, any Error>)] = []
     }
 
-    /// `gate` is asked before every attempt; `blocked` is told about events it refused.
+    /// `gate` is asked before every attempt; `blocked` is told about events it refused. `io` is
+    /// the sink's thread for blocking work (a new one when `nil`).
     /// `checkpoint` is the sink's checkpoint at start, stored again when the cursor moves without
     /// the sink writing (a batch skipped whole or dead-lettered).
     init(
         sink: any Sink, configuration: AgentConfiguration.SinkConfiguration, log: SegmentedLog,
         cursorStore: CursorStore, deadLetters: DeadLetterStore, counters: AgentCounters, logger: Logger,
-        checkpoint: [UInt8]? = nil, gate: any DeliveryGate = OpenDeliveryGate(),
+        checkpoint: [UInt8]? = nil, gate: any DeliveryGate = OpenDeliveryGate(), io: BlockingExecutor? = nil,
         blocked: @escaping @Sendable ([StoredEvent], String) -> Void = { _, _ in },
         circuitChanged: @escaping @Sendable (CircuitChange) -> Void = { _ in },
         published: @escaping @Sendable (DeliveryBatch) -> Void
@@ -210,7 +175,8 @@ final class DeliveryLoop: Sendable {
         logger[metadataKey: "sink"] = "\(configuration.name)"
         self.logger = logger
         self.published = published
-        io = BlockingExecutor.shared
+        self.io = io ?? BlockingExecutor(name: "ferry-sink-" + configuration.name)
+        ownsIO = io == nil
         breaker = Mutex(CircuitBreaker(configuration.circuit))
         state = Mutex(DeliveryState(sink: configuration.name))
     }
@@ -219,6 +185,7 @@ final class DeliveryLoop: Sendable {
     /// finished or abandoned (and re-delivered after restart), never half-acknowledged.
     func run() async {
         defer {
+            if ownsIO { io.shutdown() }
             state.withLock { $0.phase = .stopped }
             let pending = replays.withLock { queue in
                 queue.stopped = true

@@ -6,6 +6,7 @@ import Darwin
 import Foundation
 import FerryProtocol
 import Synchronization
+import FerryStorage
 
 /// The embedded default sink: JSON Lines files in a directory, one event object per line.
 ///
@@ -20,18 +21,28 @@ public final class FileSink: Sink {
     private let maxFileBytes: Int64
     private let state = Mutex<State>(State())
     private let io: BlockingExecutor
+    /// Whether ``shutdown()`` ends `io` (a thread the sink made itself, not its loop's).
+    private let ownsIO: Bool
 
     private struct State {
         var fileIndex: UInt64 = 1
         var length: Int64 = 0
     }
 
-    /// Creates a sink named `name` writing into `directory` (created 0700 if missing).
-    public init(name: String = "file", directory: String, maxFileBytes: Int64 = 64 << 20) {
+    /// Creates a sink named `name` writing into `directory` (created 0700 if missing), with a
+    /// thread of its own for its file I/O.
+    public convenience init(name: String = "file", directory: String, maxFileBytes: Int64 = 64 << 20) {
+        self.init(name: name, directory: directory, maxFileBytes: maxFileBytes, io: BlockingExecutor(name: "ferry-sink-" + name),
+                  ownsIO: true)
+    }
+
+    /// Creates a sink whose file I/O runs on `io` (its delivery loop's thread).
+    package init(name: String, directory: String, maxFileBytes: Int64, io: BlockingExecutor, ownsIO: Bool = false) {
+        self.ownsIO = ownsIO
         self.name = name
         self.directory = directory
         self.maxFileBytes = maxFileBytes
-        io = BlockingExecutor.shared
+        self.io = io
     }
 
     /// The file name for sequence `index`.
@@ -111,13 +122,14 @@ public final class FileSink: Sink {
         }
     }
 
-    public func shutdown() async throws {}
+    public func shutdown() async throws {
+        if ownsIO { io.shutdown() }
+    }
 
     /// One JSON object line for `event` (``JSONWriter/storedEventObject(_:consent:)``) and a newline;
     /// `consent` is the batch's consent stamp as a JSON object.
     static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, to out: inout [UInt8]) {
-        out += JSONWriter.storedEventObject(stored, consent: consent)
-        out.append(UInt8(ascii: "\n"))
+        JSONWriter.appendLine(for: stored, consent: consent, to: &out)
     }
 
     /// The consent stamp as a JSON object, or `nil` when empty.
@@ -126,5 +138,57 @@ public final class FileSink: Sink {
         var json = JSONWriter()
         for (key, value) in stamp.sorted(by: { $0.key < $1.key }) { json.field(key, value) }
         return json.finish()
+    }
+}
+
+/// The settings of the embedded file sink (`"type": "file"`).
+public struct FileSinkSettings: SinkSettings {
+    public static let type = "file"
+    /// The directory the files are written to; `nil`: `<data dir>/delivered`.
+    public var directory: String?
+    /// A file is rolled once it would grow past this size.
+    public var maxFileBytes: Int64
+
+    /// Creates file sink settings.
+    public init(directory: String? = nil, maxFileBytes: Int64 = 64 << 20) {
+        self.directory = directory
+        self.maxFileBytes = maxFileBytes
+    }
+
+    /// The directory once the default is applied.
+    public func directory(dataDirectory: String) -> String {
+        directory ?? dataDirectory + "/delivered"
+    }
+
+    public func validate(name: String) throws {
+        func fail(_ message: String) -> AgentError {
+            AgentError(code: .configuration, message: "sink \"\(name)\": \(message)")
+        }
+        guard maxFileBytes > 0 else { throw fail("maxFileBytes must be positive") }
+        if let directory, directory.isEmpty { throw fail("directory must not be empty") }
+    }
+
+    public func makeSink(_ context: SinkContext) -> any Sink {
+        FileSink(name: context.name, directory: directory(dataDirectory: context.dataDirectory),
+                 maxFileBytes: maxFileBytes, io: context.io)
+    }
+}
+
+extension SinkSettings where Self == FileSinkSettings {
+    /// JSON Lines files in `directory` (`nil`: `<data dir>/delivered`), rolled at `maxFileBytes`.
+    public static func file(directory: String? = nil, maxFileBytes: Int64 = 64 << 20) -> FileSinkSettings {
+        FileSinkSettings(directory: directory, maxFileBytes: maxFileBytes)
+    }
+}
+
+extension SinkKind {
+    /// The embedded file sink: `{"type": "file", "directory": …, "maxFileBytes": …}`.
+    public static let file = SinkKind(FileSinkSettings.self) { object, fields, keyPath in
+        let settings = FieldBox(FileSinkSettings())
+        try fields.apply(object, [
+            "directory": .string { settings.value.directory = $0 },
+            "maxFileBytes": .int { settings.value.maxFileBytes = Int64($0) },
+        ], at: keyPath)
+        return settings.value
     }
 }

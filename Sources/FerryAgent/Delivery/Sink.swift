@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryStorage
 
 /// A batch of stored events handed to a sink.
 public struct DeliveryBatch: Sendable {
@@ -18,11 +19,6 @@ public struct DeliveryBatch: Sendable {
         self.events = events
         self.consent = consent
     }
-}
-
-extension StoredEvent {
-    /// The event id, read from the frame's first 16 bytes.
-    public var decodedID: EventID { EventID(bytes: frame) }
 }
 
 /// Why a delivery failed, and whether to try again.

@@ -8,6 +8,7 @@ import FerryProtocol
 import Logging
 import Synchronization
 import ZeroMQ
+import FerryStorage
 
 /// The agent's socket thread. It owns every ZeroMQ socket of the agent:
 ///
@@ -19,8 +20,9 @@ import ZeroMQ
 ///   the agent's handler, which may reply later (a dead-letter replay waits on a sink) without
 ///   holding up other requests.
 ///
-/// Other threads talk to it through a lock-protected outbox and a wake-up pipe, never by touching
-/// a socket.
+/// Other threads talk to it through its ``SocketMailbox`` (acks, publications, control replies)
+/// and the mailbox's wake-up pipe, never by touching a socket. Control requests are answered on
+/// the agent's control thread, so a request that reads files never holds up the sockets.
 final class IngestServer: Sendable {
     /// The most event frames in one message.
     static let maxEventsPerMessage = 4096
@@ -37,45 +39,36 @@ final class IngestServer: Sendable {
     /// Event frames read per round before the acks and control requests get a turn.
     static let maxFramesPerRound = 8192
 
-    private enum Outbound: Sendable {
-        case committed([CommittedBatch])
-        case publish(BusTopic, [UInt8])
-        /// A control reply: the requester's routing envelope and the reply body.
-        case controlReply([[UInt8]], [UInt8])
-    }
-
     private let context: ZMQContext
     private let configuration: AgentConfiguration
     private let pipeline: CommitPipeline
     private let counters: AgentCounters
     private let logger: Logger
-    private let wake: WakePipe
-    private let outbox = Mutex<[Outbound]>([])
+    private let mailbox: SocketMailbox
+    private let controlThread: BlockingExecutor
     private let stopping = Atomic<Bool>(false)
     private let intakeStopped = Atomic<Bool>(false)
-    private let subscriptions = Mutex<Set<[UInt8]>>([])
     private let thread = Mutex<DedicatedThread?>(nil)
-    /// Set when the wake pipe is closed; a late control reply (from a task) checks it under the
-    /// lock so it never writes to a closed (maybe reused) descriptor.
-    private let wakeClosed = Mutex(false)
     private let control: ControlHandler
 
     /// Answers one control request: the request frame, the caller's kernel credentials, and a
     /// function to call exactly once, from any thread, at once or later, with the reply.
     typealias ControlHandler = @Sendable (_ request: [UInt8], _ peer: PeerCredentials?, _ reply: @escaping @Sendable ([UInt8]) -> Void) -> Void
 
-    /// `control` answers a request by calling its reply function once, at once or later.
+    /// `control` answers a request by calling its reply function once, at once or later; it is
+    /// called on `controlThread`, never on the socket thread.
     init(
-        context: ZMQContext, configuration: AgentConfiguration, pipeline: CommitPipeline, counters: AgentCounters,
-        logger: Logger, control: @escaping ControlHandler
-    ) throws {
+        context: ZMQContext, configuration: AgentConfiguration, pipeline: CommitPipeline, mailbox: SocketMailbox,
+        counters: AgentCounters, logger: Logger, controlThread: BlockingExecutor, control: @escaping ControlHandler
+    ) {
         self.context = context
         self.configuration = configuration
         self.pipeline = pipeline
+        self.mailbox = mailbox
         self.counters = counters
         self.logger = logger
+        self.controlThread = controlThread
         self.control = control
-        wake = try WakePipe()
     }
 
     /// Binds the sockets on the server thread and starts serving. Throws if binding fails.
@@ -106,38 +99,19 @@ final class IngestServer: Sendable {
     /// events stay in their outboxes and are re-sent to the next agent.
     func stopIntake() {
         intakeStopped.store(true, ordering: .releasing)
-        wake.wake()
+        mailbox.wake.wake()
     }
 
     /// Stops reading new messages, sends the acks of everything already committed and closes the
     /// sockets. Call after the commit pipeline has been stopped (so its last acks are queued).
     func stop() async {
         stopping.store(true, ordering: .releasing)
-        wake.wake()
+        mailbox.wake.wake()
         if let thread = thread.withLock({ $0 }) { await thread.joinAsync() }
-        wakeClosed.withLock { closed in
-            closed = true
-            wake.close()
-        }
+        mailbox.close()
     }
 
-    /// Called on the commit thread with each group's results.
-    func deliverAcks(_ batches: [CommittedBatch]) {
-        outbox.withLock { $0.append(.committed(batches)) }
-        wake.wake()
-    }
-
-    /// Whether any subscriber would receive `topic`.
-    func wants(_ topic: BusTopic) -> Bool {
-        let name = Array(topic.rawValue.utf8)
-        return subscriptions.withLock { subs in subs.contains { name.starts(with: $0) } }
-    }
-
-    /// Publishes a bus message from any thread (dropped if nobody subscribes).
-    func publish(_ topic: BusTopic, _ json: [UInt8]) {
-        outbox.withLock { $0.append(.publish(topic, json)) }
-        wake.wake()
-    }
+    private func wants(_ topic: BusTopic) -> Bool { mailbox.wants(topic) }
 
     // MARK: The socket thread
 
@@ -180,7 +154,7 @@ final class IngestServer: Sendable {
             let acceptInput = !stoppingSeen && !intakeStopped.load(ordering: .acquiring)
                 && pipeline.backlog < Self.maxCommitBacklog && pipeline.backlogBytes < Self.maxCommitBacklogBytes
             var items: [ZMQPollItem] = [
-                .fileDescriptor(wake.readEnd, .readable),
+                .fileDescriptor(mailbox.wake.readEnd, .readable),
                 .socket(sockets.events, .readable),
                 .socket(sockets.control, .readable),
             ]
@@ -194,7 +168,7 @@ final class IngestServer: Sendable {
                 logger.error("poll failed", metadata: ["error": "\(error)"])
                 continue
             }
-            if ready[0].contains(.readable) { wake.drain() }
+            if ready[0].contains(.readable) { mailbox.wake.drain() }
             sendOutbound(sockets)
             if ready[1].contains(.readable) { readSubscriptions(sockets.events) }
             if ready[2].contains(.readable) { answerControl(sockets.control) }
@@ -211,11 +185,7 @@ final class IngestServer: Sendable {
     }
 
     private func sendOutbound(_ sockets: Sockets) {
-        let pending = outbox.withLock { outbox in
-            defer { outbox.removeAll(keepingCapacity: true) }
-            return outbox
-        }
-        for item in pending {
+        for item in mailbox.take() {
             switch item {
             case .committed(let batches):
                 for batch in batches { reply(batch, sockets) }
@@ -268,10 +238,7 @@ final class IngestServer: Sendable {
     private func readSubscriptions(_ socket: ZMQSocket) {
         while let message = try? socket.receive(dontWait: true) {
             guard let frame = message.first, let flag = frame.first else { continue }
-            let prefix = Array(frame.dropFirst())
-            subscriptions.withLock { subs in
-                if flag == 1 { subs.insert(prefix) } else if flag == 0 { subs.remove(prefix) }
-            }
+            if flag <= 1 { mailbox.updateSubscription(Array(frame.dropFirst()), subscribe: flag == 1) }
         }
     }
 
@@ -283,9 +250,9 @@ final class IngestServer: Sendable {
             guard let delimiter = message.firstIndex(where: \.isEmpty), delimiter > 0 else { continue }
             let envelope = Array(message[...delimiter])
             let body = message.count == delimiter + 2 ? message[delimiter + 1] : []
-            control(body, peer) { [self] reply in
-                outbox.withLock { $0.append(.controlReply(envelope, reply)) }
-                wakeClosed.withLock { closed in if !closed { wake.wake() } }
+            let control = self.control, mailbox = self.mailbox
+            controlThread.submit {
+                control(body, peer) { reply in mailbox.reply(to: envelope, reply) }
             }
         }
     }

@@ -1,5 +1,6 @@
 import Foundation
 @testable import FerryAgent
+@testable import FerryStorage
 import FerryTestKit
 import FerryProtocol
 import Synchronization

@@ -1,5 +1,6 @@
 import FerryProtocol
 @testable import FerryAgent
+@testable import FerryStorage
 import Synchronization
 
 /// A real ``Sink`` for delivery-loop tests: it keeps what it is given in memory and, on command,

@@ -5,6 +5,7 @@ import Darwin
 #endif
 import Foundation
 @testable import FerryAgent
+@testable import FerryStorage
 import FerryTestKit
 import FerryProtocol
 import Logging

@@ -1,0 +1,127 @@
+import FerryProtocol
+import FerryStorage
+import Logging
+
+/// The settings of one type of sink: what a sink object of the configuration holds besides the
+/// keys every sink shares (`name`, `type`, `batch`, `retry`, `circuit`).
+///
+/// A sink type is an extension point: the core provides ``FileSinkSettings`` (`"file"`), the
+/// `FerryHTTPSink` and `FerryJetStreamSink` modules add `"http"` and `"jetstream"`, and any other
+/// module can add its own the same way: a settings type that builds its ``Sink``, and a
+/// ``SinkKind`` that reads it from a configuration file, registered in a ``SinkRegistry``.
+public protocol SinkSettings: Sendable, Hashable, CustomStringConvertible {
+    /// The `type` name in the configuration file (`"file"`, `"http"`, …).
+    static var type: String { get }
+    /// Checks the values of the sink named `name`; throws ``AgentError`` with code
+    /// `configuration` saying what is wrong.
+    func validate(name: String) throws
+    /// Builds the sink this configuration describes.
+    func makeSink(_ context: SinkContext) -> any Sink
+}
+
+extension SinkSettings {
+    public var description: String { "\(Self.type) sink" }
+
+    /// The settings as a type-erased hashable value (for comparing settings of any type).
+    var anyHashable: AnyHashable { AnyHashable(self) }
+}
+
+/// What a sink is given when it is built: its name, the agent's data directory, a logger and a
+/// thread of its own for blocking work.
+public struct SinkContext: Sendable {
+    /// The sink's configured name.
+    public var name: String
+    /// The agent's data directory.
+    public var dataDirectory: String
+    /// The agent's logger, with the sink's name as metadata.
+    public var logger: Logger
+    /// The sink's own thread for blocking calls (file I/O, fsync, a blocking client library).
+    /// The sink's delivery loop uses it too; no other sink does, so a sink stalled in I/O holds
+    /// back only itself.
+    package let io: BlockingExecutor
+
+    /// Creates a context with a new thread for the sink's blocking work; it ends when the sink's
+    /// delivery loop shuts down (or with ``shutdown()``).
+    public init(name: String, dataDirectory: String, logger: Logger) {
+        self.init(name: name, dataDirectory: dataDirectory, logger: logger,
+                  io: BlockingExecutor(name: "ferry-sink-" + name))
+    }
+
+    package init(name: String, dataDirectory: String, logger: Logger, io: BlockingExecutor) {
+        self.name = name
+        self.dataDirectory = dataDirectory
+        var logger = logger
+        logger[metadataKey: "sink"] = "\(name)"
+        self.logger = logger
+        self.io = io
+    }
+
+    /// Runs `body` on the sink's own thread, off the Swift concurrency pool, and returns its result.
+    public func runBlocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await io.run(body)
+    }
+
+    /// Runs non-throwing `body` on the sink's own thread and returns its result.
+    public func runBlocking<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await io.run(body)
+    }
+
+    /// Ends the sink's thread once the work already queued on it is done.
+    public func shutdown() {
+        io.shutdown()
+    }
+}
+
+/// How to read one type of sink from a configuration file.
+public struct SinkKind: Sendable {
+    /// The `type` name it reads.
+    public let type: String
+    let load: @Sendable (_ object: [String: Any], _ fields: inout FieldReader, _ keyPath: String) throws -> any SinkSettings
+
+    /// A sink type whose settings `load` reads from `object` (the sink's JSON object without the
+    /// shared keys). `fields` applies a table of keys to setters with precise errors; `keyPath`
+    /// (`sinks[2]`) names the object in those errors. Unknown keys must be errors.
+    public init<Settings: SinkSettings>(
+        _ settings: Settings.Type,
+        load: @escaping @Sendable (_ object: [String: Any], _ fields: inout FieldReader, _ keyPath: String) throws -> Settings
+    ) {
+        type = Settings.type
+        self.load = { object, fields, keyPath in try load(object, &fields, keyPath) }
+    }
+}
+
+/// The sink types a configuration file may name, by their `type`.
+///
+/// ``builtIn`` knows the embedded file sink; `ferryd` adds the HTTP and JetStream sinks:
+///
+/// ```swift
+/// let kinds = SinkRegistry.builtIn.registering(.http, .jetstream)
+/// let configuration = try AgentConfiguration.load(fromFile: path, sinkKinds: kinds)
+/// ```
+public struct SinkRegistry: Sendable {
+    /// The registered kinds by type name.
+    public private(set) var kinds: [String: SinkKind] = [:]
+
+    /// The sink types of the agent core: `file`.
+    public static let builtIn = SinkRegistry([.file])
+
+    /// A registry of `kinds`.
+    public init(_ kinds: [SinkKind] = []) {
+        for kind in kinds { register(kind) }
+    }
+
+    /// Adds `kind`, replacing a kind of the same type.
+    public mutating func register(_ kind: SinkKind) {
+        kinds[kind.type] = kind
+    }
+
+    /// This registry with `kinds` added.
+    public func registering(_ kinds: SinkKind...) -> SinkRegistry {
+        var copy = self
+        for kind in kinds { copy.register(kind) }
+        return copy
+    }
+
+    /// The registered type names, sorted.
+    public var types: [String] { kinds.keys.sorted() }
+}

@@ -1,0 +1,80 @@
+import FerryProtocol
+import Synchronization
+
+/// What other threads hand to the socket thread: the commit thread's acks, bus publications from
+/// any thread, and control replies. It is built before anything that publishes, so the commit
+/// pipeline, the delivery loops and the consent worker get it at construction; the socket thread
+/// (``IngestServer``) drains it whenever its wake-up pipe fires.
+///
+/// It also knows the bus subscriptions the socket thread has seen, so nothing is serialised for a
+/// topic nobody listens to.
+final class SocketMailbox: Sendable {
+    enum Item: Sendable {
+        case committed([CommittedBatch])
+        case publish(BusTopic, [UInt8])
+        /// A control reply: the requester's routing envelope and the reply body.
+        case controlReply([[UInt8]], [UInt8])
+    }
+
+    private let items = Mutex<[Item]>([])
+    private let subscriptions = Mutex<Set<[UInt8]>>([])
+    /// Made readable when items arrive; the socket thread polls its read end.
+    let wake: WakePipe
+    /// Set when the wake pipe is closed; a late sender checks it under the lock so it never
+    /// writes to a closed (maybe reused) descriptor.
+    private let wakeClosed = Mutex(false)
+
+    init() throws {
+        wake = try WakePipe()
+    }
+
+    /// Queues the acks of one group (called on the commit thread).
+    func deliverAcks(_ batches: [CommittedBatch]) {
+        post(.committed(batches))
+    }
+
+    /// Publishes a bus message from any thread (dropped by the socket if nobody subscribes).
+    func publish(_ topic: BusTopic, _ json: [UInt8]) {
+        post(.publish(topic, json))
+    }
+
+    /// Queues a control reply for the requester behind `envelope`.
+    func reply(to envelope: [[UInt8]], _ body: [UInt8]) {
+        post(.controlReply(envelope, body))
+    }
+
+    /// Whether any subscriber would receive `topic`.
+    func wants(_ topic: BusTopic) -> Bool {
+        let name = Array(topic.rawValue.utf8)
+        return subscriptions.withLock { subs in subs.contains { name.starts(with: $0) } }
+    }
+
+    /// Records a subscription (`subscribe` true) or its end, as the XPUB socket reported it.
+    func updateSubscription(_ prefix: [UInt8], subscribe: Bool) {
+        subscriptions.withLock { subs in
+            if subscribe { subs.insert(prefix) } else { subs.remove(prefix) }
+        }
+    }
+
+    /// Takes everything queued (on the socket thread).
+    func take() -> [Item] {
+        items.withLock { items in
+            defer { items.removeAll(keepingCapacity: true) }
+            return items
+        }
+    }
+
+    /// Closes the wake-up pipe once the socket thread has ended (again: nothing).
+    func close() {
+        wakeClosed.withLock { closed in
+            guard !closed else { return }
+            closed = true
+            wake.close()
+        }
+    }
+
+    private func post(_ item: Item) {
+        items.withLock { $0.append(item) }
+        wakeClosed.withLock { closed in if !closed { wake.wake() } }
+    }
+}
