@@ -167,7 +167,7 @@ static int op_utimens(const char *path, const struct timespec tv[2], struct fuse
 
 static int op_create(const char *path, mode_t mode, struct fuse_file_info *fi) {
     gate("create", path);
-    int fd = openat(backing_fd, rel(path), (fi->flags | O_CREAT | O_CLOEXEC) & ~O_NOFOLLOW, mode);
+    int fd = openat(backing_fd, rel(path), fi->flags | O_CREAT | O_CLOEXEC, mode);
     if (fd == -1) return -errno;
     fi->fh = fd;
     return 0;
