@@ -157,4 +157,25 @@ struct StallFSTests {
         print("[stallfs] the held child ended with \(status) after the unmount")
         #expect(!FileManager.default.fileExists(atPath: fs.mountPoint))
     }
+
+    @Test("cleanup() (the synchronous teardown for defer blocks) does not hang on a stalled mount with a request held")
+    func cleanupWhileStalled() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fs = try await StallFS(in: dir)
+        defer { fs.cleanup() }
+        try await fs.stall()
+        let child = try ChildProcess(executable: "/bin/sh", arguments: ["-c", #"echo x > "$1""#, "sh", fs.mountPoint + "/held"],
+                                     outputDirectory: dir.path, label: "sh-held")
+        defer {
+            fs.cleanup()
+            child.cleanup()
+        }
+        try await fs.waitUntilBlocked(path: "/held")
+        try await runOffPool { fs.cleanup() }
+        #expect(StallFS.mountType(at: fs.mountPoint) == nil)
+        #expect(fs.process.exitStatus != nil)
+        let status = try await child.waitForExit(timeout: .seconds(20))
+        print("[stallfs] the held child ended with \(status) after cleanup()")
+    }
 }
