@@ -207,7 +207,7 @@ public struct FerryControl: Sendable, Hashable {
 
     /// Sends `request` and returns the agent's reply, or throws ``FerryClientError`` (agent not
     /// running, refused, unreadable reply). The typed methods above are built on this; use it for
-    /// ops they do not cover or to keep the reply's exact JSON.
+    /// ops they do not cover (`deadletter_replay`) or to keep the reply's exact JSON.
     ///
     /// ```swift
     /// let reply = try await control.send(.consentState())
@@ -223,7 +223,7 @@ public struct FerryControl: Sendable, Hashable {
     /// call it on the concurrency pool.
     package func sendBlocking(_ request: Request) throws(FerryClientError) -> Reply {
         var request = request
-        if let actor, request.fields["actor"] == nil { request.fields["actor"] = .string(actor) }
+        if let actor, request.actor == nil { request.actor = actor }
         return try sendBlocking(json: request.encoded())
     }
 
@@ -295,67 +295,9 @@ public struct FerryControl: Sendable, Hashable {
         return code == ENOENT || code == ECONNREFUSED || code == EACCES || code == ENOTDIR ? code : nil
     }
 
-    /// One control request: an `op` and its fields (`docs/PROTOCOL.md`, "Control").
-    public struct Request: Sendable, Hashable {
-        /// The operation, e.g. `"set_consent"`.
-        public var op: String
-        /// The other fields of the request object.
-        public var fields: [String: FerryValue]
-
-        /// A request for `op` with `fields`.
-        public init(op: String, fields: [String: FerryValue] = [:]) {
-            self.op = op
-            self.fields = fields
-        }
-
-        /// The JSON object sent on the socket.
-        public func encoded() -> [UInt8] {
-            var object = fields
-            object["op"] = .string(op)
-            var out: [UInt8] = []
-            FerryValue.appendObject(object, to: &out)
-            return out
-        }
-
-        /// `status`.
-        public static func status() -> Self { .init(op: "status") }
-        /// `consent_state`.
-        public static func consentState() -> Self { .init(op: "consent_state") }
-        /// `set_tracking`.
-        public static func setTracking(_ enabled: Bool) -> Self { .init(op: "set_tracking", fields: ["enabled": .bool(enabled)]) }
-        /// `set_consent` for a category or `"all"`.
-        public static func setConsent(_ status: ConsentStatus, for category: String) -> Self {
-            .init(op: "set_consent", fields: ["category": .string(category), "status": .string(status.rawValue)])
-        }
-        /// `set_persistence`.
-        public static func setPersistence(_ status: ConsentStatus) -> Self {
-            .init(op: "set_persistence", fields: ["status": .string(status.rawValue)])
-        }
-        /// `set_gdpr` with fields by wire name.
-        public static func setGDPR(_ fields: [String: GDPRValue]) -> Self {
-            .init(op: "set_gdpr", fields: ["fields": .object(fields.mapValues { .string($0.rawValue) })])
-        }
-        /// `enable_features`.
-        public static func enableFeatures(_ features: [String]) -> Self {
-            .init(op: "enable_features", fields: ["features": .array(features.map { .string($0) })])
-        }
-        /// `disable_features`.
-        public static func disableFeatures(_ features: [String]) -> Self {
-            .init(op: "disable_features", fields: ["features": .array(features.map { .string($0) })])
-        }
-        /// `purge`, of one category or (nil) of everything pending.
-        public static func purge(category: String?) -> Self {
-            .init(op: "purge", fields: category.map { ["category": .string($0)] } ?? [:])
-        }
-        /// `forget`.
-        public static func forget(userID: String) -> Self { .init(op: "forget", fields: ["user_id": .string(userID)]) }
-        /// `start`.
-        public static func start() -> Self { .init(op: "start") }
-        /// `consent_log`, the newest `limit` entries (all when nil).
-        public static func consentLog(limit: Int?) -> Self {
-            .init(op: "consent_log", fields: limit.map { ["limit": .int(Int64($0))] } ?? [:])
-        }
-    }
+    /// One control request: an operation and its fields (`docs/PROTOCOL.md`, "Control"); the
+    /// protocol's own type, shared with the agent.
+    public typealias Request = ControlRequest
 
     /// A successful reply (`"ok": true`), exactly as the agent sent it.
     public struct Reply: Sendable, Hashable {
@@ -365,14 +307,17 @@ public struct FerryControl: Sendable, Hashable {
         /// Checks `json` is an object with `"ok": true`; throws ``FerryClientError/Code/refused``
         /// with the agent's message and `valid` list otherwise.
         public init(json: [UInt8]) throws(FerryClientError) {
-            let envelope: Envelope
+            let header: ControlReplyHeader
             do {
-                envelope = try JSONDecoder().decode(Envelope.self, from: Data(json))
+                header = try JSONDecoder().decode(ControlReplyHeader.self, from: Data(json))
             } catch {
                 throw .badReply("not a JSON object with a boolean \"ok\": \(String(decoding: json.prefix(200), as: UTF8.self))")
             }
-            guard envelope.ok else {
-                throw .refused(envelope.error ?? "no reason given", valid: envelope.valid ?? [])
+            guard header.ok else {
+                guard let refusal = try? JSONDecoder().decode(ControlRefusal.self, from: Data(json)) else {
+                    throw .badReply("a refusal without a readable \"error\": \(String(decoding: json.prefix(200), as: UTF8.self))")
+                }
+                throw .refused(refusal.message, valid: refusal.valid)
             }
             self.json = json
         }
@@ -388,98 +333,12 @@ public struct FerryControl: Sendable, Hashable {
                 throw .badReply("cannot read the agent's reply as \(type): \(error)")
             }
         }
-
-        private struct Envelope: Decodable {
-            var ok: Bool
-            var error: String?
-            var valid: [String]?
-        }
     }
 }
 
-/// The reply to a consent change: the new state and, when the change erased events, how many.
-public struct ConsentUpdate: Sendable, Hashable, Decodable {
-    /// The whole consent state after the change.
-    public var consent: ConsentSnapshot
-    /// What the change erased (denying a category, disabling features, GDPR data usage denied);
-    /// nil when nothing was purged.
-    public var purged: PurgeReport?
-
-    /// Creates an update.
-    public init(consent: ConsentSnapshot, purged: PurgeReport? = nil) {
-        self.consent = consent
-        self.purged = purged
-    }
-}
-
-/// The reply to `purge`/`forget` (an absent `purged` means nothing was erased).
-struct PurgeReply: Decodable {
-    var purged: PurgeReport?
-    var report: PurgeReport { purged ?? PurgeReport(queued: 0, held: 0) }
-}
-
-/// The consent audit log as served by `consent_log`.
-public struct ConsentAuditLog: Sendable, Hashable, Decodable {
-    /// The entries asked for, oldest first.
-    public var entries: [ConsentAuditEntry]
-    /// Whether the agent verified the whole hash chain (every entry's `prev` is the previous
-    /// entry's `hash`, and every `hash` matches its entry).
-    public var verified: Bool
-    /// The first broken link, when not verified.
-    public var problem: String?
-
-    /// Creates a log.
-    public init(entries: [ConsentAuditEntry], verified: Bool, problem: String? = nil) {
-        self.entries = entries
-        self.verified = verified
-        self.problem = problem
-    }
-}
-
-/// One consent audit entry: who changed what, when, chained by SHA-256 to the previous entry.
-public struct ConsentAuditEntry: Sendable, Hashable, Decodable {
-    /// Position in the log, from 1.
-    public var seq: Int
-    /// When, in Unix milliseconds (agent clock).
-    public var at: Int64
-    /// The caller's uid (from the socket), when known.
-    public var uid: Int?
-    /// The caller's pid, when known.
-    public var pid: Int?
-    /// The caller's process name, when known.
-    public var process: String?
-    /// The `actor` text the caller supplied, if any.
-    public var actor: String?
-    /// What changed: `tracking`, `consent.<category>`, `consent` (all categories), `features`,
-    /// `gdpr`, `persistence`, `purge`, `forget`, `start`.
-    public var change: String
-    /// The value before the change, as JSON text (`"\"granted\""`, `"true"`, …).
-    public var old: String
-    /// The value after the change, as JSON text.
-    public var new: String
-    /// The previous entry's hash (hex; 64 zeros for the first).
-    public var prev: String
-    /// This entry's SHA-256 (hex).
-    public var hash: String
-
-    /// Creates an entry.
-    public init(
-        seq: Int, at: Int64, uid: Int? = nil, pid: Int? = nil, process: String? = nil, actor: String? = nil,
-        change: String, old: String, new: String, prev: String, hash: String
-    ) {
-        self.seq = seq
-        self.at = at
-        self.uid = uid
-        self.pid = pid
-        self.process = process
-        self.actor = actor
-        self.change = change
-        self.old = old
-        self.new = new
-        self.prev = prev
-        self.hash = hash
-    }
-}
+/// One consent audit entry, as ``FerryControl/consentLog(limit:)`` returns it: the protocol's
+/// ``AuditEntry``, the type the agent writes its audit log with.
+public typealias ConsentAuditEntry = AuditEntry
 
 extension FerryValue: Decodable {
     /// Decodes any JSON value. Integral numbers that fit become ``int(_:)``, others ``double(_:)``.

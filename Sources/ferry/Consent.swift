@@ -141,7 +141,7 @@ struct Consent: AsyncParsableCommand {
 
         func run() async throws {
             let target = try target()
-            let request: FerryControl.Request = switch target {
+            let request: ControlRequest = switch target {
             case .category(let category, let status): .setConsent(status, for: category)
             case .persistence(let status): .setPersistence(status)
             case .gdpr(let fields): .setGDPR(fields)
@@ -228,7 +228,7 @@ struct Tracking: AsyncParsableCommand {
     @OptionGroup var agent: AgentOptions
 
     func run() async throws {
-        let request: FerryControl.Request = switch action {
+        let request: ControlRequest = switch action {
         case .on: .setTracking(true)
         case .off: .setTracking(false)
         case .status: .consentState()
@@ -336,7 +336,7 @@ struct Purge: AsyncParsableCommand {
     func run() async throws {
         let reply = try await agent.withControl(actor: change.actor) { try await $0.send(.purge(category: category)) }
         if change.json { return print(reply.text) }
-        let purged = try reply.decode(PurgeReplyText.self).purged ?? PurgeReport(queued: 0, held: 0)
+        let purged = try reply.decode(PurgeReply.self).report
         print(ConsentText.purged(purged) + (category.map { " (category \($0))" } ?? ""))
     }
 }
@@ -361,7 +361,7 @@ struct Forget: AsyncParsableCommand {
     func run() async throws {
         let reply = try await agent.withControl(actor: change.actor) { try await $0.send(.forget(userID: user)) }
         if change.json { return print(reply.text) }
-        let purged = try reply.decode(PurgeReplyText.self).purged ?? PurgeReport(queued: 0, held: 0)
+        let purged = try reply.decode(PurgeReply.self).report
         print(ConsentText.purged(purged) + " for user \(user)")
     }
 }
@@ -381,11 +381,6 @@ struct Start: AsyncParsableCommand {
         if change.json { return print(reply.text) }
         print("delivery started")
     }
-}
-
-/// The `purged` field of a reply.
-private struct PurgeReplyText: Decodable {
-    var purged: PurgeReport?
 }
 
 /// Text renderings shared by the consent commands.
@@ -436,7 +431,7 @@ enum ConsentText {
     }
 
     /// One audit entry on one line.
-    static func describe(_ entry: ConsentAuditEntry) -> String {
+    static func describe(_ entry: AuditEntry) -> String {
         let date = Date(timeIntervalSince1970: Double(entry.at) / 1000)
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]

@@ -5,30 +5,24 @@ import Foundation
 
 /// Control-socket access for the CLI: one path, the client library's ``FerryControl``.
 enum Control {
-    /// Sends `request` and returns the decoded JSON reply, or throws a clear "not running" error.
-    /// Blocking: for the synchronous commands (`status`, `tail`).
-    static func request(_ request: FerryControl.Request, runtimeDirectory: String, timeout: Duration = .seconds(3)) throws -> [String: Any] {
-        try self.request(body: request.encoded(), runtimeDirectory: runtimeDirectory, timeout: timeout)
-    }
-
-    /// ``request(_:runtimeDirectory:timeout:)`` for a request built as a JSON object.
-    static func request(_ request: [String: Any], runtimeDirectory: String, timeout: Duration = .seconds(3)) throws -> [String: Any] {
-        let body = Array(try JSONSerialization.data(withJSONObject: request, options: [.sortedKeys]))
-        return try self.request(body: body, runtimeDirectory: runtimeDirectory, timeout: timeout)
-    }
-
-    private static func request(body: [UInt8], runtimeDirectory: String, timeout: Duration) throws -> [String: Any] {
+    /// Sends `request` and returns the agent's successful reply, or throws a clear "not running"
+    /// (or "refused") error. Blocking: for the synchronous commands (`status`, `deadletter replay`).
+    static func request(_ request: ControlRequest, runtimeDirectory: String, timeout: Duration = .seconds(3)) throws -> FerryControl.Reply {
         let control = FerryControl(runtimeDirectory: runtimeDirectory, timeout: timeout)
-        let reply: FerryControl.Reply
         do {
-            reply = try control.sendBlocking(json: body)
+            return try control.sendBlocking(request)
         } catch {
             throw CLIError(error, runtimeDirectory: runtimeDirectory)
         }
-        guard let object = try JSONSerialization.jsonObject(with: Data(reply.json)) as? [String: Any] else {
-            throw CLIError.message("the agent sent an unreadable control reply")
+    }
+
+    /// Decodes `reply` as `type`, or says the agent's reply was unreadable.
+    static func decode<T: Decodable>(_ type: T.Type, from reply: FerryControl.Reply) throws -> T {
+        do {
+            return try reply.decode(type)
+        } catch {
+            throw CLIError.message("the agent sent an unreadable control reply: \(error.message)")
         }
-        return object
     }
 
     /// Whether an agent answers in `runtimeDirectory`.

@@ -152,14 +152,13 @@ struct DeadLetterCommand: ParsableCommand {
         func run() throws {
             guard DeadLetterStore.isValidID(id) else { throw ValidationError("'\(id)' is not a dead-letter id") }
             let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
-            var request: [String: Any] = ["op": "deadletter_replay", "id": id]
-            if let sink { request["sink"] = sink }
-            let reply = try Control.request(request, runtimeDirectory: runtime, timeout: .milliseconds(Int(timeout * 1000)))
+            let reply = try Control.request(.deadLetterReplay(id: id, sink: sink), runtimeDirectory: runtime,
+                                            timeout: .milliseconds(Int(timeout * 1000)))
             if json {
-                let data = try JSONSerialization.data(withJSONObject: reply, options: [.sortedKeys])
-                print(String(decoding: data, as: UTF8.self))
+                print(reply.text)
             } else {
-                print("replayed \(id) to \(reply["sink"] ?? "?"): \(reply["events"] ?? 0) events delivered; dead letter deleted")
+                let result = try Control.decode(DeadLetterReplayReply.self, from: reply)
+                print("replayed \(id) to \(result.sink ?? "?"): \(result.events ?? 0) events delivered; dead letter deleted")
             }
         }
     }

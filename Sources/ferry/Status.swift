@@ -15,35 +15,33 @@ struct Status: ParsableCommand {
 
     func run() throws {
         let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
-        let status = try Control.request(.status(), runtimeDirectory: runtime)
+        let reply = try Control.request(.status(), runtimeDirectory: runtime)
         if json {
-            let data = try JSONSerialization.data(withJSONObject: status, options: [.sortedKeys])
-            print(String(decoding: data, as: UTF8.self))
+            print(reply.text)
             return
         }
-        let queue = status["queue"] as? [String: Any] ?? [:]
-        let sinks = status["sinks"] as? [[String: Any]] ?? []
-        let counters = status["counters"] as? [String: Any] ?? [:]
-        let age = (queue["oldest_undelivered_age_ms"] as? NSNumber).map { "\($0.intValue) ms" } ?? "-"
-        print("ferryd pid \(status["pid"] ?? "?"), up \(((status["uptime_ms"] as? NSNumber)?.intValue ?? 0) / 1000) s")
-        print("  runtime dir   \(status["runtime_dir"] ?? "?")")
-        print("  data dir      \(status["data_dir"] ?? "?")")
+        let status = try Control.decode(StatusReply.self, from: reply)
+        let queue = status.queue
+        let age = queue.oldestUndeliveredAgeMilliseconds.map { "\($0) ms" } ?? "-"
+        print("ferryd pid \(status.pid), up \(status.uptimeMilliseconds / 1000) s")
+        print("  runtime dir   \(status.runtimeDirectory)")
+        print("  data dir      \(status.dataDirectory)")
         print("queue")
-        print("  events        \(queue["events"] ?? 0)")
-        print("  bytes         \(queue["bytes"] ?? 0) in \(queue["segments"] ?? 0) segments")
+        print("  events        \(queue.events)")
+        print("  bytes         \(queue.bytes) in \(queue.segments) segments")
         print("  oldest        \(age)")
         print("sinks")
-        for sink in sinks {
-            print("  \(sink["name"] ?? "?") (\(sink["type"] ?? "?")): \(sink["state"] ?? "?"), circuit \(sink["circuit"] ?? "?")")
-            print("    backlog     \(sink["backlog_events"] ?? 0) events")
-            print("    delivered   \(sink["delivered"] ?? 0), retried \(sink["retried"] ?? 0), dead-lettered \(sink["dead_lettered"] ?? 0)")
-            print("    failures    \(sink["consecutive_failures"] ?? 0) consecutive")
-            if let at = sink["last_success_at"] as? NSNumber { print("    last ok     \(Self.time(at.intValue))") }
-            if let at = sink["retry_at"] as? NSNumber { print("    next try    \(Self.time(at.intValue))") }
-            if let error = sink["last_error"] as? String { print("    last error  \(error)") }
+        for sink in status.sinks {
+            print("  \(sink.name) (\(sink.type)): \(sink.state), circuit \(sink.circuit)")
+            print("    backlog     \(sink.backlogEvents) events")
+            print("    delivered   \(sink.delivered), retried \(sink.retried), dead-lettered \(sink.deadLettered)")
+            print("    failures    \(sink.consecutiveFailures) consecutive")
+            if let at = sink.lastSuccessAt { print("    last ok     \(Self.time(at))") }
+            if let at = sink.retryAt { print("    next try    \(Self.time(at))") }
+            if let error = sink.lastError { print("    last error  \(error)") }
         }
         print("counters")
-        for key in counters.keys.sorted() { print("  \(key.padding(toLength: 20, withPad: " ", startingAt: 0))\(counters[key]!)") }
+        for key in status.counters.keys.sorted() { print("  \(key.padding(toLength: 20, withPad: " ", startingAt: 0))\(status.counters[key]!)") }
     }
 
     static func time(_ ms: Int) -> String {

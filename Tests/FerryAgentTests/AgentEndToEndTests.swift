@@ -83,10 +83,9 @@ struct AgentEndToEndTests {
         #expect(counters["rejected"] == 4)
         #expect(counters["malformed_messages"] == 3)
         try await waitUntil("delivered counter") { running.counters["delivered"] == accepted.count }
-        let status = running.agent.status()
-        #expect(status["ok"] as? Bool == true)
-        #expect((status["queue"] as? [String: Any])?["events"] as? Int == 0)
-        #expect((status["recovery"] as? [String: Any])?["events"] as? Int == 0)
+        let status = try #require(running.agent.status())
+        #expect(status.queue.events == 0)
+        #expect(status.recovery.events == 0)
 
         try await running.stop()
         #expect(try sinkLines(sinkDirectory).count == accepted.count)

@@ -28,8 +28,8 @@ func multiSinkConfiguration(
 
 extension RunningAgent {
     /// The status entry of sink `name`.
-    func sinkStatus(_ name: String) -> [String: Any] {
-        (agent.status()["sinks"] as? [[String: Any]] ?? []).first { $0["name"] as? String == name } ?? [:]
+    func sinkStatus(_ name: String) -> StatusReply.Sink? {
+        agent.status()?.sinks.first { $0.name == name }
     }
 
     /// Sends `frames` in one message and expects every one accepted.
@@ -67,22 +67,22 @@ struct DeliveryTests {
         #expect(failing.events.isEmpty)
         #expect(slow.events.isEmpty)
         // The sink has the events a moment before the loop records it: wait for the status.
-        try await waitUntil("the healthy sink's cursor moved") { intValue(running.sinkStatus("healthy")["backlog_events"]) == 0 }
+        try await waitUntil("the healthy sink's cursor moved") { running.sinkStatus("healthy")?.backlogEvents == 0 }
         let failingStatus = running.sinkStatus("failing"), healthyStatus = running.sinkStatus("healthy")
-        #expect(failingStatus["state"] as? String == "retrying")
-        #expect(intValue(failingStatus["backlog_events"]) == 20)
-        #expect(intValue(failingStatus["retried"]).map { $0 >= 2 } == true)
-        #expect(failingStatus["last_error"] as? String == "upstream unavailable")
-        #expect(intValue(healthyStatus["backlog_events"]) == 0)
-        #expect(intValue(healthyStatus["delivered"]) == 20)
-        #expect(healthyStatus["circuit"] as? String == "closed")
-        #expect(intValue((running.agent.status()["queue"] as? [String: Any])?["events"]) == 20, "not yet delivered to every sink")
+        #expect(failingStatus?.state == "retrying")
+        #expect(failingStatus?.backlogEvents == 20)
+        #expect(failingStatus.map { $0.retried >= 2 } == true)
+        #expect(failingStatus?.lastError == "upstream unavailable")
+        #expect(healthyStatus?.backlogEvents == 0)
+        #expect(healthyStatus?.delivered == 20)
+        #expect(healthyStatus?.circuit == "closed")
+        #expect(running.agent.status()?.queue.events == 20, "not yet delivered to every sink")
 
         failing.set(.accept)
         slow.set(.accept)
         try await waitUntil("the failing sink caught up") { failing.ids == expected }
         try await waitUntil("the slow sink caught up") { slow.ids == expected }
-        try await waitUntil("queue empty") { intValue((running.agent.status()["queue"] as? [String: Any])?["events"]) == 0 }
+        try await waitUntil("queue empty") { running.agent.status()?.queue.events == 0 }
         #expect(healthy.ids == expected, "nothing delivered twice to the healthy sink")
         let counters = running.counters
         #expect(counters["delivered"] == 60)
@@ -107,7 +107,7 @@ struct DeliveryTests {
         do {
             try await waitUntil("the fast sink has every event") { fast.events.count >= frames.count }
         } catch {
-            Issue.record("fast has \(fast.events.count) attempts \(fast.attempts.count); status \(running.agent.status())")
+            Issue.record("fast has \(fast.events.count) attempts \(fast.attempts.count); status \(String(describing: running.agent.status()))")
             throw error
         }
         #expect(fast.events.count == frames.count)
@@ -164,7 +164,7 @@ struct DeliveryTests {
         defer { tail.cleanup() }
         try await tail.waitUntilSubscribed()
         try await waitUntil("probes delivered") {
-            intValue(running.sinkStatus("upstream")["backlog_events"]) == 0 && sink.events.count == running.counters["accepted"]
+            running.sinkStatus("upstream")?.backlogEvents == 0 && sink.events.count == running.counters["accepted"]
         }
 
         sink.set(.fail(.unavailable))
@@ -174,7 +174,7 @@ struct DeliveryTests {
         try await running.send([frame])
         func changes() throws -> [[String: Any]] { try tail.messages(topic: "circuit") }
         try await waitUntil("open, half-open, open again") { try changes().count >= 3 }
-        #expect(running.sinkStatus("upstream")["circuit"] as? String == "open")
+        #expect(running.sinkStatus("upstream")?.circuit == "open")
         sink.set(.accept)
         try await waitUntil("closed again") { try changes().last?["state"] as? String == "closed" }
 
@@ -205,7 +205,7 @@ struct DeliveryTests {
         // The event sent while the upstream failed is what the successful probe delivered: it
         // arrives once, and nothing else was acknowledged since.
         #expect(Array(sink.ids.dropFirst(deliveredBefore)) == [Events.id(of: frame).description])
-        try await waitUntil("closed in status") { running.sinkStatus("upstream")["circuit"] as? String == "closed" }
+        try await waitUntil("closed in status") { running.sinkStatus("upstream")?.circuit == "closed" }
         try await running.stop()
     }
 
@@ -244,8 +244,8 @@ struct DeliveryTests {
         #expect(frames.map { Array($0) } == bad, "the exact frames are kept")
         #expect(fileMode(path) == 0o600)
 
-        try await waitUntil("cursor moved past the batch") { intValue(running.sinkStatus("collector")["backlog_events"]) == 0 }
-        #expect(intValue(running.sinkStatus("collector")["dead_lettered"]) == 5)
+        try await waitUntil("cursor moved past the batch") { running.sinkStatus("collector")?.backlogEvents == 0 }
+        #expect(running.sinkStatus("collector")?.deadLettered == 5)
         #expect(running.counters["dead_lettered"] == 5)
         sink.set(.accept)
         let good = Events.frames(2)
@@ -272,7 +272,7 @@ struct DeliveryTests {
         #expect(letter.attempts > 1)
         #expect(letter.upstreamStatus == 503)
         #expect(letter.events.map(\.frame) == frames)
-        try await waitUntil("cursor moved") { intValue(running.sinkStatus("flaky")["backlog_events"]) == 0 }
+        try await waitUntil("cursor moved") { running.sinkStatus("flaky")?.backlogEvents == 0 }
         try await running.stop()
     }
 

@@ -248,7 +248,7 @@ public final class FerryAgent: Service, Sendable {
             context: context, configuration: configuration, pipeline: pipeline, mailbox: mailbox, counters: counters,
             logger: logger, controlThread: controlThread
         ) { [weak self] request, peer, reply in
-            guard let self else { return reply(Array(#"{"ok":false,"error":"agent stopping"}"#.utf8)) }
+            guard let self else { return reply(Self.json(ControlRefusal("agent stopping"))) }
             self.handleControl(request, peer: peer, reply: reply)
         }
         try pipeline.start(dedup: dedup, consent: workerBox.take())
@@ -378,231 +378,154 @@ public final class FerryAgent: Service, Sendable {
 
     // MARK: Control
 
-    /// Answers one control request (JSON in, JSON out). Consent changes go through the commit
-    /// thread and a dead-letter replay waits on its sink; `reply` is called exactly once, from
-    /// whichever thread finishes the work.
+    /// Answers one control request (JSON in, JSON out; the types are FerryProtocol's
+    /// ``ControlRequest`` and replies). Consent changes go through the commit thread and a
+    /// dead-letter replay waits on its sink; `reply` is called exactly once, from whichever thread
+    /// finishes the work.
     func handleControl(_ request: [UInt8], peer: PeerCredentials?, reply: @escaping @Sendable ([UInt8]) -> Void) {
-        @Sendable func fail(_ message: String, valid: [String] = []) {
-            var object: [String: Any] = ["ok": false, "error": message]
-            if !valid.isEmpty { object["valid"] = valid }
-            reply(Self.json(object))
+        @Sendable func fail(_ refusal: ControlRefusal) { reply(Self.json(refusal)) }
+        let decoded: ControlRequest
+        do {
+            decoded = try ControlRequest.decode(json: request)
+        } catch {
+            return fail(error)
         }
-        guard let object = try? JSONSerialization.jsonObject(with: Data(request)) as? [String: Any],
-              let op = object["op"] as? String else {
-            return fail("request must be a JSON object with a string field \"op\"")
-        }
-        guard let running = running.withLock({ $0 }) else { return fail("agent starting") }
+        guard let running = running.withLock({ $0 }) else { return fail(ControlRefusal("agent starting")) }
         let engine = running.consent
-        switch op {
-        case "status":
-            return reply(Self.json(status()))
-        case "consent_state":
-            return reply(Self.json(["ok": true, "consent": Self.jsonObject(engine.snapshot())]))
-        case "deadletter_replay":
-            let id = object["id"] as? String, sink = object["sink"] as? String
+        switch decoded.operation {
+        case .status:
+            return reply(status().map { Self.json($0) } ?? Self.json(ControlRefusal("agent starting")))
+        case .consentState:
+            return reply(Self.json(ConsentUpdate(consent: engine.snapshot())))
+        case .deadLetterReplay(let id, let sink):
             Task { reply(Self.json(await self.replayDeadLetter(id: id, sink: sink))) }
             return
-        case "consent_log":
+        case .consentLog(let limit):
             let persisted = engine.persisted
             do {
                 let verification = try running.auditLog.verify(expectedHead: (persisted.auditSeq, persisted.auditHead))
                 var entries = verification.entries
-                if let limit = object["limit"] as? Int, limit >= 0, entries.count > limit { entries = Array(entries.suffix(limit)) }
-                var answer: [String: Any] = ["ok": true, "entries": entries.map(\.json), "verified": verification.problem == nil]
-                if let problem = verification.problem { answer["problem"] = problem }
-                return reply(Self.json(answer))
+                if let limit, limit >= 0, entries.count > limit { entries = Array(entries.suffix(limit)) }
+                return reply(Self.json(ConsentAuditLog(entries: entries, verified: verification.problem == nil,
+                                                       problem: verification.problem)))
             } catch {
-                return fail("cannot read the audit log: \(error)")
+                return fail(ControlRefusal("cannot read the audit log: \(error)"))
             }
         default:
             break
         }
-        let command: ConsentCommand
-        do {
-            command = try Self.consentCommand(op: op, object)
-        } catch {
-            return fail(error.message, valid: error.valid)
+        guard let command = Self.consentCommand(decoded.operation) else {
+            return fail(ControlRefusal("unknown op \"\(decoded.op)\"", valid: ControlRequest.ops))
         }
         var actor = ConsentActor(uid: peer?.uid, pid: peer?.pid, process: peer.flatMap { processName(of: $0.pid) })
-        if let text = object["actor"] as? String { actor.actor = String(decoding: text.utf8.prefix(200), as: UTF8.self) }
+        if let text = decoded.actor { actor.actor = String(decoding: text.utf8.prefix(200), as: UTF8.self) }
         let submitted = running.pipeline.submit(command, by: actor) { result in
             switch result {
             case .success(let outcome):
-                var answer: [String: Any] = ["ok": true, "consent": Self.jsonObject(outcome.snapshot)]
-                if let purged = outcome.purged { answer["purged"] = Self.jsonObject(purged) }
-                if case .start = command { answer["delivery_started"] = true }
-                reply(Self.json(answer))
+                var deliveryStarted: Bool?
+                if case .start = command { deliveryStarted = true }
+                reply(Self.json(ConsentUpdate(consent: outcome.snapshot, purged: outcome.purged, deliveryStarted: deliveryStarted)))
             case .failure(let error):
-                fail(error.message, valid: error.valid)
+                fail(ControlRefusal(error.message, valid: error.valid))
             }
         }
-        if !submitted { fail("the agent is shutting down") }
+        if !submitted { fail(ControlRefusal("the agent is shutting down")) }
     }
 
     /// `{"op":"deadletter_replay","id":…,"sink":…}`: hands a dead letter to its sink once more.
     /// `sink` may be left out when only one sink holds `id`.
-    func replayDeadLetter(id: String?, sink: String?) async -> [String: Any] {
-        guard let id, DeadLetterStore.isValidID(id) else {
-            return ["ok": false, "error": "deadletter_replay needs a string field \"id\" naming a dead letter"]
+    func replayDeadLetter(id: String, sink: String?) async -> DeadLetterReplayReply {
+        guard DeadLetterStore.isValidID(id) else {
+            return .refused("deadletter_replay needs a string field \"id\" naming a dead letter")
         }
-        guard let deliveries = running.withLock({ $0?.deliveries }) else { return ["ok": false, "error": "agent starting"] }
+        guard let deliveries = running.withLock({ $0?.deliveries }) else { return .refused("agent starting") }
         var name = sink
         if name == nil {
             let store = DeadLetterStore(dataDirectory: configuration.dataDirectory)
             let holders = (try? await BlockingExecutor.runDetached(name: "ferry-deadletter-lookup") { try store.sinks(holding: id) }) ?? []
             guard holders.count == 1 else {
-                return ["ok": false, "error": holders.isEmpty ? "no dead letter \(id)"
-                    : "dead letter \(id) exists for sinks \(holders.joined(separator: ", ")); give \"sink\""]
+                return .refused(holders.isEmpty ? "no dead letter \(id)"
+                    : "dead letter \(id) exists for sinks \(holders.joined(separator: ", ")); give \"sink\"")
             }
             name = holders[0]
         }
         guard let delivery = deliveries.first(where: { $0.name == name }) else {
-            return ["ok": false, "error": "no sink named \"\(name ?? "")\"; sinks: \(deliveries.map(\.name).joined(separator: ", "))"]
+            return .refused("no sink named \"\(name ?? "")\"; sinks: \(deliveries.map(\.name).joined(separator: ", "))")
         }
         do {
             let events = try await delivery.replay(id: id)
-            return ["ok": true, "sink": delivery.name, "id": id, "events": events]
+            return DeadLetterReplayReply(ok: true, sink: delivery.name, id: id, events: events)
         } catch let error as AgentError {
-            return ["ok": false, "sink": delivery.name, "id": id, "error": error.message]
+            return DeadLetterReplayReply(ok: false, sink: delivery.name, id: id, error: error.message)
         } catch {
-            return ["ok": false, "sink": delivery.name, "id": id, "error": "\(error)"]
+            return DeadLetterReplayReply(ok: false, sink: delivery.name, id: id, error: "\(error)")
         }
     }
 
-    /// Parses a state-changing control request.
-    private static func consentCommand(op: String, _ object: [String: Any]) throws(AgentError) -> ConsentCommand {
-        func invalid(_ message: String, _ valid: [String] = []) -> AgentError {
-            AgentError(code: .invalidRequest, message: message, valid: valid)
-        }
-        func status(_ key: String) throws(AgentError) -> ConsentStatus {
-            let valid = ConsentStatus.allCases.map(\.rawValue)
-            guard let text = object[key] as? String else { throw invalid("\"\(key)\" must be a string", valid) }
-            guard let status = ConsentStatus(rawValue: text) else { throw invalid("unknown status \"\(text)\"", valid) }
-            return status
-        }
-        func names(_ key: String) throws(AgentError) -> [String] {
-            guard let names = object[key] as? [String], !names.isEmpty else {
-                throw invalid("\"\(key)\" must be a non-empty array of strings")
-            }
-            return names
-        }
-        switch op {
-        case "set_tracking":
-            guard let number = object["enabled"] as? NSNumber, String(cString: number.objCType) == "c" else {
-                throw invalid("\"enabled\" must be true or false")
-            }
-            return .setTracking(number.boolValue)
-        case "set_consent":
-            guard let category = object["category"] as? String else { throw invalid("\"category\" must be a string") }
-            return .setConsent(category: category, status: try status("status"))
-        case "set_persistence":
-            return .setPersistence(try status("status"))
-        case "set_gdpr":
-            guard let fields = object["fields"] as? [String: Any], !fields.isEmpty else {
-                throw invalid("\"fields\" must be a non-empty object", GDPRRecord.fieldNames)
-            }
-            var values: [String: GDPRValue] = [:]
-            for (field, raw) in fields {
-                guard GDPRRecord.fieldNames.contains(field) else { throw invalid("unknown GDPR field \"\(field)\"", GDPRRecord.fieldNames) }
-                guard let text = raw as? String, let value = GDPRValue(rawValue: text) else {
-                    throw invalid("\(field) must be one of unset, granted, denied", GDPRValue.allCases.map(\.rawValue))
-                }
-                values[field] = value
-            }
-            return .setGDPR(values)
-        case "enable_features":
-            return .enableFeatures(try names("features"))
-        case "disable_features":
-            return .disableFeatures(try names("features"))
-        case "purge":
-            if let category = object["category"], !(category is NSNull) {
-                guard let name = category as? String else { throw invalid("\"category\" must be a string") }
-                return .purge(category: name)
-            }
-            return .purge(category: nil)
-        case "forget":
-            guard let user = object["user_id"] as? String, !user.isEmpty else { throw invalid("\"user_id\" must be a non-empty string") }
-            return .forget(userID: user)
-        case "start":
-            return .start
-        default:
-            throw invalid("unknown op \"\(op)\"", controlOps)
+    /// The consent command of a state-changing request (nil for the ops that change nothing).
+    private static func consentCommand(_ operation: ControlRequest.Operation) -> ConsentCommand? {
+        switch operation {
+        case .setTracking(let enabled): .setTracking(enabled)
+        case .setConsent(let category, let status): .setConsent(category: category, status: status)
+        case .setPersistence(let status): .setPersistence(status)
+        case .setGDPR(let fields): .setGDPR(fields)
+        case .enableFeatures(let names): .enableFeatures(names)
+        case .disableFeatures(let names): .disableFeatures(names)
+        case .purge(let category): .purge(category: category)
+        case .forget(let userID): .forget(userID: userID)
+        case .start: .start
+        case .status, .consentState, .consentLog, .deadLetterReplay: nil
         }
     }
 
-    /// Every op the control socket answers.
-    static let controlOps = [
-        "status", "deadletter_replay", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
-        "enable_features", "disable_features", "purge", "forget", "start",
-    ]
-
-    private static func jsonObject(_ value: some Encodable) -> Any {
-        guard let data = try? JSONEncoder().encode(value), let object = try? JSONSerialization.jsonObject(with: data) else {
-            return NSNull()
-        }
-        return object
-    }
-
-    /// The status document served to `ferry status --json`.
-    public func status() -> [String: Any] {
-        guard let running = running.withLock({ $0 }) else { return ["ok": false, "error": "agent starting"] }
+    /// The status document served to `ferry status --json`; nil until the agent runs.
+    public func status() -> StatusReply? {
+        guard let running = running.withLock({ $0 }) else { return nil }
         let log = running.log.status()
         let now = WallClock.unixMilliseconds()
-        var oldestAge: Any = NSNull()
+        var oldestAge: Int?
         if log.undeliveredEvents > 0, let at = running.log.oldestUndeliveredAcceptedAt() {
             oldestAge = now >= at ? Int(now - at) : 0
         }
-        let sinksJSON = zip(running.deliveries, running.sinks).map { delivery, configured -> [String: Any] in
+        let sinks = zip(running.deliveries, running.sinks).map { delivery, configured -> StatusReply.Sink in
             let state = delivery.state.withLock { $0 }
-            var json: [String: Any] = [
-                "name": state.sink, "type": configured.type, "state": state.phase.rawValue,
-                "circuit": state.circuit.rawValue, "consecutive_failures": state.consecutiveFailures,
-                "backlog_events": log.backlog[state.sink] ?? 0, "delivered": state.delivered,
-                "retried": state.retried, "dead_lettered": state.deadLettered,
-                "cursor": log.cursors[state.sink]?.description ?? NSNull(),
-                "last_success_at": state.lastSuccessAt.map { Int($0) } ?? NSNull(),
-                "last_error": state.lastError ?? NSNull(),
-                "retry_at": NSNull(),
-            ]
-            if let at = state.retryAt, state.phase == .retrying { json["retry_at"] = Int(at) }
-            return json
+            return StatusReply.Sink(
+                name: state.sink, type: configured.type, state: state.phase.rawValue,
+                circuit: state.circuit.rawValue, consecutiveFailures: state.consecutiveFailures,
+                backlogEvents: log.backlog[state.sink] ?? 0, delivered: state.delivered,
+                retried: state.retried, deadLettered: state.deadLettered,
+                cursor: log.cursors[state.sink]?.description,
+                lastSuccessAt: state.lastSuccessAt.map { Int($0) }, lastError: state.lastError,
+                retryAt: state.phase == .retrying ? state.retryAt.map { Int($0) } : nil)
         }
-        // The single-sink shape of earlier versions: the first sink.
-        var deliveryJSON: [String: Any] = [:]
-        if let first = sinksJSON.first {
-            deliveryJSON = ["sink": first["name"]!, "state": first["state"]!, "consecutive_failures": first["consecutive_failures"]!]
-            for key in ["last_success_at", "last_error", "retry_at"] where !(first[key] is NSNull) { deliveryJSON[key] = first[key] }
-        }
-        return [
-            "ok": true,
-            "pid": Int(getpid()),
-            "protocol_version": Int(ferryProtocolVersion),
-            "uptime_ms": Int(now - startedAt),
-            "runtime_dir": configuration.runtimeDirectory,
-            "data_dir": configuration.dataDirectory,
-            "queue": [
-                "events": log.undeliveredEvents,
-                "bytes": Int(log.bytes),
-                "segments": log.segments,
-                "oldest_undelivered_age_ms": oldestAge,
-                "cursor": log.cursor.description,
-                "verifying_segments": log.unverifiedSegments,
-            ] as [String: Any],
-            "delivery": deliveryJSON,
-            "consent": Self.jsonObject(running.consent.snapshot()),
-            "sinks": sinksJSON,
-            "counters": counters.snapshot,
-            "recovery": [
-                "events": running.recovery.records,
-                "corrupt_regions": running.recovery.corruptRegions,
-                "corrupt_bytes": Int(running.recovery.corruptBytes),
-                "truncated_bytes": Int(running.recovery.truncatedBytes),
-            ],
-        ]
+        return StatusReply(
+            pid: Int(getpid()),
+            protocolVersion: Int(ferryProtocolVersion),
+            uptimeMilliseconds: Int(now - startedAt),
+            runtimeDirectory: configuration.runtimeDirectory,
+            dataDirectory: configuration.dataDirectory,
+            queue: StatusReply.Queue(
+                events: log.undeliveredEvents, bytes: Int(log.bytes), segments: log.segments,
+                oldestUndeliveredAgeMilliseconds: oldestAge, cursor: log.cursor.description,
+                verifyingSegments: log.unverifiedSegments),
+            // The single-sink shape of earlier versions: the first sink.
+            delivery: sinks.first.map { StatusReply.Delivery($0) },
+            consent: running.consent.snapshot(),
+            sinks: sinks,
+            counters: counters.snapshot,
+            recovery: StatusReply.Recovery(
+                events: running.recovery.records, corruptRegions: running.recovery.corruptRegions,
+                corruptBytes: Int(running.recovery.corruptBytes), truncatedBytes: Int(running.recovery.truncatedBytes)))
     }
 
-    static func json(_ object: [String: Any]) -> [UInt8] {
-        let data = (try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])) ?? Data("{\"ok\":false}".utf8)
+    /// A control reply (or an audit log line) as JSON: encoded from its FerryProtocol type, then
+    /// written with its keys sorted as `JSONSerialization` sorts them (numerically and ignoring
+    /// case, unlike `JSONEncoder`'s `.sortedKeys`), so the bytes are those of every earlier version.
+    static func json(_ value: some Encodable) -> [UInt8] {
+        guard let encoded = try? JSONEncoder().encode(value), let object = try? JSONSerialization.jsonObject(with: encoded),
+              let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
+            return Array(#"{"ok":false}"#.utf8)
+        }
         return Array(data)
     }
 }

@@ -50,75 +50,17 @@ public struct ConsentActor: Sendable, Hashable {
     public static let agent = ConsentActor(uid: getuid(), pid: getpid(), process: "ferryd", actor: nil)
 }
 
-/// One line of the consent audit log.
-public struct AuditEntry: Sendable, Hashable {
-    /// 1, 2, 3, …
-    public var seq: Int
-    /// Wall-clock ms.
-    public var at: UInt64
-    /// Who.
-    public var who: ConsentActor
-    /// What changed (`tracking`, `consent.analytics`, `features`, `gdpr`, `persistence`, `purge`, `forget`, `start`).
-    public var change: String
-    /// The old value as JSON text.
-    public var old: String
-    /// The new value as JSON text.
-    public var new: String
-    /// The previous entry's hash (64 zeros for the first).
-    public var prev: String
-    /// SHA-256 over this entry's fields and `prev`.
-    public var hash: String
-
-    static let genesis = String(repeating: "0", count: 64)
-
-    /// The hash this entry must carry.
-    var expectedHash: String {
-        let fields = [
-            String(seq), String(at), who.uid.map { String($0) } ?? "", who.pid.map { String($0) } ?? "",
-            who.process ?? "", who.actor ?? "", change, old, new, prev,
-        ]
-        return SHA256.hexHash(Array(fields.joined(separator: "\u{1F}").utf8))
-    }
-
-    /// The JSON object of the entry (one line of the file, and the `consent_log` reply).
-    var json: [String: Any] {
-        var object: [String: Any] = [
-            "seq": seq, "at": Int(at), "change": change, "old": old, "new": new, "prev": prev, "hash": hash,
-        ]
-        if let uid = who.uid { object["uid"] = Int(uid) }
-        if let pid = who.pid { object["pid"] = Int(pid) }
-        if let process = who.process { object["process"] = process }
-        if let actor = who.actor { object["actor"] = actor }
-        return object
-    }
-
+extension AuditEntry {
+    /// The next entry of the audit chain: a change by `who` at `at` (wall-clock ms), chained to
+    /// `prev`; its hash is computed.
     init(seq: Int, at: UInt64, who: ConsentActor, change: String, old: String, new: String, prev: String) {
-        self.seq = seq
-        self.at = at
-        self.who = who
-        self.change = change
-        self.old = old
-        self.new = new
-        self.prev = prev
-        hash = ""
-        hash = expectedHash
+        self.init(seq: seq, at: Int64(at), uid: who.uid.map { Int($0) }, pid: who.pid.map { Int($0) },
+                  process: who.process, actor: who.actor, change: change, old: old, new: new, prev: prev)
     }
 
-    init?(json object: [String: Any]) {
-        guard let seq = object["seq"] as? Int, let at = object["at"] as? Int, let change = object["change"] as? String,
-              let old = object["old"] as? String, let new = object["new"] as? String,
-              let prev = object["prev"] as? String, let hash = object["hash"] as? String else { return nil }
-        self.seq = seq
-        self.at = UInt64(max(0, at))
-        who = ConsentActor(uid: (object["uid"] as? Int).map { UInt32(truncatingIfNeeded: $0) },
-                           pid: (object["pid"] as? Int).map { Int32(truncatingIfNeeded: $0) },
-                           process: object["process"] as? String, actor: object["actor"] as? String)
-        self.change = change
-        self.old = old
-        self.new = new
-        self.prev = prev
-        self.hash = hash
-    }
+    /// The entry's line in the audit log, newline included: the JSON object with its keys sorted,
+    /// byte for byte as the agent has always written it (see ``FerryAgent/json(_:)``).
+    var line: [UInt8] { FerryAgent.json(self) + [UInt8(ascii: "\n")] }
 }
 
 /// The consent audit log: an append-only file of JSON lines (`<data>/consent/audit.log`), each
@@ -148,8 +90,7 @@ struct AuditLog {
         var problem: String?
         var prev = AuditEntry.genesis
         for (number, line) in bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).enumerated() {
-            guard let object = try? JSONSerialization.jsonObject(with: Data(line)) as? [String: Any],
-                  let entry = AuditEntry(json: object) else {
+            guard let entry = try? JSONDecoder().decode(AuditEntry.self, from: Data(line)) else {
                 problem = problem ?? "line \(number + 1) is not an audit entry"
                 continue
             }
@@ -176,9 +117,7 @@ struct AuditLog {
 
     /// Appends an entry and `fdatasync`s it.
     func append(_ entry: AuditEntry) throws {
-        var line = Array((try? JSONSerialization.data(withJSONObject: entry.json, options: [.sortedKeys])) ?? Data())
-        line.append(UInt8(ascii: "\n"))
-        try FileIO.appendDurably(line, to: path)
+        try FileIO.appendDurably(entry.line, to: path)
     }
 }
 
