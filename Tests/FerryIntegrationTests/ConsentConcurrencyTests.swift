@@ -7,16 +7,20 @@ import Testing
 /// it, so the audit log proves under which state every event left.
 @Suite("Consent under concurrency")
 struct ConsentConcurrencyTests {
-    /// Sends `set_consent analytics <status>` `count` times over the control socket (a process of its own).
+    /// Sends `set_consent analytics …` `count` times over the control socket (a process of its
+    /// own), alternating from `<status>` between granted and denied, so every toggler changes the
+    /// state whether or not the other one runs at the same moment.
     static let toggler = """
         import json, sys, zmq
-        runtime, status, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        runtime, first, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+        other = "denied" if first == "granted" else "granted"
         context = zmq.Context()
         for i in range(count):
+            status = first if i % 2 == 0 else other
             socket = context.socket(zmq.REQ)
             socket.setsockopt(zmq.LINGER, 0)
             socket.connect("ipc://%s/control" % runtime)
-            socket.send(json.dumps({"op": "set_consent", "category": "analytics", "status": status, "actor": "toggler-" + status}).encode())
+            socket.send(json.dumps({"op": "set_consent", "category": "analytics", "status": status, "actor": "toggler-" + first}).encode())
             if socket.poll(10000) == 0:
                 sys.exit("no reply")
             reply = json.loads(socket.recv())

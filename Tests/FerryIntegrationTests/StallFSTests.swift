@@ -66,50 +66,64 @@ struct StallFSTests {
         #expect(Self.contents(fs.backingDirectory + "/sub/a.log") == "one\n")
     }
 
+    /// Holds `argv[1]` open for appending and runs the `write`/`fsync` commands read from stdin,
+    /// answering each on stdout. A child process, so the test process itself never holds a
+    /// descriptor on a stalled mount: every process it spawns meanwhile would inherit that
+    /// descriptor until its exec, and the close at exec would wait for the stall too.
+    static let holder = """
+        import os, sys
+        fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.write(fd, b"before\\n")
+        print("ready", flush=True)
+        for line in sys.stdin:
+            command = line.strip()
+            if command == "write":
+                os.write(fd, b"during\\n")
+                print("wrote", flush=True)
+            elif command == "fsync":
+                os.fsync(fd)
+                print("synced", flush=True)
+        os.close(fd)
+        """
+
     @Test("while stalled, a write and an fsync on an open file stay blocked in the kernel; resume lets them finish")
     func stalledWriteAndFsyncOnAThread() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let fs = try await StallFS(in: dir)
         defer { fs.cleanup() }
-        let path = fs.mountPoint + "/events.log"
-        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
-        try #require(fd >= 0)
-        #expect("before\n".withCString { write(fd, $0, 7) } == 7)
+        let holder = try ChildProcess(executable: "/usr/bin/python3", arguments: ["-c", Self.holder, fs.mountPoint + "/events.log"],
+                                      input: .pipe, outputDirectory: dir.path, label: "holder")
+        defer {
+            fs.cleanup()
+            holder.cleanup()
+        }
+        try await eventually("the holder to open the file") { holder.standardOutput.contains("ready") }
 
-        // write(2) on a dedicated thread, off the concurrency pool.
+        // write(2) on the open file.
         try await fs.stall()
         #expect(fs.isStalled)
-        let wrote = Finished()
-        let writeTask = Task { try await runOffPool { () -> Int in
-            defer { wrote.set() }
-            return "during\n".withCString { Glibc.write(fd, $0, 7) }
-        } }
+        try await holder.writeInput("write\n")
         let blockedWrite = try await fs.waitUntilBlocked(operation: "write", path: "/events.log")
         // The daemon holds the request and answers only after resume(): the call cannot have returned.
-        #expect(!wrote.value, "write(2) returned while stallfs held it: \(blockedWrite)")
+        #expect(!holder.standardOutput.contains("wrote"), "write(2) returned while stallfs held it: \(blockedWrite)")
         #expect(Self.contents(fs.backingDirectory + "/events.log") == "before\n")
         try await fs.resume()
-        #expect(try await writeTask.value == 7)
+        try await eventually("the write to finish") { holder.standardOutput.contains("wrote") }
         #expect(fs.blockedOperations.isEmpty)
         #expect(Self.contents(fs.backingDirectory + "/events.log") == "before\nduring\n")
 
         // fsync(2) the same way.
         try await fs.stall()
-        let synced = Finished()
-        let syncTask = Task { try await runOffPool { () -> Int32 in
-            defer { synced.set() }
-            return fsync(fd)
-        } }
+        try await holder.writeInput("fsync\n")
         try await fs.waitUntilBlocked(operation: "fsync", path: "/events.log")
-        #expect(!synced.value)
+        #expect(!holder.standardOutput.contains("synced"))
         try await fs.resume()
-        #expect(try await syncTask.value == 0)
+        try await eventually("the fsync to finish") { holder.standardOutput.contains("synced") }
 
-        #expect(close(fd) == 0)
-        // A process other tests spawn meanwhile inherits `fd` until its exec closes it (O_CLOEXEC),
-        // and that close sends FUSE a FLUSH of its own: only the write and the fsync are ours.
-        #expect(fs.everBlocked.map(\.name).filter { $0 != "flush" } == ["write", "fsync"])
+        holder.closeInput()
+        #expect(try await holder.waitForExit(timeout: .seconds(20)) == .exited(0), "\(holder.standardError)")
+        #expect(fs.everBlocked.map(\.name) == ["write", "fsync"])
         try await fs.unmount()
         #expect(StallFS.mountType(at: fs.mountPoint) == nil)
     }
