@@ -97,8 +97,8 @@ public final class TmpfsMount: Sendable {
     public let sizeBytes: Int
 
     /// Mounts a tmpfs of `sizeBytes` on a new directory under `parent`. Throws with the reason if
-    /// that is not possible here (not root, no `mount`, a container without `CAP_SYS_ADMIN`):
-    /// callers skip the test and print the reason.
+    /// that is not possible here (not root, no `mount`, a container without `CAP_SYS_ADMIN`);
+    /// tests probe first in an `.enabled(if:)` trait, so a machine that cannot mount reports a skip.
     public init(parent: String, sizeBytes: Int) async throws {
         guard geteuid() == 0 else { throw FerryTestKitError("mounting a tmpfs needs root (euid \(geteuid()))") }
         let point = parent + "/tmpfs"
