@@ -1,6 +1,5 @@
 import CZlib
 import FerryAgent
-import FerryStorage
 
 /// gzip (RFC 1952) through the system zlib: `deflateInit2` with window bits 31 (15 + 16 selects
 /// the gzip wrapper instead of zlib's).

@@ -1,5 +1,5 @@
-import FerryProtocol
 import FerryAgent
+import FerryProtocol
 import FerryStorage
 
 /// The JSON request bodies of the HTTP sink (documented in `docs/HTTP-SINK.md`).

@@ -1,13 +1,13 @@
 import AsyncHTTPClient
+import FerryAgent
 import FerryProtocol
+import FerryStorage
 import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
 import NIOSSL
 import Synchronization
-import FerryAgent
-import FerryStorage
 
 /// Delivers batches by POSTing them to an HTTP collector. See `docs/HTTP-SINK.md`.
 ///

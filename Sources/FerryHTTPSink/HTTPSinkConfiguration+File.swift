@@ -1,6 +1,5 @@
-import Foundation
 import FerryAgent
-import FerryStorage
+import Foundation
 
 extension HTTPSinkConfiguration {
     /// Reads the `sink` object of a configuration file whose `type` is `"http"`. Unknown keys are

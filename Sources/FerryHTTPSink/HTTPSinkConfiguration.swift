@@ -1,6 +1,5 @@
-import Foundation
 import FerryAgent
-import FerryStorage
+import Foundation
 
 /// How the HTTP sink posts batches to a collector. See `docs/HTTP-SINK.md`.
 ///

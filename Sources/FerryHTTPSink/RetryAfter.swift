@@ -1,6 +1,4 @@
 import FerryProtocol
-import FerryAgent
-import FerryStorage
 
 /// The `Retry-After` response header (RFC 9110 §10.2.3): either delay-seconds or an HTTP-date.
 ///

@@ -1,10 +1,10 @@
-import Foundation
+import FerryAgent
 import FerryProtocol
+import FerryStorage
+import Foundation
 import Logging
 import NATS
 import Synchronization
-import FerryAgent
-import FerryStorage
 
 /// Delivers events to a NATS JetStream stream.
 ///

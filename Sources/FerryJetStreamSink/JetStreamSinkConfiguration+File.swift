@@ -1,5 +1,5 @@
 import FerryAgent
-import FerryStorage
+
 extension JetStreamSinkConfiguration {
     /// The keys of a `"type": "jetstream"` sink object in the agent's JSON file, applied to
     /// `box` (unknown keys are errors, as everywhere in the file):

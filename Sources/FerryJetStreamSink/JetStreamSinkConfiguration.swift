@@ -1,5 +1,5 @@
 import FerryAgent
-import FerryStorage
+
 /// Settings of the NATS JetStream sink (``JetStreamSink``). Every field has a default, so
 /// `JetStreamSinkConfiguration()` publishes to a local `nats-server -js` on the default port.
 ///

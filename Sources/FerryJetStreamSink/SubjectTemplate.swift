@@ -1,5 +1,3 @@
-import FerryAgent
-import FerryStorage
 /// A NATS subject with placeholders, e.g. `ferry.events.{category}.{type}`.
 ///
 /// Placeholders: `{type}` (track, identify, …), `{category}` (the category number) and

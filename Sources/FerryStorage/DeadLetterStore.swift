@@ -1,5 +1,5 @@
-import Foundation
 import FerryProtocol
+import Foundation
 
 /// A batch a sink refused for good (or kept failing past its retry deadline), kept on disk so it
 /// can be looked at, replayed exactly or dropped on purpose, never silently lost.

@@ -33,7 +33,7 @@ package final class LogWriter {
 
     package init(log: SegmentedLog) throws {
         self.log = log
-        let last = log.state.withLock { $0.segments.last }
+        let last = log.lastSegment
         if let last {
             let fd = try FileIO.open(last.path, O_WRONLY)
             active = Open(index: last.index, path: last.path, fd: fd, written: last.size, records: last.records)
@@ -41,13 +41,10 @@ package final class LogWriter {
             active = Open(index: 0, path: "", fd: -1, written: 0, records: 0)
             active = try Self.create(log: log)
             try FileIO.syncDirectory(log.directory)
-            let index = active.index
-            log.state.withLock { state in
-                if let i = state.segments.firstIndex(where: { $0.index == index }) { state.segments[i].visible = true }
-            }
+            log.publish([(active.index, active.written, active.records)])
         }
         groupStart = (active.index, active.written)
-        totalBytes = log.state.withLock { $0.segments.reduce(0) { $0 + $1.size } }
+        totalBytes = log.committedBytes
     }
 
     deinit {
@@ -55,23 +52,23 @@ package final class LogWriter {
     }
 
     private static func create(log: SegmentedLog) throws -> Open {
-        let index = log.state.withLock { state in
-            defer { state.nextIndex += 1 }
-            return state.nextIndex
+        let directory = log.directory
+        let (index, path) = log.addSegment { directory + "/" + SegmentedLog.fileName(for: $0) }
+        let fd: CInt
+        do {
+            fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_EXCL)
+        } catch {
+            log.removeSegment(index)
+            throw error
         }
-        let path = log.directory + "/" + SegmentedLog.fileName(for: index)
-        let fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_EXCL)
         let header = SegmentedLog.segmentHeader(index: index)
         do {
             try header.withUnsafeBytes { raw in try FileIO.pwriteAll(fd, raw, at: 0, path: path) }
         } catch {
             close(fd)
             _ = try? FileIO.unlink(path)
+            log.removeSegment(index)
             throw error
-        }
-        log.state.withLock { state in
-            state.segments.append(SegmentInfo(index: index, path: path, size: SegmentedLog.segmentHeaderSize,
-                                              records: 0, deliveredRecords: [:], visible: false))
         }
         return Open(index: index, path: path, fd: fd, written: SegmentedLog.segmentHeaderSize, records: 0)
     }
@@ -123,15 +120,7 @@ package final class LogWriter {
             throw error
         }
         let touched = rotatedOut.map(\.open) + [active]
-        log.state.withLock { state in
-            for open in touched {
-                if let i = state.segments.firstIndex(where: { $0.index == open.index }) {
-                    state.segments[i].size = open.written
-                    state.segments[i].records = open.records
-                    state.segments[i].visible = true
-                }
-            }
-        }
+        log.publish(touched.map { ($0.index, $0.written, $0.records) })
         for (open, _) in rotatedOut { close(open.fd) }
         rotatedOut.removeAll()
         createdInGroup.removeAll()
@@ -151,16 +140,14 @@ package final class LogWriter {
         segments.removeAll { createdInGroup.contains($0.index) }
         if var first = segments.first {
             _ = try? FileIO.ftruncate(first.fd, groupStart.size, path: first.path)
-            let committedRecords = log.state.withLock { state in
-                state.segments.first { $0.index == first.index }?.records ?? 0
-            }
+            let committedRecords = log.segment(first.index)?.records ?? 0
             first.written = groupStart.size
             first.records = committedRecords
             active = first
         }
         rotatedOut.removeAll()
         createdInGroup.removeAll()
-        totalBytes = log.state.withLock { $0.segments.reduce(0) { $0 + $1.size } }
+        totalBytes = log.committedBytes
     }
 
     /// Deletes a segment that is not the active one, fsyncing the directory.
@@ -174,21 +161,11 @@ package final class LogWriter {
     /// Drops the oldest segment that is not active, for the drop-oldest policy. Returns how many
     /// undelivered events it held, or `nil` if only the active segment is left.
     package func dropOldestSegment() throws -> Int? {
-        guard let oldest = log.state.withLock({ state in state.segments.first { $0.index != active.index } }) else {
-            return nil
-        }
+        guard let oldest = log.oldestSegment(otherThan: active.index) else { return nil }
         let lost = log.undeliveredRecords(of: oldest)
         try FileIO.unlink(oldest.path)
         try FileIO.syncDirectory(log.directory)
-        log.state.withLock { state in
-            state.segments.removeAll { $0.index == oldest.index }
-            state.droppedRecords += lost
-            if let next = state.segments.first {
-                for (consumer, cursor) in state.cursors where cursor.segment <= oldest.index {
-                    state.cursors[consumer] = LogPosition(segment: next.index, offset: SegmentedLog.segmentHeaderSize)
-                }
-            }
-        }
+        log.dropSegment(oldest.index, lost: lost)
         totalBytes -= oldest.size
         return lost
     }
@@ -198,18 +175,14 @@ package final class LogWriter {
 
     /// The oldest segment other than the active one (the one the drop-oldest policy deletes next).
     package var oldestSealedSegment: SegmentInfo? {
-        let active = active.index
-        return log.state.withLock { state in state.segments.first { $0.index != active } }
+        log.oldestSegment(otherThan: active.index)
     }
 
     /// Deletes every segment other than the active one whose index is not in `keep`, then fsyncs
     /// the directory. Returns how many were deleted.
     @discardableResult
     package func deleteSegments(keeping keep: Set<UInt64>) throws -> Int {
-        let active = active.index
-        let dead = log.state.withLock { state in
-            state.segments.filter { $0.index != active && !keep.contains($0.index) }
-        }
+        let dead = log.segments(otherThan: active.index) { !keep.contains($0.index) }
         for segment in dead { try delete(segment: segment) }
         if !dead.isEmpty { try FileIO.syncDirectory(log.directory) }
         return dead.count

@@ -125,9 +125,9 @@ package final class SegmentedLog: Sendable {
     package let directory: String
     package let configuration: LogConfiguration
     let logger: Logger
-    let state: Mutex<State>
+    private let state: Mutex<State>
 
-    struct State {
+    private struct State {
         var segments: [SegmentInfo]
         /// Per consumer (sink name): everything before this position has been delivered to it.
         var cursors: [String: LogPosition]
@@ -488,9 +488,72 @@ package final class SegmentedLog: Sendable {
         }
     }
 
+    // MARK: The writer's bookkeeping (``LogWriter`` is the only caller)
+
+    /// The newest segment, if any.
+    var lastSegment: SegmentInfo? { state.withLock { $0.segments.last } }
+
+    /// The oldest segment other than `index`.
+    func oldestSegment(otherThan index: UInt64) -> SegmentInfo? {
+        state.withLock { state in state.segments.first { $0.index != index } }
+    }
+
+    /// The segment numbered `index`, if the log has it.
+    func segment(_ index: UInt64) -> SegmentInfo? {
+        state.withLock { state in state.segments.first { $0.index == index } }
+    }
+
+    /// Segments other than `index` for which `isDead` is true.
+    func segments(otherThan index: UInt64, where isDead: (SegmentInfo) -> Bool) -> [SegmentInfo] {
+        state.withLock { state in state.segments.filter { $0.index != index && isDead($0) } }
+    }
+
+    /// Bytes of all segment files as last committed.
+    var committedBytes: Int64 { state.withLock { $0.segments.reduce(0) { $0 + $1.size } } }
+
+    /// Takes the next segment number and registers the new, empty segment `path` of that number;
+    /// readers do not see it until ``publish(_:)``.
+    func addSegment(path: (UInt64) -> String) -> (index: UInt64, path: String) {
+        state.withLock { state in
+            let index = state.nextIndex
+            state.nextIndex += 1
+            let file = path(index)
+            state.segments.append(SegmentInfo(index: index, path: file, size: Self.segmentHeaderSize,
+                                              records: 0, deliveredRecords: [:], visible: false))
+            return (index, file)
+        }
+    }
+
+    /// Makes committed bytes visible: each segment's durable size and record count.
+    func publish(_ committed: [(index: UInt64, size: Int64, records: Int)]) {
+        state.withLock { state in
+            for segment in committed {
+                if let i = state.segments.firstIndex(where: { $0.index == segment.index }) {
+                    state.segments[i].size = segment.size
+                    state.segments[i].records = segment.records
+                    state.segments[i].visible = true
+                }
+            }
+        }
+    }
+
     /// Forgets a deleted segment.
     func removeSegment(_ index: UInt64) {
         state.withLock { state in state.segments.removeAll { $0.index == index } }
+    }
+
+    /// Forgets the dropped segment `dropped` (deleted by the drop-oldest policy with `lost`
+    /// undelivered events) and moves every cursor that was inside it to the next segment.
+    func dropSegment(_ dropped: UInt64, lost: Int) {
+        state.withLock { state in
+            state.segments.removeAll { $0.index == dropped }
+            state.droppedRecords += lost
+            if let next = state.segments.first {
+                for (consumer, cursor) in state.cursors where cursor.segment <= dropped {
+                    state.cursors[consumer] = LogPosition(segment: next.index, offset: Self.segmentHeaderSize)
+                }
+            }
+        }
     }
 
     // MARK: Status

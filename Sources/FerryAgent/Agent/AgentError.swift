@@ -1,11 +1,5 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Darwin)
-import Darwin
-#endif
-import FerryStorage
-
-/// An error from the agent core: storage, configuration, sockets or delivery.
+/// An error from the agent core: configuration, sockets, consent files, requests or delivery.
+/// Failures of the durable log and its files are `StorageError`s (FerryStorage).
 ///
 /// One error type for the module, shaped like swift-nio's `FileSystemError`: a stable ``code`` to
 /// branch on, a message for people, an optional errno and the underlying cause.
@@ -51,12 +45,6 @@ public struct AgentError: Error, CustomStringConvertible, Sendable {
         self.valid = valid
         self.errno = errno
         self.cause = cause
-    }
-
-    /// An error for a failed system call; `ENOSPC`/`EDQUOT` map to ``Code/noSpace``.
-    static func system(_ operation: String, path: String, errno: CInt) -> AgentError {
-        let code: Code = (errno == ENOSPC || errno == EDQUOT) ? .noSpace : .io
-        return AgentError(code: code, message: "\(operation) \(path): \(String(cString: strerror(errno)))", errno: errno)
     }
 
     public var description: String {

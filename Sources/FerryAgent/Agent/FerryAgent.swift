@@ -3,13 +3,13 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Foundation
 import FerryProtocol
+import FerryStorage
+import Foundation
 import Logging
 import ServiceLifecycle
 import Synchronization
 import ZeroMQ
-import FerryStorage
 
 /// The Ferry agent: ingest over ZeroMQ IPC, a durable group-committed log, delivery to one or
 /// more sinks (each with its own loop, cursor, retry policy and circuit breaker), an event bus and

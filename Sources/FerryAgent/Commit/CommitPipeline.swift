@@ -1,7 +1,7 @@
 import FerryProtocol
+import FerryStorage
 import Logging
 import Synchronization
-import FerryStorage
 
 /// One ingest message after validation, on its way to the commit thread.
 struct IngestBatch: Sendable {

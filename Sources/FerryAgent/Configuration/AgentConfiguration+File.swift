@@ -1,6 +1,6 @@
-import Foundation
 import FerryProtocol
 import FerryStorage
+import Foundation
 
 extension AgentConfiguration {
     /// Loads a configuration from a JSON file, starting from the defaults: only the fields present

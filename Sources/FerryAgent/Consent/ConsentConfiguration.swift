@@ -1,5 +1,4 @@
 import FerryProtocol
-import FerryStorage
 
 /// How the agent starts its consent state. See `docs/CONSENT.md`.
 ///

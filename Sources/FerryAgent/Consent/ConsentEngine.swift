@@ -1,7 +1,7 @@
-import Foundation
 import FerryProtocol
-import Synchronization
 import FerryStorage
+import Foundation
+import Synchronization
 
 /// What the ingest gate decided for one event.
 enum IngestDecision: Equatable, Sendable {

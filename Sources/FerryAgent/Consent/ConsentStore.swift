@@ -3,9 +3,9 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Foundation
 import FerryProtocol
 import FerryStorage
+import Foundation
 
 /// The persisted part of the consent state (`<data>/consent/state.json`).
 struct PersistedConsent: Codable, Hashable, Sendable {

@@ -1,7 +1,7 @@
-import Foundation
 import FerryProtocol
-import Logging
 import FerryStorage
+import Foundation
+import Logging
 
 /// A consent change or action requested on the control socket.
 enum ConsentCommand: Sendable {

@@ -56,7 +56,7 @@ final class OnceKeyStore {
         if damagedBytes > 0 {
             let fd = try FileIO.open(path, O_WRONLY)
             defer { close(fd) }
-            if ftruncate(fd, off_t(good)) != 0 { throw AgentError.system("truncate", path: path, errno: errno) }
+            if ftruncate(fd, off_t(good)) != 0 { throw StorageError.system("truncate", path: path, errno: errno) }
         }
     }
 

@@ -1,7 +1,7 @@
 import FerryProtocol
+import FerryStorage
 import Logging
 import Synchronization
-import FerryStorage
 
 /// Where one sink's delivery stands, for `ferry status`.
 public struct DeliveryState: Sendable {
@@ -473,7 +473,7 @@ final class DeliveryLoop: Sendable {
         let cursor = log.cursor(for: name), cursorStore = self.cursorStore, kept = stored
         try await io.run { try cursorStore.save(cursor, checkpoint: kept) }
         checkpoint.withLock { $0 = kept }
-        try await io.run { try store.remove(sink: name, id: id) }
+        _ = try await io.run { try store.remove(sink: name, id: id) }
         counters.delivered.add(batch.events.count, ordering: .relaxed)
         state.withLock { $0.delivered += batch.events.count }
         logger.notice("dead letter replayed", metadata: ["id": "\(id)", "events": "\(batch.events.count)"])

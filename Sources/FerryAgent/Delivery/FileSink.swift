@@ -3,10 +3,10 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Foundation
 import FerryProtocol
-import Synchronization
 import FerryStorage
+import Foundation
+import Synchronization
 
 /// The embedded default sink: JSON Lines files in a directory, one event object per line.
 ///

@@ -72,7 +72,7 @@ public protocol Sink: Sendable {
 }
 
 /// What the send-time gate decided for one batch.
-public enum GateDecision: Sendable {
+package enum GateDecision: Sendable {
     /// Nothing may be sent now (delivery paused, or consent forbids all delivery); the loop waits
     /// for its wake-up signal and asks again. Nothing is skipped.
     case paused
@@ -83,16 +83,16 @@ public enum GateDecision: Sendable {
 
 /// The consent check at send time: asked before every delivery attempt of every batch, so a
 /// revocation stops events already queued (except a batch already on the wire).
-public protocol DeliveryGate: Sendable {
+package protocol DeliveryGate: Sendable {
     /// Decides what of `batch` may go to `sink` now.
     func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision
 }
 
 /// A gate that admits everything (no consent engine).
-public struct OpenDeliveryGate: DeliveryGate {
+package struct OpenDeliveryGate: DeliveryGate {
     /// Creates the gate.
-    public init() {}
-    public func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision {
+    package init() {}
+    package func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision {
         .deliver(batch, blocked: [], reason: "")
     }
 }

@@ -1,5 +1,4 @@
 import FerryProtocol
-import FerryStorage
 import Logging
 
 /// The settings of one type of sink: what a sink object of the configuration holds besides the

@@ -1,6 +1,6 @@
 import FerryProtocol
-import Foundation
 import FerryStorage
+import Foundation
 
 /// Topics of the event bus (`ipc://<runtime dir>/events`).
 public enum BusTopic: String, Sendable, CaseIterable {

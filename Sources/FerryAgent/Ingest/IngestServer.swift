@@ -8,7 +8,6 @@ import FerryProtocol
 import Logging
 import Synchronization
 import ZeroMQ
-import FerryStorage
 
 /// The agent's socket thread. It owns every ZeroMQ socket of the agent:
 ///
