@@ -1,5 +1,6 @@
 import Foundation
 @testable import FerryAgent
+import FerryTestKit
 @testable import FerryStorage
 @testable import FerryHTTPSink
 import Testing

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 @testable import FerryAgent
+import FerryTestKit
 @testable import FerryStorage
 import FerryProtocol
 import Foundation

@@ -1,4 +1,5 @@
 @testable import FerryAgent
+import FerryTestKit
 @testable import FerryStorage
 @testable import FerryJetStreamSink
 import Foundation

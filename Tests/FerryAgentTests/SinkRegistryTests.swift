@@ -1,4 +1,5 @@
 @testable import FerryAgent
+import FerryTestKit
 import FerryProtocol
 import FerryStorage
 import Foundation

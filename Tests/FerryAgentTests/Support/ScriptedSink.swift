@@ -1,5 +1,6 @@
 import FerryProtocol
 @testable import FerryAgent
+import FerryTestKit
 @testable import FerryStorage
 import Synchronization
 

@@ -3,8 +3,8 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-@testable import FerryAgent
 @testable import FerryStorage
+import FerryTestKit
 import FerryProtocol
 import Foundation
 import Testing

@@ -1,5 +1,5 @@
-@testable import FerryAgent
 @testable import FerryStorage
+import FerryTestKit
 import FerryProtocol
 import Testing
 
