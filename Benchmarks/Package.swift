@@ -20,6 +20,7 @@ let package = Package(
             name: "ferry-bench",
             dependencies: [
                 .product(name: "Ferry", package: "Ferry"),
+                .product(name: "FerryAgent", package: "Ferry"),
                 .product(name: "FerryStorage", package: "Ferry"),
                 .product(name: "FerryProtocol", package: "Ferry"),
                 .product(name: "ZeroMQ", package: "Ferry"),

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import CZeroMQ
+import FerryAgent
 import FerryStorage
 import FerryProtocol
 import Foundation
