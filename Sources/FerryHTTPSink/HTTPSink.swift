@@ -39,8 +39,6 @@ public final class HTTPSink: Sink, CustomStringConvertible {
 
     /// The sink's thread for blocking file reads (token, CA file).
     private let io: BlockingExecutor
-    /// Whether ``shutdown()`` ends `io` (a thread the sink made itself, not its loop's).
-    private let ownsIO: Bool
 
     private struct State {
         /// `nil` until loaded; then `.some(nil)` when no token is configured.
@@ -57,13 +55,12 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// The configuration is expected to be valid (``HTTPSinkConfiguration/validate()``).
     public convenience init(name: String = "http", configuration: HTTPSinkConfiguration, logger: Logger) {
         self.init(name: name, configuration: configuration, logger: logger,
-                  io: BlockingExecutor(name: "ferry-sink-" + name), ownsIO: true)
+                  io: BlockingExecutor(name: "ferry-sink-" + name))
     }
 
     /// Creates the sink with `io` (its delivery loop's thread) for reading the token and CA files.
-    package init(name: String, configuration: HTTPSinkConfiguration, logger: Logger, io: BlockingExecutor, ownsIO: Bool = false) {
+    package init(name: String, configuration: HTTPSinkConfiguration, logger: Logger, io: BlockingExecutor) {
         self.io = io
-        self.ownsIO = ownsIO
         self.name = name
         self.configuration = configuration
         self.logger = logger
@@ -111,7 +108,6 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     }
 
     public func shutdown() async throws {
-        if ownsIO { io.shutdown() }
         guard state.withLock({ state in
             defer { state.isShutDown = true }
             return !state.isShutDown

@@ -35,8 +35,6 @@ public final class JetStreamSink: Sink {
     /// nats.c calls that may block (connecting, stream requests, a full publish window) run on
     /// the sink's own thread, shared with its delivery loop and with no other sink.
     private let io: BlockingExecutor
-    /// Whether ``shutdown()`` ends `io` (a thread the sink made itself, not its loop's).
-    private let ownsIO: Bool
 
     private struct State {
         var js: JetStreamContext?
@@ -47,13 +45,12 @@ public final class JetStreamSink: Sink {
     /// Creates the sink; nothing connects until the first delivery.
     public convenience init(name: String = "jetstream", configuration: JetStreamSinkConfiguration, logger: Logger) {
         self.init(name: name, configuration: configuration, logger: logger,
-                  io: BlockingExecutor(name: "ferry-sink-" + name), ownsIO: true)
+                  io: BlockingExecutor(name: "ferry-sink-" + name))
     }
 
     /// Creates the sink with `io` (its delivery loop's thread) for nats.c's blocking calls.
-    package init(name: String, configuration: JetStreamSinkConfiguration, logger: Logger, io: BlockingExecutor, ownsIO: Bool = false) {
+    package init(name: String, configuration: JetStreamSinkConfiguration, logger: Logger, io: BlockingExecutor) {
         self.io = io
-        self.ownsIO = ownsIO
         self.name = name
         self.configuration = configuration
         self.logger = logger
@@ -111,7 +108,6 @@ public final class JetStreamSink: Sink {
             return state.js
         }
         if let js { await io.run { js.connection.close() } }
-        if ownsIO { io.shutdown() }
     }
 
     /// The JetStream context, connected (or reconnecting) with the stream checked; creates them

@@ -171,8 +171,8 @@ package final class DedicatedThread: Sendable {
 ///
 /// One executor serialises its jobs, so unrelated blocking work gets executors of its own: each
 /// sink has one (a sink stalled in I/O holds back only itself), and so does the agent's control
-/// socket. ``shutdown()`` ends the thread once the queued jobs are done; a job submitted after
-/// that runs on a thread of its own rather than being lost.
+/// socket. ``shutdown()``, or releasing the last reference, ends the thread once the queued jobs
+/// are done; a job submitted after `shutdown()` runs on a thread of its own rather than being lost.
 package final class BlockingExecutor: Sendable {
     /// An executor for short, independent work of a process (never for I/O that can stall).
     package static let shared = BlockingExecutor(name: "ferry-blocking-io")
@@ -183,12 +183,17 @@ package final class BlockingExecutor: Sendable {
 
     package init(name: String) {
         self.name = name
+        // The thread holds the inbox, not the executor, so releasing the executor ends it.
         let inbox = self.inbox
         _ = DedicatedThread(name: name) {
             while let jobs = inbox.takeAll(timeout: .seconds(3600)) {
                 for job in jobs { job() }
             }
         }
+    }
+
+    deinit {
+        inbox.close()
     }
 
     /// Runs `body` on the executor's thread and returns its result.

@@ -5,7 +5,6 @@ import Darwin
 #endif
 import FerryTestKit
 import Foundation
-import Synchronization
 import Testing
 
 /// The stalling FUSE filesystem itself: it passes files through, its stall blocks real I/O in the
@@ -15,13 +14,6 @@ import Testing
 @Suite("StallFS: a FUSE passthrough whose I/O can be stalled", .serialized,
        .enabled(if: StallFS.isAvailable, "needs /dev/fuse and libfuse3"))
 struct StallFSTests {
-    /// A flag set by a blocking thread when its system call returned.
-    final class Finished: Sendable {
-        private let flag = Atomic<Bool>(false)
-        var value: Bool { flag.load(ordering: .acquiring) }
-        func set() { flag.store(true, ordering: .releasing) }
-    }
-
     static func contents(_ path: String) -> String? {
         FileManager.default.contents(atPath: path).map { String(decoding: $0, as: UTF8.self) }
     }
@@ -87,7 +79,7 @@ struct StallFSTests {
         """
 
     @Test("while stalled, a write and an fsync on an open file stay blocked in the kernel; resume lets them finish")
-    func stalledWriteAndFsyncOnAThread() async throws {
+    func stalledWriteAndFsyncOnAnOpenFile() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let fs = try await StallFS(in: dir)

@@ -392,6 +392,9 @@ public final class FerryAgent: Service, Sendable {
         }
         guard let running = running.withLock({ $0 }) else { return fail(ControlRefusal("agent starting")) }
         let engine = running.consent
+        // The ops that read are answered here; the ones that change the consent state (or start
+        // delivery) go to the commit thread, between two groups.
+        let command: ConsentCommand
         switch decoded.operation {
         case .status:
             return reply(status().map { Self.json($0) } ?? Self.json(ControlRefusal("agent starting")))
@@ -411,11 +414,15 @@ public final class FerryAgent: Service, Sendable {
             } catch {
                 return fail(ControlRefusal("cannot read the audit log: \(error)"))
             }
-        default:
-            break
-        }
-        guard let command = Self.consentCommand(decoded.operation) else {
-            return fail(ControlRefusal("unknown op \"\(decoded.op)\"", valid: ControlRequest.ops))
+        case .setTracking(let enabled): command = .setTracking(enabled)
+        case .setConsent(let category, let status): command = .setConsent(category: category, status: status)
+        case .setPersistence(let status): command = .setPersistence(status)
+        case .setGDPR(let fields): command = .setGDPR(fields)
+        case .enableFeatures(let names): command = .enableFeatures(names)
+        case .disableFeatures(let names): command = .disableFeatures(names)
+        case .purge(let category): command = .purge(category: category)
+        case .forget(let userID): command = .forget(userID: userID)
+        case .start: command = .start
         }
         var actor = ConsentActor(uid: peer?.uid, pid: peer?.pid, process: peer.flatMap { processName(of: $0.pid) })
         if let text = decoded.actor { actor.actor = String(decoding: text.utf8.prefix(200), as: UTF8.self) }
@@ -459,22 +466,6 @@ public final class FerryAgent: Service, Sendable {
             return DeadLetterReplayReply(ok: false, sink: delivery.name, id: id, error: error.message)
         } catch {
             return DeadLetterReplayReply(ok: false, sink: delivery.name, id: id, error: "\(error)")
-        }
-    }
-
-    /// The consent command of a state-changing request (nil for the ops that change nothing).
-    private static func consentCommand(_ operation: ControlRequest.Operation) -> ConsentCommand? {
-        switch operation {
-        case .setTracking(let enabled): .setTracking(enabled)
-        case .setConsent(let category, let status): .setConsent(category: category, status: status)
-        case .setPersistence(let status): .setPersistence(status)
-        case .setGDPR(let fields): .setGDPR(fields)
-        case .enableFeatures(let names): .enableFeatures(names)
-        case .disableFeatures(let names): .disableFeatures(names)
-        case .purge(let category): .purge(category: category)
-        case .forget(let userID): .forget(userID: userID)
-        case .start: .start
-        case .status, .consentState, .consentLog, .deadLetterReplay: nil
         }
     }
 

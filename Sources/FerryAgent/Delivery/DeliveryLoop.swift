@@ -126,8 +126,6 @@ final class DeliveryLoop: Sendable {
     /// The sink's own thread for blocking work (log reads, cursor and dead-letter writes), shared
     /// with the sink and with no other sink: a sink stalled in I/O holds back only itself.
     private let io: BlockingExecutor
-    /// Whether `io` was made for this loop alone (ended when ``run()`` returns).
-    private let ownsIO: Bool
     /// Signalled on every commit (new events) and by replay requests.
     let wakeup = AsyncSignal()
     /// Signalled by replay requests only: retry and circuit-open pauses wait on it, so a busy
@@ -176,7 +174,6 @@ final class DeliveryLoop: Sendable {
         self.logger = logger
         self.published = published
         self.io = io ?? BlockingExecutor(name: "ferry-sink-" + configuration.name)
-        ownsIO = io == nil
         breaker = Mutex(CircuitBreaker(configuration.circuit))
         state = Mutex(DeliveryState(sink: configuration.name))
     }
@@ -185,7 +182,6 @@ final class DeliveryLoop: Sendable {
     /// finished or abandoned (and re-delivered after restart), never half-acknowledged.
     func run() async {
         defer {
-            if ownsIO { io.shutdown() }
             state.withLock { $0.phase = .stopped }
             let pending = replays.withLock { queue in
                 queue.stopped = true

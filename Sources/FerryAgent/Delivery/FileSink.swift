@@ -21,8 +21,6 @@ public final class FileSink: Sink {
     private let maxFileBytes: Int64
     private let state = Mutex<State>(State())
     private let io: BlockingExecutor
-    /// Whether ``shutdown()`` ends `io` (a thread the sink made itself, not its loop's).
-    private let ownsIO: Bool
 
     private struct State {
         var fileIndex: UInt64 = 1
@@ -32,13 +30,11 @@ public final class FileSink: Sink {
     /// Creates a sink named `name` writing into `directory` (created 0700 if missing), with a
     /// thread of its own for its file I/O.
     public convenience init(name: String = "file", directory: String, maxFileBytes: Int64 = 64 << 20) {
-        self.init(name: name, directory: directory, maxFileBytes: maxFileBytes, io: BlockingExecutor(name: "ferry-sink-" + name),
-                  ownsIO: true)
+        self.init(name: name, directory: directory, maxFileBytes: maxFileBytes, io: BlockingExecutor(name: "ferry-sink-" + name))
     }
 
     /// Creates a sink whose file I/O runs on `io` (its delivery loop's thread).
-    package init(name: String, directory: String, maxFileBytes: Int64, io: BlockingExecutor, ownsIO: Bool = false) {
-        self.ownsIO = ownsIO
+    package init(name: String, directory: String, maxFileBytes: Int64, io: BlockingExecutor) {
         self.name = name
         self.directory = directory
         self.maxFileBytes = maxFileBytes
@@ -122,9 +118,7 @@ public final class FileSink: Sink {
         }
     }
 
-    public func shutdown() async throws {
-        if ownsIO { io.shutdown() }
-    }
+    public func shutdown() async throws {}
 
     /// One JSON object line for `event` (``JSONWriter/storedEventObject(_:consent:)``) and a newline;
     /// `consent` is the batch's consent stamp as a JSON object.

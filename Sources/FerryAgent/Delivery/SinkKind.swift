@@ -8,7 +8,7 @@ import Logging
 /// `FerryHTTPSink` and `FerryJetStreamSink` modules add `"http"` and `"jetstream"`, and any other
 /// module can add its own the same way: a settings type that builds its ``Sink``, and a
 /// ``SinkKind`` that reads it from a configuration file, registered in a ``SinkRegistry``.
-public protocol SinkSettings: Sendable, Hashable, CustomStringConvertible {
+public protocol SinkSettings: Sendable, Hashable {
     /// The `type` name in the configuration file (`"file"`, `"http"`, …).
     static var type: String { get }
     /// Checks the values of the sink named `name`; throws ``AgentError`` with code
@@ -19,8 +19,6 @@ public protocol SinkSettings: Sendable, Hashable, CustomStringConvertible {
 }
 
 extension SinkSettings {
-    public var description: String { "\(Self.type) sink" }
-
     /// The settings as a type-erased hashable value (for comparing settings of any type).
     var anyHashable: AnyHashable { AnyHashable(self) }
 }
@@ -39,8 +37,8 @@ public struct SinkContext: Sendable {
     /// back only itself.
     package let io: BlockingExecutor
 
-    /// Creates a context with a new thread for the sink's blocking work; it ends when the sink's
-    /// delivery loop shuts down (or with ``shutdown()``).
+    /// Creates a context with a new thread for the sink's blocking work; the thread ends with the
+    /// last sink or loop that holds it (or at ``shutdown()``).
     public init(name: String, dataDirectory: String, logger: Logger) {
         self.init(name: name, dataDirectory: dataDirectory, logger: logger,
                   io: BlockingExecutor(name: "ferry-sink-" + name))
