@@ -32,7 +32,7 @@ struct SessionDedupTests {
 
     static let smallWindow = #"{"dedup": {"maxEntries": 1000, "maxAgeSeconds": 900, "lossGraceSeconds": 1}, "log": {"segmentMaxBytes": 262144}}"#
 
-    @Test("a batch re-sent after 10x the id window of other events is answered duplicate, before and after a kill -9, and stored once")
+    @Test("a batch re-sent after 10x the id window of other events (10 M in the soak) is answered duplicate, before and after a kill -9, and stored once")
     func resendAfterTenWindows() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
@@ -45,10 +45,16 @@ struct SessionDedupTests {
         let first = try await Self.send(original, to: agent)
         #expect(first.allSatisfy { $0.status == .accepted }, "\(first.prefix(3))")
 
-        // 10 000 events from another client: ten times the id window (1000 ids).
+        // Events from another client: ten times the id window (1000 ids) in CI, 10 M in the soak.
         let b = Self.newSession()
-        let flood = try await Self.send(Self.batch(session: b, source: "client-b", first: 1, count: 10_000), to: agent)
-        #expect(flood.allSatisfy { $0.status == .accepted })
+        let floodEvents = FaultSettings.scale(ci: 10_000, soak: 10_000_000)
+        var flooded = 0
+        while flooded < floodEvents {
+            let count = min(50_000, floodEvents - flooded)
+            let flood = try await Self.send(Self.batch(session: b, source: "client-b", first: UInt64(flooded + 1), count: count), to: agent)
+            #expect(flood.allSatisfy { $0.status == .accepted })
+            flooded += count
+        }
 
         let again = try await Self.send(original, to: agent)
         #expect(again.map(\.status) == Array(repeating: .duplicate, count: 100), "\(Set(again.map(\.status)))")
