@@ -87,7 +87,13 @@ public enum LogRecord {
 
     /// Appends a framed data format 2 event record (``Kind/eventWithMetadata``) to `buffer`.
     public static func appendEvent(_ frame: [UInt8], acceptedAt: UInt64, metadata: RecordMetadata = .init(), to buffer: inout [UInt8]) {
-        let meta = metadata.encoded
+        appendEvent(frame, acceptedAt: acceptedAt, encodedMetadata: metadata.encoded, to: &buffer)
+    }
+
+    /// ``appendEvent(_:acceptedAt:metadata:to:)`` with the metadata already encoded (one encoding
+    /// for every event of a message). At most ``maxMetadataSize`` bytes.
+    public static func appendEvent(_ frame: [UInt8], acceptedAt: UInt64, encodedMetadata meta: [UInt8], to buffer: inout [UInt8]) {
+        precondition(meta.count <= maxMetadataSize, "record metadata is limited to \(maxMetadataSize) bytes")
         let length = UInt32(bodyPrefixSize + 2 + meta.count + frame.count)
         let start = buffer.count
         appendLE(magic, to: &buffer)

@@ -49,6 +49,7 @@ public final class FerryAgent: Service, Sendable {
         var pipeline: CommitPipeline
         var consent: ConsentEngine
         var auditLog: AuditLog
+        var access: AccessControl
     }
 
     /// Creates an agent. Nothing starts until ``run()``. `sink`, if given, replaces the first
@@ -112,12 +113,15 @@ public final class FerryAgent: Service, Sendable {
         let configuration = self.configuration, logger = self.logger
 
         // Directories and the single-instance locks.
+        // A system agent's runtime directory is searchable by every user (its sockets have modes
+        // of their own) and its lock readable, so clients can tell whether it runs.
+        let system = configuration.mode == .system
         let locks = try await io.run { () throws -> [CInt] in
-            try FileIO.makeDirectory(configuration.runtimeDirectory, mode: 0o700)
+            try FileIO.makeDirectory(configuration.runtimeDirectory, mode: system ? 0o755 : 0o700)
             try FileIO.makeDirectory(configuration.dataDirectory, mode: 0o700)
             return [
-                try Self.lock(configuration.runtimeDirectory + "/ferryd.lock"),
-                try Self.lock(configuration.dataDirectory + "/ferryd.lock"),
+                try Self.lock(configuration.runtimeDirectory + "/" + FerryPaths.lockFileName, mode: system ? 0o644 : 0o600),
+                try Self.lock(configuration.dataDirectory + "/ferryd.lock", mode: 0o600),
             ]
         }
         defer { locks.forEach { close($0) } }
@@ -251,7 +255,8 @@ public final class FerryAgent: Service, Sendable {
                 guard mailbox.wants(.delivered) else { return }
                 let now = WallClock.unixMilliseconds()
                 for event in batch.events {
-                    if let json = BusMessage.event(topic: .delivered, frame: event.frame, at: now, sink: sinkName) {
+                    if let json = BusMessage.event(topic: .delivered, frame: event.frame, at: now, sink: sinkName,
+                                                   origin: EventOrigin(metadata: event.metadata)) {
                         mailbox.publish(.delivered, json)
                     }
                 }
@@ -260,9 +265,13 @@ public final class FerryAgent: Service, Sendable {
         let pipeline = CommitPipeline(
             log: log, configuration: configuration, counters: counters, mailbox: mailbox,
             committedSignals: deliveries.map(\.wakeup), logger: logger)
+        // The access policy, resolved against the user and group databases here (never on a
+        // socket thread) and refreshed in the background.
+        let access = await io.run { AccessControl(policy: configuration.access, logger: logger) }
+        access.startRefreshing()
         running.withLock {
             $0 = Running(sinks: configuredSinks, log: log, deliveries: deliveries, recovery: report, pipeline: pipeline,
-                         consent: engine, auditLog: auditLog)
+                         consent: engine, auditLog: auditLog, access: access)
         }
 
         // Control requests are answered on a thread of their own: status, the audit log and
@@ -272,7 +281,7 @@ public final class FerryAgent: Service, Sendable {
         let context = try ZMQContext()
         let server = IngestServer(
             context: context, configuration: configuration, pipeline: pipeline, mailbox: mailbox, counters: counters,
-            logger: logger, controlThread: controlThread
+            logger: logger, controlThread: controlThread, access: access
         ) { [weak self] request, peer, reply in
             guard let self else { return reply(Self.json(ControlRefusal("agent stopping"))) }
             self.handleControl(request, peer: peer, reply: reply)
@@ -310,6 +319,7 @@ public final class FerryAgent: Service, Sendable {
         await server.stop()
         for sink in sinks { try? await sink.shutdown() }
         await verifier.stop()
+        await access.stop()
         await io.run { context.terminate() }
         logger.info("ferryd stopped", metadata: ["accepted": "\(counters.accepted.load(ordering: .relaxed))"])
     }
@@ -419,8 +429,9 @@ public final class FerryAgent: Service, Sendable {
         }
     }
 
-    private static func lock(_ path: String) throws -> CInt {
-        let fd = try FileIO.open(path, O_RDWR | O_CREAT)
+    private static func lock(_ path: String, mode: mode_t) throws -> CInt {
+        let fd = try FileIO.open(path, O_RDWR | O_CREAT, mode: mode)
+        fchmod(fd, mode)
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             close(fd)
             throw AgentError(code: .alreadyRunning, message: "another ferryd holds \(path)")
@@ -443,6 +454,17 @@ public final class FerryAgent: Service, Sendable {
             return fail(error)
         }
         guard let running = running.withLock({ $0 }) else { return fail(ControlRefusal("agent starting")) }
+        // Reading ops are open to whoever may send events; changes (and the audit log, which
+        // names callers) need the control policy. `whoami` is answered to everyone.
+        let scope: AccessControl.Scope? = switch decoded.operation {
+        case .whoami: nil
+        case .status, .consentState: running.access.allows(.ingest, peer) ? nil : .control
+        default: .control
+        }
+        if let scope, !running.access.allows(scope, peer) {
+            counters.accessDenied.add(1, ordering: .relaxed)
+            return fail(ControlRefusal(running.access.refusal(scope, peer), code: ControlRefusal.accessDenied))
+        }
         let engine = running.consent
         // The ops that read are answered here; the ones that change the consent state (or start
         // delivery) go to the commit thread, between two groups.
@@ -450,6 +472,11 @@ public final class FerryAgent: Service, Sendable {
         switch decoded.operation {
         case .status:
             return reply(status().map { Self.json($0) } ?? Self.json(ControlRefusal("agent starting")))
+        case .whoami:
+            let rights = running.access.rights(of: peer)
+            return reply(Self.json(WhoAmIReply(
+                uid: peer?.uid, gid: peer?.gid, pid: peer?.pid, mode: configuration.mode.rawValue,
+                ingest: rights[.ingest] ?? false, control: rights[.control] ?? false, events: rights[.events] ?? false)))
         case .consentState:
             return reply(Self.json(ConsentUpdate(consent: engine.snapshot())))
         case .deadLetterReplay(let id, let sink):

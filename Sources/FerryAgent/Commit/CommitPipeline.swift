@@ -10,6 +10,8 @@ struct IngestBatch: Sendable {
     var requestID: UInt32
     /// The protocol version of the message (the ack is sent in it).
     var version: UInt8 = ferryProtocolVersion
+    /// The sender's origin as encoded record metadata (empty when unknown), stored with each event.
+    var origin: [UInt8] = []
     var items: [Item]
 
     enum Item: Sendable {
@@ -25,6 +27,8 @@ struct CommittedBatch: Sendable {
     var peer: [UInt8]
     var requestID: UInt32
     var version: UInt8
+    /// The sender's origin (encoded record metadata), for the bus.
+    var origin: [UInt8] = []
     var entries: [AckEntry]
     /// The frames, for bus publications (same order as `entries`).
     var frames: [[UInt8]]
@@ -280,7 +284,7 @@ final class CommitPipeline: Sendable {
                             continue
                         }
                         do {
-                            try consent.hold(frame: frame, acceptedAt: now)
+                            try consent.hold(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
                             remember(header, frame: frame)
                             heldIDs.append(id)
                             notes[entries.count] = .init(topic: .held, reason: "consent_undetermined")
@@ -292,12 +296,12 @@ final class CommitPipeline: Sendable {
                     case .store:
                         break
                     }
-                    if !makeRoom(for: frame.count, writer: writer, dedup: dedup, pending: appended, pendingSessions: sessionKeys) {
+                    if !makeRoom(for: frame.count + batch.origin.count, writer: writer, dedup: dedup, pending: appended, pendingSessions: sessionKeys) {
                         entries.append(AckEntry(id: id, status: .rejected, reason: .full))
                         continue
                     }
                     do {
-                        try writer.append(frame: frame, acceptedAt: now)
+                        try writer.append(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
                         remember(header, frame: frame)
                         appended.append(id)
                         entries.append(AckEntry(id: id, status: .accepted))
@@ -306,7 +310,7 @@ final class CommitPipeline: Sendable {
                     }
                 }
             }
-            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, entries: entries,
+            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, origin: batch.origin, entries: entries,
                                           frames: frames, acceptedAt: now, notes: notes))
         }
         var failed = Set<EventID>()
@@ -402,7 +406,8 @@ final class CommitPipeline: Sendable {
         }
     }
 
-    /// Applies the retention cap before an append. Returns false if the event must be rejected.
+    /// Applies the retention cap before an append of `frameSize` bytes (the frame and its record
+    /// metadata). Returns false if the event must be rejected.
     private func makeRoom(
         for frameSize: Int, writer: LogWriter, dedup: Dedup, pending: [EventID],
         pendingSessions: [EventID: (session: EventID, sequence: UInt64)]

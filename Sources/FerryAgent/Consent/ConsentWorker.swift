@@ -62,8 +62,8 @@ final class ConsentWorker {
     // MARK: Ingest
 
     /// Appends a held event to the held area's current group.
-    func hold(frame: [UInt8], acceptedAt: UInt64) throws {
-        try heldWriter.append(frame: frame, acceptedAt: acceptedAt)
+    func hold(frame: [UInt8], acceptedAt: UInt64, encodedMetadata: [UInt8] = []) throws {
+        try heldWriter.append(frame: frame, acceptedAt: acceptedAt, encodedMetadata: encodedMetadata)
         if oldestHeldAt == nil { oldestHeldAt = acceptedAt }
     }
 
@@ -268,7 +268,7 @@ final class ConsentWorker {
             return engine.category(of: header) == category
         }
         guard !released.isEmpty else { return }
-        for event in released { try writer.append(frame: event.frame, acceptedAt: event.acceptedAt) }
+        for event in released { try writer.append(frame: event.frame, acceptedAt: event.acceptedAt, metadata: event.metadata) }
         try writer.commit()
         let ids = Set(released.map(\.decodedID))
         _ = try eraseHeld { ids.contains($0.decodedID) }
