@@ -1,4 +1,5 @@
 import FerryProtocol
+import Foundation
 
 /// The on-disk framing of one log record.
 ///
@@ -42,6 +43,23 @@ public enum LogRecord {
                             continuing: CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[4..<8])))
         }
         record.withUnsafeMutableBytes { $0.storeBytes(of: crc.littleEndian, toByteOffset: 8, as: UInt32.self) }
+    }
+
+    /// The framed record of `event` as it is on disk, rewritten as an ``Kind/erased`` record of
+    /// the same size (see ``erase(_:)``). The one place that knows how a stored event's record is
+    /// laid out, for both ways of erasing (by content, ``SegmentedLog/erase(from:matching:)``, and
+    /// by recorded position, ``SegmentedLog/erase(at:afterEach:)``).
+    public static func erasedImage(of event: StoredEvent) -> [UInt8] {
+        var record = [UInt8](repeating: 0, count: headerSize)
+        record.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: magic.littleEndian, toByteOffset: 0, as: UInt32.self)
+            raw.storeBytes(of: UInt32(event.size - headerSize).littleEndian, toByteOffset: 4, as: UInt32.self)
+        }
+        record.append(Kind.event.rawValue)
+        appendLE(event.acceptedAt, to: &record)
+        record += event.frame
+        erase(&record)
+        return record
     }
 
     /// Appends a framed event record to `buffer`.
@@ -170,4 +188,74 @@ public struct LogPosition: Hashable, Comparable, Sendable, CustomStringConvertib
 extension StoredEvent {
     /// The event id, read from the frame's first 16 bytes.
     public var decodedID: EventID { EventID(bytes: frame) }
+}
+
+/// An erased record to write at a recorded place: where it goes, its size, and the bytes of its
+/// body that an erased record keeps (kind, acceptedAt, the event id; everything after them is
+/// zero). It is computed once from the live record and recorded before anything is erased, so
+/// writing it again is idempotent and needs nothing from the record on disk, which a power cut
+/// may have torn half-way through an earlier overwrite.
+public struct ErasedRecord: Sendable, Hashable, Codable {
+    /// Where the record starts.
+    public var position: LogPosition
+    /// Framed size on disk.
+    public var size: Int
+    /// The leading body bytes of the erased record; the rest of the body is zeros.
+    public var kept: [UInt8]
+
+    /// The erased form of `event`, read from the log.
+    public init(_ event: StoredEvent) {
+        position = event.position
+        size = event.size
+        let image = LogRecord.erasedImage(of: event)
+        var end = image.count
+        while end > LogRecord.headerSize + LogRecord.bodyPrefixSize && image[end - 1] == 0 { end -= 1 }
+        kept = Array(image[LogRecord.headerSize..<end])
+    }
+
+    /// The whole framed record: header (magic, length, CRC32C) and body.
+    public var bytes: [UInt8] {
+        var record = [UInt8](repeating: 0, count: LogRecord.headerSize)
+        record.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: LogRecord.magic.littleEndian, toByteOffset: 0, as: UInt32.self)
+            raw.storeBytes(of: UInt32(size - LogRecord.headerSize).littleEndian, toByteOffset: 4, as: UInt32.self)
+        }
+        record += kept
+        record += [UInt8](repeating: 0, count: max(0, size - record.count))
+        let crc = record.withUnsafeBytes { raw in
+            CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[LogRecord.headerSize...]),
+                            continuing: CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[4..<8])))
+        }
+        record.withUnsafeMutableBytes { $0.storeBytes(of: crc.littleEndian, toByteOffset: 8, as: UInt32.self) }
+        return record
+    }
+
+    /// The erased event's id (kept at body offset 9).
+    public var eventID: EventID {
+        kept.count >= LogRecord.bodyPrefixSize + 16 ? EventID(bytes: kept, at: LogRecord.bodyPrefixSize) : .zero
+    }
+
+    private enum CodingKeys: String, CodingKey { case segment = "s", offset = "o", size = "n", kept = "k" }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        position = LogPosition(segment: try container.decode(UInt64.self, forKey: .segment),
+                               offset: try container.decode(Int64.self, forKey: .offset))
+        size = try container.decode(Int.self, forKey: .size)
+        guard let data = Data(base64Encoded: try container.decode(String.self, forKey: .kept)) else {
+            throw DecodingError.dataCorruptedError(forKey: .kept, in: container, debugDescription: "not base64")
+        }
+        kept = Array(data)
+        guard size >= LogRecord.headerSize + kept.count, kept.count >= LogRecord.bodyPrefixSize else {
+            throw DecodingError.dataCorruptedError(forKey: .size, in: container, debugDescription: "size too small")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(position.segment, forKey: .segment)
+        try container.encode(position.offset, forKey: .offset)
+        try container.encode(size, forKey: .size)
+        try container.encode(Data(kept).base64EncodedString(), forKey: .kept)
+    }
 }

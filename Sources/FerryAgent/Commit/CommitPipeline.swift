@@ -152,8 +152,10 @@ final class CommitPipeline: Sendable {
         while let work = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
             let now = WallClock.unixMilliseconds()
             dedup.expire(now: now)
-            deleteDeliveredSegments(writer: writer, dedup: dedup)
-            consent.expireHeld(now: now)
+            // An unfinished consent change looks for what it appended after a recorded position:
+            // keep every segment until it is done.
+            if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
+            consent.tick(now: now, writer: writer)
             // Keep arrival order: a consent change applies after the events that came before it
             // and before those that came after it.
             var batches: [IngestBatch] = []
@@ -184,7 +186,7 @@ final class CommitPipeline: Sendable {
             }
             flush()
         }
-        deleteDeliveredSegments(writer: writer, dedup: dedup)
+        if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
     }
 
     private func commit(
