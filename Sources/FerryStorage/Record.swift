@@ -208,8 +208,11 @@ public struct ErasedRecord: Sendable, Hashable, Codable {
         position = event.position
         size = event.size
         let image = LogRecord.erasedImage(of: event)
+        // Trailing zeros need not be recorded, but the event id is kept whole even when it ends
+        // in zero bytes (it is how a redo recognises the event).
+        let minimum = min(image.count, LogRecord.headerSize + LogRecord.bodyPrefixSize + 16)
         var end = image.count
-        while end > LogRecord.headerSize + LogRecord.bodyPrefixSize && image[end - 1] == 0 { end -= 1 }
+        while end > minimum && image[end - 1] == 0 { end -= 1 }
         kept = Array(image[LogRecord.headerSize..<end])
     }
 
@@ -232,7 +235,10 @@ public struct ErasedRecord: Sendable, Hashable, Codable {
 
     /// The erased event's id (kept at body offset 9).
     public var eventID: EventID {
-        kept.count >= LogRecord.bodyPrefixSize + 16 ? EventID(bytes: kept, at: LogRecord.bodyPrefixSize) : .zero
+        let start = LogRecord.bodyPrefixSize
+        var id = kept.count > start ? Array(kept[start...].prefix(16)) : []
+        id += [UInt8](repeating: 0, count: 16 - id.count)
+        return EventID(bytes: id)
     }
 
     private enum CodingKeys: String, CodingKey { case segment = "s", offset = "o", size = "n", kept = "k" }

@@ -69,6 +69,20 @@ struct EraseAtPositionTests {
         #expect(try readBytes(file) == before)
     }
 
+    @Test("an event id ending in zero bytes is recorded whole (a redo finds the event by it)")
+    func idEndingInZeros() throws {
+        var bytes = Events.ids.next().bytes
+        bytes[14] = 0
+        bytes[15] = 0
+        let id = EventID(bytes: bytes)
+        let frame = WireEvent(id: id, timestamp: 1, sequence: 1, pid: 1, type: .track, source: "t", name: "E").encoded()
+        let record = ErasedRecord(StoredEvent(position: LogPosition(segment: 1, offset: 16), size: LogRecord.framedSize(frameSize: frame.count),
+                                              acceptedAt: 5, frame: frame))
+        #expect(record.eventID == id)
+        let decoded = try JSONDecoder().decode(ErasedRecord.self, from: JSONEncoder().encode(record))
+        #expect(decoded.eventID == id)
+    }
+
     @Test("an erased record survives a JSON round trip exactly")
     func codable() throws {
         let event = StoredEvent(position: LogPosition(segment: 7, offset: 1234), size: LogRecord.framedSize(frameSize: Self.frames(1, marker: "x")[0].count),
