@@ -64,12 +64,11 @@ public func logRecords(in directory: String) throws -> [LogRecordSummary] {
     let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".seg") }.sorted()
     var records: [LogRecordSummary] = []
     for name in names {
-        _ = try SegmentScanner.scan(path: directory + "/" + name, truncateTornTail: false) { _, _, body in
+        _ = try SegmentScanner.scan(path: directory + "/" + name, truncateTornTail: false) { offset, size, body in
             guard body.count >= LogRecord.bodyPrefixSize + 16 else { return }
-            let erased = body[0] == LogRecord.Kind.erased.rawValue
-            let id = EventID(bytes: body, at: LogRecord.bodyPrefixSize).description
-            var summary = LogRecordSummary(id: id, erased: erased)
-            if !erased, let event = try? WireEvent(decoding: Array(body[LogRecord.bodyPrefixSize...])) {
+            let stored = StoredEvent(position: LogPosition(segment: 0, offset: offset), size: size, body: body)
+            var summary = LogRecordSummary(id: stored.decodedID.description, erased: stored.isErased)
+            if !stored.isErased, let event = try? stored.decoded() {
                 summary.name = event.name
                 summary.userID = event.userID
                 summary.category = event.category
