@@ -176,8 +176,10 @@ final class CommitPipeline: Sendable {
                 lastLossCheck = now
                 reportLosses(dedup.sessions.collectLosses(now: now), at: now)
             }
-            deleteDeliveredSegments(writer: writer, dedup: dedup)
-            consent.expireHeld(now: now)
+            // An unfinished consent change looks for what it appended after a recorded position:
+            // keep every segment until it is done.
+            if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
+            consent.tick(now: now, writer: writer)
             // Keep arrival order: a consent change applies after the events that came before it
             // and before those that came after it.
             var batches: [IngestBatch] = []
@@ -209,7 +211,7 @@ final class CommitPipeline: Sendable {
             }
             flush()
         }
-        deleteDeliveredSegments(writer: writer, dedup: dedup)
+        if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
         do {
             try persistSessions(dedup.sessions, pending: [:])
         } catch {
