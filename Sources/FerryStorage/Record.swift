@@ -270,6 +270,19 @@ package struct RecordBody {
         return String(decoding: body[start..<(start + length)], as: UTF8.self)
     }
 
+    /// The sender's uid recorded in the metadata of `body` (this record's body), if any.
+    package func senderUID(in body: UnsafeRawBufferPointer) -> UInt32? {
+        var offset = metadata.lowerBound
+        while metadata.upperBound - offset >= 3 {
+            let tag = body[offset]
+            let length = Int(body.loadLE(at: offset + 1, as: UInt16.self))
+            guard offset + 3 + length <= metadata.upperBound else { return nil }
+            if tag == 1 /* EventOrigin.Tag.uid */ && length == 4 { return body.loadLE(at: offset + 3, as: UInt32.self) }
+            offset += 3 + length
+        }
+        return nil
+    }
+
     /// Reads a validated body.
     package init(_ body: UnsafeRawBufferPointer) {
         kind = LogRecord.Kind(rawValue: body[0]) ?? .erased
