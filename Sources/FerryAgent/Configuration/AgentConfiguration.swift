@@ -92,7 +92,8 @@ public struct AgentConfiguration: Sendable, Hashable {
             throw fail("maxEventBytes must be at most \(LogRecord.maxBodySize - LogRecord.bodyPrefixSize)")
         }
         guard log.segmentMaxBytes >= 4096 else { throw fail("log.segmentMaxBytes must be at least 4096") }
-        guard log.retentionMaxBytes >= 2 * log.segmentMaxBytes else {
+        // Halving the cap, not doubling the segment size: a huge segmentMaxBytes must not overflow.
+        guard log.segmentMaxBytes <= log.retentionMaxBytes / 2 else {
             throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
         }
         guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0 else { throw fail("dedup limits must be positive") }
