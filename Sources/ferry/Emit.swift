@@ -102,35 +102,27 @@ struct Emit: AsyncParsableCommand {
         let client = try FerryClient(configuration: .init(source: source, runtimeDirectory: runtime), logger: logger)
         let reporter = EmitReporter(json: json)
         var readError: (any Error)?
-        var deadline: Task<Void, Never>?
-        // One child task per event waits for its receipt and reports it; the group ends when
-        // every event has its outcome.
-        await withDiscardingTaskGroup { group in
-            if let single {
-                let position = reporter.expect(line: nil)
-                group.addTask { reporter.resolve(position, LineOutcome(await client.send(single))) }
-            } else {
-                do {
-                    try await sendLines(client, reporter, &group)
-                } catch {
-                    readError = error
-                }
-            }
-            // The input is over: give the acks --timeout, then close the client, which resolves
-            // the sends still waiting as unacknowledged.
-            deadline = Task { [timeout] in
-                guard (try? await Task.sleep(for: .milliseconds(Int(timeout * 1000)))) != nil else { return }
-                await client.shutdown()
+        // Events are queued in input order; each one's receipt is reported when it comes.
+        if let single {
+            let position = reporter.expect(line: nil)
+            client.enqueue(single) { reporter.resolve(position, LineOutcome($0)) }
+        } else {
+            do {
+                try await sendLines(client, reporter)
+            } catch {
+                readError = error
             }
         }
-        deadline?.cancel()
+        // The input is over: give the acks --timeout, then close the client, which reports the
+        // events still waiting as unacknowledged.
+        try? await client.flush(timeout: .milliseconds(Int(timeout * 1000)))
         await client.shutdown()
         try finish(reporter, runtime: runtime, readError: readError)
     }
 
     /// Reads standard input line by line as it arrives and sends each valid line at once;
     /// invalid lines are reported and skipped.
-    private func sendLines(_ client: FerryClient, _ reporter: EmitReporter, _ group: inout DiscardingTaskGroup) async throws {
+    private func sendLines(_ client: FerryClient, _ reporter: EmitReporter) async throws {
         let reader = LineReader()
         var lineNumber = 0
         while let lines = try await reader.next() {
@@ -147,7 +139,7 @@ struct Emit: AsyncParsableCommand {
                     while client.statistics.pending >= client.configuration.outboxCapacity {
                         try await Task.sleep(for: .milliseconds(5))
                     }
-                    group.addTask { reporter.resolve(position, LineOutcome(await client.send(event))) }
+                    client.enqueue(event) { reporter.resolve(position, LineOutcome($0)) }
                 }
             }
         }

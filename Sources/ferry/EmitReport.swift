@@ -87,7 +87,9 @@ final class EmitReporter: Sendable {
 
     /// Records the outcome at `position` and prints what is now complete, in order.
     func resolve(_ position: Int, _ outcome: LineOutcome) {
-        // Printing under the lock keeps the order; the writes are small and unbuffered.
+        // Printing under the lock keeps the order. This runs on the client's I/O thread (receipt
+        // callbacks): the writes are small and unbuffered, and a reader of standard output that
+        // stops reading slows the acks down, as back-pressure should.
         state.withLock { state in
             state.ready[position] = outcome
             state.counts[outcome.status, default: 0] += 1

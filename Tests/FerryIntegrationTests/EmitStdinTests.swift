@@ -74,7 +74,7 @@ struct EmitStdinTests {
             return events.count >= 2 ? events : nil
         }
         #expect(Set(delivered.map(\.id)) == reported)
-        #expect(delivered.map(\.name).sorted() == ["good-1", "good-4"])
+        #expect(delivered.sorted { $0.seq < $1.seq }.map(\.name) == ["good-1", "good-4"], "sent in input order")
         let status = try await agent.status()
         #expect(status.counters["accepted"] == 2, "nothing else reached the agent")
 
