@@ -95,7 +95,7 @@ struct Emit: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
+        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
         let single = try stdin ? nil : singleEvent()
         var logger = Logger(label: "ferry")
         logger.logLevel = .warning

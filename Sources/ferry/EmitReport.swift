@@ -46,6 +46,8 @@ struct LineOutcome: Sendable {
         // `ferry emit` waits for room in the outbox, so this is only a safety net: never sent.
         case .droppedFromOutbox: self.init(status: .rejected, detail: "outbox_full")
         case .clientClosed: self.init(status: .unacknowledged)
+        // The agent refused the whole message (e.g. `access_denied`): nothing of it was stored.
+        case .refusedByAgent(let code): self.init(status: .rejected, detail: code.description)
         }
     }
 

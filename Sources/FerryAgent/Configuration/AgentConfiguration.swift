@@ -7,6 +7,20 @@ import FerryStorage
 /// Load it from a JSON file with ``AgentConfiguration/load(fromFile:)``; see
 /// `daemon/ferryd.example.json` for every field.
 public struct AgentConfiguration: Sendable, Hashable {
+    /// A per-user agent or the host's system agent (docs/PROTOCOL.md, "Where the agent is").
+    public enum Mode: String, Sendable, Hashable, CaseIterable {
+        /// One agent per user: sockets in the user's runtime directory, data in their home.
+        case user
+        /// One agent for the host: sockets in `/run/ferry`, data in `/var/lib/ferry`, shared by
+        /// every local user under ``AgentConfiguration/access``.
+        case system
+    }
+
+    /// Per-user or system agent. Changing it with ``init(mode:)`` picks the mode's directories
+    /// and access defaults.
+    public var mode: Mode
+    /// Who may use which socket (kernel-verified).
+    public var access: AccessPolicy
     /// Directory for the sockets (`ingest`, `events`, `control`); created 0700.
     public var runtimeDirectory: String
     /// Directory for the log, cursors and dedup snapshot; created 0700, files 0600.
@@ -24,16 +38,28 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// The consent state's starting point and policies.
     public var consent: ConsentConfiguration
 
-    /// The dedup window: an id re-sent within it is answered `duplicate` and not stored again.
+    /// Duplicate detection: the session table for clients that send a session (protocol 2), and
+    /// the id window for those that do not. See docs/PROTOCOL.md, "Exactly once".
     public struct Dedup: Sendable, Hashable {
-        /// Most ids remembered.
+        /// Most ids the id window remembers.
         public var maxEntries: Int
-        /// Longest an id is remembered, in seconds.
+        /// Longest the id window remembers an id, in seconds.
         public var maxAgeSeconds: Int
-        /// Creates a window configuration.
-        public init(maxEntries: Int = 100_000, maxAgeSeconds: Int = 900) {
+        /// A session that stored nothing for this long is forgotten (its open gaps are reported
+        /// lost); a re-send after that is judged by the id window only.
+        public var sessionIdleSeconds: Int
+        /// Most sessions remembered at once (least recently seen forgotten first).
+        public var maxSessions: Int
+        /// A gap in a session's sequence still open after this long is reported as lost events.
+        public var lossGraceSeconds: Int
+        /// Creates a dedup configuration.
+        public init(maxEntries: Int = 100_000, maxAgeSeconds: Int = 900, sessionIdleSeconds: Int = 3600,
+                    maxSessions: Int = 65_536, lossGraceSeconds: Int = 30) {
             self.maxEntries = maxEntries
             self.maxAgeSeconds = maxAgeSeconds
+            self.sessionIdleSeconds = sessionIdleSeconds
+            self.maxSessions = maxSessions
+            self.lossGraceSeconds = lossGraceSeconds
         }
     }
 
@@ -57,11 +83,14 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
     }
 
-    /// Creates a configuration; every argument has a default. `sinks` defaults to the file sink
-    /// `file` with `delivery`'s batching and retry.
+    /// Creates a configuration; every argument has a default. `mode` picks the default
+    /// directories (`/run/ferry` and `/var/lib/ferry` for ``Mode/system``) and access policy.
+    /// `sinks` defaults to the file sink `file` with `delivery`'s batching and retry.
     public init(
-        runtimeDirectory: String = FerryPaths.runtimeDirectory(),
-        dataDirectory: String = FerryPaths.dataDirectory(),
+        mode: Mode = .user,
+        access: AccessPolicy? = nil,
+        runtimeDirectory: String? = nil,
+        dataDirectory: String? = nil,
         maxEventBytes: Int = 64 << 10,
         log: LogConfiguration = LogConfiguration(),
         dedup: Dedup = Dedup(),
@@ -70,8 +99,11 @@ public struct AgentConfiguration: Sendable, Hashable {
         consent: ConsentConfiguration = ConsentConfiguration()
     ) {
         self.consent = consent
+        self.mode = mode
+        self.access = access ?? AccessPolicy.defaults(for: mode)
         self.runtimeDirectory = runtimeDirectory
-        self.dataDirectory = dataDirectory
+            ?? (mode == .system ? FerryPaths.systemRuntimeDirectory : FerryPaths.runtimeDirectory())
+        self.dataDirectory = dataDirectory ?? (mode == .system ? FerryPaths.systemDataDirectory : FerryPaths.dataDirectory())
         self.maxEventBytes = maxEventBytes
         self.log = log
         self.dedup = dedup
@@ -96,7 +128,8 @@ public struct AgentConfiguration: Sendable, Hashable {
         guard log.segmentMaxBytes <= log.retentionMaxBytes / 2 else {
             throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
         }
-        guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0 else { throw fail("dedup limits must be positive") }
+        guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0, dedup.sessionIdleSeconds > 0, dedup.maxSessions > 0,
+              dedup.lossGraceSeconds > 0 else { throw fail("dedup limits must be positive") }
         guard delivery.batchMaxEvents > 0, delivery.batchMaxBytes > 0 else { throw fail("delivery batch limits must be positive") }
         try consent.validate()
         guard !runtimeDirectory.isEmpty, !dataDirectory.isEmpty else { throw fail("directories must not be empty") }

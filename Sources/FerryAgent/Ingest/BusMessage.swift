@@ -24,13 +24,16 @@ public enum BusTopic: String, Sendable, CaseIterable {
     case consent
     /// A sink's circuit breaker changed state (`closed`, `open`, `half_open`).
     case circuit
+    /// A client session's sequence has a gap that stayed open: events the client lost before
+    /// the agent stored them (protocol 2 clients).
+    case lost
 }
 
 /// Builds the JSON objects published on the bus. Hand-written so that publishing an event costs
 /// one small buffer and no Foundation round trip.
 enum BusMessage {
     static func event(
-        topic: BusTopic, frame: [UInt8], at: UInt64, reason: String? = nil, sink: String? = nil
+        topic: BusTopic, frame: [UInt8], at: UInt64, reason: String? = nil, sink: String? = nil, origin: EventOrigin? = nil
     ) -> [UInt8]? {
         guard let event = try? WireEvent(decoding: frame) else {
             // A refused malformed frame: say what little is known.
@@ -47,11 +50,25 @@ enum BusMessage {
         json.field("at", at)
         if let reason { json.field("reason", reason) }
         if let sink { json.field("sink", sink) }
+        if let origin { json.rawField("origin", JSONWriter.originObject(origin)) }
         return json.finish()
     }
 }
 
 extension BusMessage {
+    /// `{"topic":"lost","source":…,"session":…,"events":…,"gaps":[[from,to],…],"at":…}`.
+    static func lost(_ loss: SessionTable.Loss, at: UInt64) -> [UInt8] {
+        var json = JSONWriter()
+        json.field("topic", BusTopic.lost.rawValue)
+        json.field("source", loss.source)
+        json.field("session", loss.session.description)
+        json.field("events", loss.events)
+        let gaps = loss.gaps.prefix(100).map { "[\($0.lowerBound),\($0.upperBound)]" }.joined(separator: ",")
+        json.rawField("gaps", Array("[\(gaps)]".utf8))
+        json.field("at", at)
+        return json.finish()
+    }
+
     /// `{"topic":"circuit","sink":…,"state":…,"previous":…,"at":…,"consecutive_failures":…,
     /// "error":…,"retry_at":…}` (`error` and `retry_at` only when known).
     static func circuit(_ change: CircuitChange) -> [UInt8] {
