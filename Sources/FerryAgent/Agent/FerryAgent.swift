@@ -125,7 +125,8 @@ public final class FerryAgent: Service, Sendable {
         // Recovery: the sinks' cursors, dedup snapshot, then every segment.
         let configuredSinks = configuration.sinks
         let cursorStores = configuredSinks.map { CursorStore(dataDirectory: configuration.dataDirectory, sink: $0.name) }
-        let (log, recoveredDedup, report, checkpoints) = try await io.run { () throws -> (SegmentedLog, DedupWindow, RecoveryReport, [[UInt8]?]) in
+        let (log, recoveredDedup, report, checkpoints, queuedIDs) = try await io.run {
+            () throws -> (SegmentedLog, DedupWindow, RecoveryReport, [[UInt8]?], Set<EventID>) in
             try FileIO.makeDirectory(configuration.dataDirectory + "/cursors", mode: 0o700)
             var stored: [(position: LogPosition, checkpoint: [UInt8]?)?] = []
             for store in cursorStores {
@@ -151,13 +152,17 @@ public final class FerryAgent: Service, Sendable {
                 }
             }
             var report = RecoveryReport()
+            var queuedIDs = Set<EventID>()  // for finishing a release of held events (HeldRecovery)
             let log = try SegmentedLog(
                 directory: configuration.dataDirectory + "/segments", configuration: configuration.log,
                 cursors: cursors, logger: logger, recovered: &report,
                 dedupWindow: configuration.dedup.maxEntries
-            ) { id, at in dedup.insert(id, at: at) }
+            ) { id, at in
+                dedup.insert(id, at: at)
+                queuedIDs.insert(id)
+            }
             dedup.expire(now: WallClock.unixMilliseconds())
-            return (log, dedup, report, stored.map { $0?.checkpoint })
+            return (log, dedup, report, stored.map { $0?.checkpoint }, queuedIDs)
         }
         if report.isClean {
             logger.info("recovered the queue", metadata: ["segments": "\(report.segments)", "events": "\(report.records)"])
@@ -175,7 +180,8 @@ public final class FerryAgent: Service, Sendable {
         defer { mailbox.close() }
         // Consent: the persisted state (or the configured start), once-key marks, the held area.
         let (engine, workerBox, dedup) = try await io.run { [recoveredDedup] () throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) in
-            try Self.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, mailbox: mailbox, logger: logger)
+            try Self.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, queuedIDs: queuedIDs,
+                                 mailbox: mailbox, logger: logger)
         }
         let auditLog = AuditLog(path: configuration.dataDirectory + "/consent/audit.log")
 
@@ -288,7 +294,8 @@ public final class FerryAgent: Service, Sendable {
     /// Loads (or creates) the consent state, checks the audit chain, loads the once-key marks and
     /// recovers the held area (whose events join the dedup window).
     static func loadConsent(
-        configuration: AgentConfiguration, log: SegmentedLog, dedup: DedupWindow, mailbox: SocketMailbox, logger: Logger
+        configuration: AgentConfiguration, log: SegmentedLog, dedup: DedupWindow, queuedIDs: Set<EventID> = [],
+        mailbox: SocketMailbox, logger: Logger
     ) throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) {
         let consentConfiguration = configuration.consent
         let directory = configuration.dataDirectory + "/consent"
@@ -310,6 +317,11 @@ public final class FerryAgent: Service, Sendable {
         if stored != persisted { try stateFile.save(persisted) }
 
         let auditLog = AuditLog(path: directory + "/audit.log")
+        let cut = try AuditTail.trim(path: auditLog.path, head: (persisted.auditSeq, persisted.auditHead))
+        if cut > 0 {
+            logger.warning("the consent audit log ended with a change the state never took (cut short by a crash); removed it",
+                           metadata: ["bytes": "\(cut)", "path": "\(auditLog.path)"])
+        }
         let verification = try auditLog.verify(expectedHead: (persisted.auditSeq, persisted.auditHead))
         if let problem = verification.problem {
             logger.warning("the consent audit log fails verification", metadata: ["problem": "\(problem)", "path": "\(auditLog.path)"])
@@ -330,6 +342,12 @@ public final class FerryAgent: Service, Sendable {
             ])
         }
         let engine = ConsentEngine(configuration: consentConfiguration, persisted: persisted, anonymousID: anonymousID)
+        let release = try HeldRecovery.finishRelease(held: heldLog, queue: log, queuedIDs: queuedIDs, engine: engine)
+        if release.queued + release.alreadyQueued > 0 {
+            logger.warning("finished a release of held events a crash cut short", metadata: [
+                "queued": "\(release.queued)", "already_queued": "\(release.alreadyQueued)",
+            ])
+        }
         let worker = try ConsentWorker(
             engine: engine, heldLog: heldLog, onceKeys: onceKeys, mainLog: log, stateFile: stateFile,
             auditLog: auditLog, mailbox: mailbox, logger: logger)

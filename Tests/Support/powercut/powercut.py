@@ -42,7 +42,7 @@ sys.path.insert(0, os.path.join(REPO, "client", "python"))
 import ferry_emit as fe  # noqa: E402  (the protocol codecs)
 
 BLOCK = 4096
-ANALYTICS, ADVERTISING, PERSONALIZATION = 1, 2, 3
+ANALYTICS, ADVERTISING, PERSONALIZATION, DIAGNOSTICS = 1, 2, 3, 4
 
 
 def log(text):
@@ -193,26 +193,31 @@ class Model:
         ops = self.crash_ops(cut)
         names = {".": 0}
         contents = {}  # model inode -> bytearray
-        pending = perturbed = 0
-        dropped_before, reordered = False, False
+        # Each unsynced op's fate: "keep", "drop" or "torn" (writes only).
+        unsynced = [o for o in ops if o["kind"] != "sync" and not o["durable"]]
+        for o in unsynced:
+            r = rng.random()
+            o["fate"] = ("drop" if r < drop_probability
+                         else "torn" if o["kind"] == "write" and r < drop_probability + (1 - drop_probability) * 0.3
+                         else "keep")
+        if unsynced and all(o["fate"] == "keep" for o in unsynced) and rng.random() < 0.9:
+            # Mostly explore states that lose something: drop (or tear) one of them.
+            victim = rng.choice(unsynced)
+            victim["fate"] = "torn" if victim["kind"] == "write" and rng.random() < 0.3 else "drop"
+        pending = len(unsynced)
+        perturbed = sum(1 for o in unsynced if o["fate"] != "keep")
+        reordered, lost_before = False, False
+        for o in unsynced:
+            if o["fate"] == "keep" and lost_before:
+                reordered = True  # a later unsynced op persisted, an earlier one did not
+            lost_before = lost_before or o["fate"] != "keep"
         for o in ops:
             if o["kind"] == "sync":
                 continue
-            keep, torn = True, False
-            if not o["durable"]:
-                pending += 1
-                r = rng.random()
-                if r < drop_probability:
-                    keep = False
-                elif o["kind"] == "write" and r < drop_probability + (1 - drop_probability) * 0.3:
-                    torn = True
-                if not keep or torn:
-                    perturbed += 1
-                if keep and dropped_before:
-                    reordered = True  # a later unsynced op persisted, an earlier one did not
-                dropped_before = dropped_before or not keep or torn
-            if not keep:
+            fate = o.get("fate", "keep")
+            if fate == "drop":
                 continue
+            torn = fate == "torn"
             kind = o["kind"]
             if kind == "write":
                 buf = contents.setdefault(o["node"], bytearray())
@@ -397,8 +402,19 @@ class Client:
 
 # --- recording ---------------------------------------------------------------------------------
 
+# The consent changes of the recorded run: (fraction of the batches sent, mark, control request).
+CONSENT_CHANGES = [
+    (0.30, "adv-denied", {"op": "set_consent", "category": "advertising", "status": "denied"}),
+    (0.45, "purge", {"op": "purge", "category": "diagnostics"}),
+    (0.55, "pers-granted", {"op": "set_consent", "category": "personalization", "status": "granted"}),
+    (0.65, "adv-granted", {"op": "set_consent", "category": "advertising", "status": "granted"}),
+]
+
+
 def write_config(path):
     config = {
+        # Personalization starts undetermined: its events are held, then released by the grant.
+        "consent": {"initialConsent": {"personalization": "undetermined"}},
         "log": {"segmentMaxBytes": 4096, "retentionMaxBytes": 1 << 30, "fullPolicy": "reject"},
         "sinks": [{"name": "file", "type": "file", "maxFileBytes": 6144,
                    "batch": {"maxEvents": 8, "maxBytes": 65536, "maxWaitMilliseconds": 0}}],
@@ -432,7 +448,8 @@ def record(args, work):
                     frames = []
                     for _ in range(rng.randint(1, 3)):
                         r = rng.random()
-                        category = ADVERTISING if r < 0.25 else PERSONALIZATION if r < 0.35 else ANALYTICS
+                        category = (ADVERTISING if r < 0.25 else PERSONALIZATION if r < 0.35
+                                    else DIAGNOSTICS if r < 0.45 else ANALYTICS)
                         key = "conv-%d-%d" % (index, n) if rng.random() < 0.15 else ""
                         frames.append(client.event(category, key))
                     acks = client.send(frames)
@@ -450,17 +467,13 @@ def record(args, work):
 
         def consent():
             try:
-                for fraction, status in ((0.3, "denied"), (0.5, "purge"), (0.65, "granted")):
+                for fraction, change, request in CONSENT_CHANGES:
                     wait_for("workload progress", lambda: progress[0] >= fraction, 120)
-                    oplog.append("mark", "consent-start", status)
-                    if status == "purge":
-                        request = {"op": "purge", "category": "personalization"}
-                    else:
-                        request = {"op": "set_consent", "category": "advertising", "status": status}
+                    oplog.append("mark", "consent-start", change)
                     reply = agent.control(request, 60)
                     if not reply.get("ok"):
                         raise RuntimeError("consent change refused: %s" % reply)
-                    oplog.append("mark", "consent-acked", status)
+                    oplog.append("mark", "consent-acked", change)
             except Exception as error:
                 errors.append(error)
 
@@ -493,9 +506,10 @@ def backlog(agent):
 
 # --- exploring ---------------------------------------------------------------------------------
 
-def choose_cuts(ops, n, rng):
+def choose_cuts(ops, model, n, rng):
     """N cut points: a third anywhere, the rest where durability is decided (just before a sync,
-    just after a rename, just after an ack)."""
+    just after a rename, just after an ack). A cut with no unsynced operation before it is drawn
+    again (up to 4 times): such a state can only test recovery from a clean stop."""
     interesting = set()
     for pos, op in enumerate(ops):
         if op["op"] == "sync":
@@ -505,10 +519,14 @@ def choose_cuts(ops, n, rng):
     interesting = sorted(interesting)
     cuts = []
     for i in range(n):
-        if i % 3 == 0 or not interesting:
-            cuts.append(rng.randint(1, len(ops)))
-        else:
-            cuts.append(rng.choice(interesting))
+        for _ in range(5):
+            if i % 3 == 0 or not interesting:
+                cut = rng.randint(1, len(ops))
+            else:
+                cut = rng.choice(interesting)
+            if any(not o["durable"] for o in model.crash_ops(cut) if o["kind"] != "sync"):
+                break
+        cuts.append(cut)
     return cuts
 
 
@@ -531,23 +549,23 @@ def expectations(ops, cut):
                     once_keys.add(key)
     # Advertising events accepted before the denial (whose erasure may have run before the
     # cut, acked or not) up to the grant acked after it may be erased: not counted as lost.
-    # Personalization events accepted before the purge acked may be erased by it.
-    purge_acked = next((p for p, kind, s in consent if kind == "acked" and s == "purge"), None)
-    purge_start = next((p for p, kind, s in consent if kind == "start" and s == "purge"), None)
-    if purge_start is not None and purge_start < cut:
-        limit = purge_acked if purge_acked is not None and purge_acked < cut else cut
-        for pos, op in enumerate(ops[:limit]):
-            if op["op"] == "ack" and op["a"] in accepted and category[op["a"]] == PERSONALIZATION:
+    def position(kind, change):
+        return next((p for p, k, c in consent if k == kind and c == change), None)
+
+    def erasable(cat, start, acked):
+        """Events of `cat` accepted before a change that erases them may have been erased."""
+        if start is None or start >= cut:
+            return
+        limit = acked if acked is not None and acked < cut else cut
+        for op in ops[:limit]:
+            if op["op"] == "ack" and op["a"] in accepted and category[op["a"]] == cat:
                 maybe.add(op["a"])
-    deny_start = next((p for p, kind, s in consent if kind == "start" and s == "denied"), None)
-    grant_acked = next((p for p, kind, s in consent if kind == "acked" and s == "granted"), None)
-    if deny_start is not None and deny_start < cut:
-        limit = grant_acked if grant_acked is not None and grant_acked < cut else cut
-        for pos, op in enumerate(ops[:limit]):
-            if op["op"] == "ack" and op["a"] in accepted and category[op["a"]] == ADVERTISING:
-                maybe.add(op["a"])
-    acked_changes = [s for p, kind, s in consent if kind == "acked" and p < cut and s != "purge"]
-    started_changes = [s for p, kind, s in consent if kind == "start" and p < cut and s != "purge"]
+
+    erasable(DIAGNOSTICS, position("start", "purge"), position("acked", "purge"))
+    # Advertising events accepted before the denial (erased by it) up to the grant acked after it.
+    erasable(ADVERTISING, position("start", "adv-denied"), position("acked", "adv-granted"))
+    acked_changes = [c for p, k, c in consent if k == "acked" and p < cut and c.startswith("adv-")]
+    started_changes = [c for p, k, c in consent if k == "start" and p < cut and c.startswith("adv-")]
     return dict(accepted=accepted - maybe, maybe=maybe, refused=refused, once_keys=once_keys,
                 acked_changes=acked_changes, started_changes=started_changes)
 
@@ -575,11 +593,13 @@ def delivered_ids(out):
 def check_state(args, index, ops, model, cut, rng, work):
     """Builds crash state `index` and runs ferryd on it. Returns a dict of findings."""
     found = dict(lost=0, duplicated=0, refused_delivered=0, unrecoverable=0, pending=0, perturbed=0,
-                 reordered=False, checked=0, audit_ahead=False, notes=[])
+                 reordered=False, checked=0, audit_ahead=False, held_release=False, notes=[])
     base = os.path.join(work, "s%04d" % index)
     root = os.path.join(base, "root")
-    drop = rng.choice([0.15, 0.4, 0.7])
-    found["pending"], found["perturbed"], found["reordered"] = model.build(cut, rng, drop, root)
+    drop = rng.choice([0.25, 0.5, 0.75])
+    # The crash state as built stays in crash/ (for a post-mortem); ferryd runs on a copy.
+    found["pending"], found["perturbed"], found["reordered"] = model.build(cut, rng, drop, os.path.join(base, "crash"))
+    shutil.copytree(os.path.join(base, "crash"), root, symlinks=True)
     expect = expectations(ops, cut)
     found["checked"] = len(expect["accepted"])
     ours = {op["a"] for op in ops if op["op"] == "ack"}
@@ -607,7 +627,7 @@ def check_state(args, index, ops, model, cut, rng, work):
                 probes_accepted.append(acks[0][0])
                 found["notes"].append("once-key %s counted again" % key)
         # While advertising was denied (acked, not re-granted before the cut) it stays denied.
-        if expect["acked_changes"] and expect["acked_changes"][-1] == "denied" and expect["started_changes"][-1] == "denied":
+        if expect["acked_changes"] and expect["acked_changes"][-1] == "adv-denied" and expect["started_changes"][-1] == "adv-denied":
             acks = client.send([client.event(ADVERTISING)])
             if acks and acks[0][1] != "blocked":
                 found["refused_delivered"] += 1
@@ -620,6 +640,12 @@ def check_state(args, index, ops, model, cut, rng, work):
             elif acks:
                 probes_accepted.append(acks[0][0])
         client.close()
+        # Release whatever is still held (personalization, if the cut came before its grant):
+        # held events acked `accepted` must be delivered once like the others.
+        reply = agent.control({"op": "set_consent", "category": "personalization", "status": "granted"}, 60)
+        if not reply.get("ok"):
+            found["unrecoverable"] += 1
+            found["notes"].append("granting personalization failed: %s" % reply)
         try:
             wait_for("the backlog to drain", lambda: backlog(agent) == 0 or not agent.alive(), args.state_timeout)
         except Deadline as error:
@@ -630,14 +656,13 @@ def check_state(args, index, ops, model, cut, rng, work):
             found["unrecoverable"] += 1
             found["notes"].append("audit chain does not verify: %s" % log_reply.get("problem"))
         entries = log_reply.get("entries", [])
-        changes = [e for e in entries if e.get("change") == "consent.advertising"]
+        changes = [e for e in entries if e.get("change") == "consent.advertising"][:2]
         if len(changes) < len(expect["acked_changes"]):
             found["unrecoverable"] += 1
             found["notes"].append("audit log holds %d advertising changes, %d were acked before the cut"
                                   % (len(changes), len(expect["acked_changes"])))
         consent = state_reply.get("consent", {})
         if entries and consent.get("audit_head") != entries[-1].get("hash"):
-            found["audit_ahead"] = True
             found["notes"].append("consent state head %s, audit log head %s (an unacked change in flight)"
                                   % (consent.get("audit_head"), entries[-1].get("hash")))
         if not agent.alive():
@@ -652,6 +677,14 @@ def check_state(args, index, ops, model, cut, rng, work):
     finally:
         agent.kill()
         shutil.rmtree(runtime, ignore_errors=True)
+    # What recovery repaired (ferryd's warnings), for the figures.
+    try:
+        with open(base + ".ferryd.log", "rb") as f:
+            text = f.read().decode("utf-8", "replace")
+        found["audit_ahead"] = "the consent audit log ended with a change" in text
+        found["held_release"] = "finished a release of held events" in text
+    except OSError:
+        pass
     counts = delivered_ids(os.path.join(root, "out"))
     if "<damaged line>" in counts:
         found["notes"].append("%d damaged lines in the sink" % counts["<damaged line>"])
@@ -687,19 +720,23 @@ def main():
     parser.add_argument("--expect-loss", action="store_true",
                         help="succeed only if some acked event is lost; stop at the first state that loses one")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument("--oplog", default=None,
+                        help="explore this op log (kept by an earlier --keep run) instead of recording one: "
+                             "with the same --seed, the same states are rebuilt")
     args = parser.parse_args()
     if args.seed is None:
         args.seed = random.SystemRandom().getrandbits(63)
     started = time.monotonic()
+    kept = None
     work = tempfile.mkdtemp(prefix="ferry-powercut-")
     args.config = os.path.join(work, "ferryd.json")
     write_config(args.config)
     log("[powercut] seed %#x%s (repeat with --seed %#x); work dir %s"
         % (args.seed, " plant=" + args.plant if args.plant else "", args.seed, work))
     totals = dict(states=0, lost=0, duplicated=0, refused_delivered=0, unrecoverable=0, pending=0, perturbed=0,
-                  reordered=0, checked=0, audit_ahead=0)
+                  reordered=0, checked=0, audit_ahead=0, held_release=0)
     try:
-        oplog_path = record(args, work)
+        oplog_path = args.oplog or record(args, work)
         ops = parse_oplog(oplog_path)
         kinds = {}
         for op in ops:
@@ -709,11 +746,11 @@ def main():
             " ".join("%s=%d" % kv for kv in sorted(kinds.items()))))
         model = Model(ops)
         rng = random.Random(args.seed)
-        cuts = choose_cuts(ops, args.states, rng)
+        cuts = choose_cuts(ops, model, args.states, rng)
         seeds = [rng.getrandbits(63) for _ in cuts]
         lock = threading.Lock()
         queue = list(enumerate(zip(cuts, seeds)))
-        stop = [False]
+        stop, kept = [False], [False]
 
         def worker():
             while True:
@@ -729,12 +766,16 @@ def main():
                     totals["perturbed"] += 1 if found["perturbed"] else 0
                     totals["reordered"] += 1 if found["reordered"] else 0
                     totals["audit_ahead"] += 1 if found["audit_ahead"] else 0
+                    totals["held_release"] += 1 if found["held_release"] else 0
                     if found["notes"] or any(found[k] for k in ("lost", "duplicated", "refused_delivered", "unrecoverable")):
                         log("[powercut] state %d (cut %d/%d, seed %#x, %d unsynced ops, %d dropped or torn): %s"
                             % (index, cut, len(ops), seed, found["pending"], found["perturbed"], "; ".join(found["notes"])))
                     if args.expect_loss and found["lost"]:
                         stop[0] = True
-                if not args.keep:
+                failed = any(found[k] for k in ("lost", "duplicated", "refused_delivered", "unrecoverable"))
+                if failed:
+                    kept[0] = True  # the state, its ferryd log and the op log stay for a post-mortem
+                elif not args.keep:
                     shutil.rmtree(os.path.join(work, "s%04d" % index), ignore_errors=True)
 
         threads = [threading.Thread(target=worker) for _ in range(args.parallel)]
@@ -742,13 +783,17 @@ def main():
             t.start()
         for t in threads:
             t.join()
-        log("[powercut] %d states in %.1f s (%.1f s recording); %d dropped or tore unsynced operations, %d of them "
+        log("[powercut] %d states in %.1f s (%.1f s recording); %d states dropped or tore unsynced operations, %d "
             "kept a later one while losing an earlier (%d unsynced ops in all); %d acked events checked; "
-            "%d states with an audit entry the state file does not reflect (a change cut short, never acked)"
-            % (totals["states"], time.monotonic() - started, recorded, totals["perturbed"], totals["reordered"],
-               totals["pending"], totals["checked"], totals["audit_ahead"]))
+            "recovery cut a consent change cut short off the audit log in %d states and finished a release of "
+            "held events in %d" % (totals["states"], time.monotonic() - started, recorded, totals["perturbed"],
+                                   totals["reordered"], totals["pending"], totals["checked"], totals["audit_ahead"],
+                                   totals["held_release"]))
     finally:
-        if not args.keep:
+        if args.keep or (kept and kept[0]):
+            log("[powercut] kept %s (failed states: s<index>/ and s<index>.ferryd.log; replay with --oplog %s/oplog "
+                "and the same --seed)" % (work, work))
+        else:
             shutil.rmtree(work, ignore_errors=True)
     print("states=%d lost=%d duplicated=%d refused_delivered=%d unrecoverable=%d"
           % (totals["states"], totals["lost"], totals["duplicated"], totals["refused_delivered"], totals["unrecoverable"]),
