@@ -129,12 +129,17 @@ package enum FileIO {
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
         do {
             try bytes.withUnsafeBytes { raw in try pwriteAll(fd, raw, at: 0, path: temporary) }
+            if PlantedBug.active == .renameBeforeFsync {
+                _ = try call("rename", path) { rename(temporary, path) }
+                try syncDirectory(parent(of: path))
+            }
             try fsync(fd, path: temporary)
         } catch {
             Glibc.close(fd)
             throw error
         }
         Glibc.close(fd)
+        if PlantedBug.active == .renameBeforeFsync { return }
         _ = try call("rename", path) { rename(temporary, path) }
         try syncDirectory(parent(of: path))
     }

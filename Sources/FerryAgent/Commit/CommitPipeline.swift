@@ -159,10 +159,12 @@ final class CommitPipeline: Sendable {
             var batches: [IngestBatch] = []
             func flush() {
                 guard !batches.isEmpty else { return }
-                let results = commit(batches, writer: writer, dedup: &dedup, consent: consent, now: WallClock.unixMilliseconds())
+                var acked = false
+                let results = commit(batches, writer: writer, dedup: &dedup, consent: consent,
+                                     now: WallClock.unixMilliseconds(), acked: &acked)
                 pendingBytes.subtract(batches.reduce(0) { $0 + Self.weight(of: $1) }, ordering: .relaxed)
                 batches.removeAll()
-                mailbox.deliverAcks(results)
+                if !acked { mailbox.deliverAcks(results) }
                 if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { committedEvents() }
             }
             for item in work {
@@ -188,7 +190,8 @@ final class CommitPipeline: Sendable {
     }
 
     private func commit(
-        _ batches: [IngestBatch], writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker, now: UInt64
+        _ batches: [IngestBatch], writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker, now: UInt64,
+        acked: inout Bool
     ) -> [CommittedBatch] {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
@@ -281,6 +284,11 @@ final class CommitPipeline: Sendable {
             }
         }
         if !appended.isEmpty {
+            if PlantedBug.active == .ackBeforeFdatasync {
+                // Planted on purpose (docs/FAULTS.md section 6): the acks leave before the sync.
+                mailbox.deliverAcks(results)
+                acked = true
+            }
             do {
                 try writer.commit()
                 counters.commits.add(1, ordering: .relaxed)

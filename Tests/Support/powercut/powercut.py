@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -508,22 +509,28 @@ def backlog(agent):
 
 def choose_cuts(ops, model, n, rng):
     """N cut points: a third anywhere, the rest where durability is decided (just before a sync,
-    just after a rename, just after an ack). A cut with no unsynced operation before it is drawn
-    again (up to 4 times): such a state can only test recovery from a clean stop."""
-    interesting = set()
+    just after a rename, a create, an ack or a consent mark), spread evenly over the kinds of
+    file (segments, cursors, state.json, …: names with their digits masked) so rare files get
+    their share. A cut with no unsynced operation before it is drawn again (up to 4 times): such
+    a state can only test recovery from a clean stop."""
+    by_kind = {}
     for pos, op in enumerate(ops):
         if op["op"] == "sync":
-            interesting.add(pos)
+            cut = pos
         elif op["op"] in ("rename", "ack", "mark", "creat"):
-            interesting.add(pos + 1)
-    interesting = sorted(interesting)
+            cut = pos + 1
+        else:
+            continue
+        kind = op["op"] if op["op"] in ("ack", "mark") else op["op"] + " " + re.sub(r"[0-9]+", "#", op["a"])
+        by_kind.setdefault(kind, set()).add(cut)
+    kinds = sorted(by_kind)
     cuts = []
     for i in range(n):
         for _ in range(5):
-            if i % 3 == 0 or not interesting:
+            if i % 3 == 0 or not kinds:
                 cut = rng.randint(1, len(ops))
             else:
-                cut = rng.choice(interesting)
+                cut = rng.choice(sorted(by_kind[rng.choice(kinds)]))
             if any(not o["durable"] for o in model.crash_ops(cut) if o["kind"] != "sync"):
                 break
         cuts.append(cut)
@@ -773,7 +780,7 @@ def main():
                     if args.expect_loss and found["lost"]:
                         stop[0] = True
                 failed = any(found[k] for k in ("lost", "duplicated", "refused_delivered", "unrecoverable"))
-                if failed:
+                if failed and not args.expect_loss:
                     kept[0] = True  # the state, its ferryd log and the op log stay for a post-mortem
                 elif not args.keep:
                     shutil.rmtree(os.path.join(work, "s%04d" % index), ignore_errors=True)
