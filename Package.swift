@@ -147,7 +147,7 @@ let package = Package(
             dependencies: ["FerryAgent", "FerryStorage", "FerryHTTPSink", "FerryJetStreamSink", "FerryTestKit", "Ferry", "NATS"]
         ),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
-        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "NATS"]),
+        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "FerryStorage", "NATS"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -48,7 +48,8 @@ def main():
     for kind in (1, 2, 3):
         files[f"valid-header-kind{kind}"] = (HEADER, header(kind=kind, request=0xDEADBEEF, flags=0x0102))
     files["bad-header-empty"] = (HEADER, b"")
-    files["bad-header-version2"] = (HEADER, header(version=2))
+    files["valid-header-version2"] = (HEADER, header(version=2))
+    files["bad-header-version3"] = (HEADER, header(version=3))
     files["bad-header-short"] = (HEADER, header()[:5])
     files["bad-header-long"] = (HEADER, header() + b"\0")
     files["bad-header-kind0"] = (HEADER, header(kind=0))
@@ -62,7 +63,20 @@ def main():
     files["valid-event-utf8"] = (EVENT, event(source="caf\u00e9".encode(), name="\u65e5\u672c \U0001F680".encode()))
     for type_ in range(1, 7):
         files[f"valid-event-type{type_}"] = (EVENT, event(type_=type_))
-    files["valid-event-properties-not-json"] = (EVENT, event(props=b"\xff\xfe not json"))
+    files["valid-event-properties-not-json"] = (EVENT, event(props=b"\x00 not json \xc3\xa9"))
+    files["bad-event-invalid-utf8-properties"] = (EVENT, event(props=b'{"a":"\xff\xfe"}'))
+    # Protocol 2: the extension block (flag bit 15), entries tag:u16 length:u32 value.
+    session = bytes.fromhex("7f3c2a1e9b8d4c6fa5e4d3c2b1a09f8e")
+    def ext(tag, value, length=None):
+        return struct.pack("<HI", tag, len(value) if length is None else length) + value
+    files["valid-event-session"] = (EVENT, event(flags=0x8000) + ext(1, session))
+    files["valid-event-session-and-unknown-field"] = (EVENT, event(flags=0x8001) + ext(1, session) + ext(0x0042, b"future"))
+    files["valid-event-extended-empty-block"] = (EVENT, event(flags=0x8000))
+    files["bad-event-critical-extension"] = (EVENT, event(flags=0x8000) + ext(0x8001, b"x"))
+    files["bad-event-extension-repeated"] = (EVENT, event(flags=0x8000) + ext(1, session) + ext(1, session))
+    files["bad-event-extension-cut"] = (EVENT, event(flags=0x8000) + ext(1, session)[:10])
+    files["bad-event-extension-past-end"] = (EVENT, event(flags=0x8000) + ext(2, b"ab", length=0xFFFFFFF0))
+    files["bad-event-session-short"] = (EVENT, event(flags=0x8000) + ext(1, session[:8]))
     valid = event()
     files["bad-event-fixed-header-only-short"] = (EVENT, valid[:51])
     files["bad-event-truncated-text"] = (EVENT, valid[:-3])

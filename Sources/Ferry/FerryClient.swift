@@ -32,6 +32,9 @@ public final class FerryClient: Sendable {
     private let wake: WakePipe
     private let context: ZMQContext
     private let ids = EventIDGenerator()
+    /// This client's session: with the sequence number it makes every event's intake exactly
+    /// once, however late a re-send comes (see PROTOCOL.md, "Sessions").
+    public let session = EventID(high: .random(in: 0...UInt64.max), low: .random(in: 0...UInt64.max))
     private let sequence = Atomic<UInt64>(0)
     private let thread = Mutex<DedicatedThread?>(nil)
     private let pid = UInt32(truncatingIfNeeded: getpid())
@@ -54,6 +57,8 @@ public final class FerryClient: Sendable {
         var inFlightEvents = 0
         var nextIndex: UInt64 = 1
         var nextRequestID: UInt32 = 1
+        /// Falls to 1 (no extensions, no session) if the agent answers `unsupported_version`.
+        var protocolVersion = ferryProtocolVersion
         var receipts: [UInt64: CheckedContinuation<Receipt, Never>] = [:]
         var flushWaiters: [Int: (target: UInt64, continuation: CheckedContinuation<Bool, Never>)] = [:]
         var nextWaiterID = 0
@@ -152,7 +157,8 @@ public final class FerryClient: Sendable {
             id: id, timestamp: WallClock.unixMilliseconds(),
             sequence: sequence.wrappingAdd(1, ordering: .relaxed).newValue, pid: pid, type: event.type,
             category: event.category, flags: event.localOnly ? .localOnly : [], source: configuration.source,
-            name: event.name, userID: event.userID, onceKey: event.onceKey, properties: event.propertiesJSON)
+            name: event.name, userID: event.userID, onceKey: event.onceKey, properties: event.propertiesJSON,
+            session: session)
         let frame = wire.encoded()
         var dropped: (EventID, UInt64)?
         var refused = false
@@ -353,9 +359,12 @@ public final class FerryClient: Sendable {
                 guard !state.pending.isEmpty, state.inFlight.count < configuration.maxInFlightBatches else { return nil }
                 let requestID = state.nextRequestID
                 let count = min(configuration.batchMaxEvents, state.pending.count)
-                var message = [MessageHeader(kind: .events, requestID: requestID).encoded()]
+                let version = state.protocolVersion
+                var message = [MessageHeader(version: version, kind: .events, requestID: requestID).encoded()]
                 message.reserveCapacity(count + 1)
-                for entry in state.pending.prefix(count) { message.append(entry.frame) }
+                for entry in state.pending.prefix(count) {
+                    message.append(version < 2 ? WireEvent.strippingExtensions(entry.frame) : entry.frame)
+                }
                 // Nobody to send to (or the pipe is full): the batch stays pending, in order.
                 guard (try? socket.send(message, dontWait: true)) == true else { return false }
                 state.nextRequestID = requestID &+ 1
@@ -387,6 +396,10 @@ public final class FerryClient: Sendable {
                 }
             case .error:
                 let reply = try? ErrorReply(decoding: message[1])
+                if reply?.code == .unsupportedVersion, downgrade() {
+                    logger.warning("ferry agent speaks protocol 1 only: sending without a session (re-sends are then deduplicated by id only)")
+                    continue
+                }
                 if reply?.code == .shuttingDown {
                     // Not a verdict on the events: the agent is stopping. Keep the batch in
                     // flight; it is re-sent (after `resendAfter`) to the next agent.
@@ -400,6 +413,24 @@ public final class FerryClient: Sendable {
             case .events:
                 continue
             }
+        }
+    }
+
+    /// Switches to protocol 1 after an older agent refused a version 2 message: the refused
+    /// batch is rebuilt without extensions and goes out again at once. Returns false if already
+    /// on protocol 1 (the refusal is then final).
+    private func downgrade() -> Bool {
+        state.withLock { state in
+            guard state.protocolVersion > 1 else { return false }
+            state.protocolVersion = 1
+            for (id, batch) in state.inFlight {
+                var message = [MessageHeader(version: 1, kind: .events, requestID: id).encoded()]
+                message += batch.entries.map { WireEvent.strippingExtensions($0.frame) }
+                state.inFlight[id]?.message = message
+                // Overdue now: the next turn of the I/O loop re-sends it.
+                state.inFlight[id]?.sentAt = batch.sentAt - configuration.resendAfter
+            }
+            return true
         }
     }
 

@@ -32,6 +32,57 @@ public struct EventFlags: OptionSet, Hashable, Sendable {
     public init(rawValue: UInt16) { self.rawValue = rawValue }
     /// Record locally (ack, dedup, publish on the bus) but never deliver upstream.
     public static let localOnly = EventFlags(rawValue: 1 << 0)
+    /// The frame ends with an extension block (protocol version 2; see ``EventExtension``).
+    public static let extended = EventFlags(rawValue: 1 << 15)
+    /// The bits this build assigns a meaning to.
+    public static let known: EventFlags = [.localOnly, .extended]
+}
+
+/// An optional field of an event frame, in the extension block that follows the properties.
+///
+/// The block (present when the frame's ``EventFlags/extended`` flag is set, protocol version 2)
+/// is a sequence of entries `tag:u16le length:u32le value[length]` filling the rest of the frame.
+/// A tag with its top bit set is *critical*: a receiver that does not know it must refuse the
+/// event (`unsupported_field`) rather than store it without understanding it. An unknown
+/// non-critical tag is kept with the frame and ignored. Each tag appears at most once.
+public struct EventExtension: Hashable, Sendable {
+    /// The field's tag.
+    public var tag: Tag
+    /// The field's value.
+    public var value: [UInt8]
+
+    /// Creates a field.
+    public init(tag: Tag, value: [UInt8]) {
+        self.tag = tag
+        self.value = value
+    }
+
+    /// Bytes before each value: tag and length.
+    public static let entryHeaderSize = 6
+
+    /// An extension tag.
+    public struct Tag: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
+        public let rawValue: UInt16
+        /// Creates a tag.
+        public init(rawValue: UInt16) { self.rawValue = rawValue }
+        /// A receiver that does not know this tag must refuse the event.
+        public var isCritical: Bool { rawValue & 0x8000 != 0 }
+        public static func < (lhs: Tag, rhs: Tag) -> Bool { lhs.rawValue < rhs.rawValue }
+
+        /// 16 bytes: the client session this event belongs to. With it, (session, sequence)
+        /// identifies the event for exactly-once intake across re-sends (see PROTOCOL.md).
+        public static let session = Tag(rawValue: 0x0001)
+
+        /// The tags this build knows.
+        public static let known: Set<Tag> = [.session]
+
+        public var description: String {
+            switch self {
+            case .session: "session"
+            default: "0x" + String(rawValue, radix: 16)
+            }
+        }
+    }
 }
 
 /// One event as it travels on the wire and sits in the agent's log.
@@ -51,7 +102,8 @@ public struct WireEvent: Hashable, Sendable {
     public var type: EventType
     /// Consent category code; 0 means "derive from the type".
     public var category: UInt8
-    /// Flags such as ``EventFlags/localOnly``.
+    /// Flags such as ``EventFlags/localOnly``. ``EventFlags/extended`` is managed by the encoder:
+    /// it is set exactly when the frame carries a session or other extensions.
     public var flags: EventFlags
     /// The emitting client's source name (e.g. the app's name).
     public var source: String
@@ -63,12 +115,17 @@ public struct WireEvent: Hashable, Sendable {
     public var onceKey: String
     /// The event's properties: a UTF-8 JSON object, or empty for none.
     public var properties: [UInt8]
+    /// The client session the event belongs to (protocol version 2), if any.
+    public var session: EventID?
+    /// Other extension fields, in the order they are encoded (the session is not among them).
+    public var extensions: [EventExtension]
 
     /// Creates an event.
     public init(
         id: EventID, timestamp: UInt64, sequence: UInt64, pid: UInt32, type: EventType,
         category: UInt8 = 0, flags: EventFlags = [], source: String, name: String,
-        userID: String = "", onceKey: String = "", properties: [UInt8] = []
+        userID: String = "", onceKey: String = "", properties: [UInt8] = [], session: EventID? = nil,
+        extensions: [EventExtension] = []
     ) {
         self.id = id
         self.timestamp = timestamp
@@ -82,10 +139,15 @@ public struct WireEvent: Hashable, Sendable {
         self.userID = userID
         self.onceKey = onceKey
         self.properties = properties
+        self.session = session
+        self.extensions = extensions
     }
 
     /// Size of the fixed header that precedes the variable-length fields.
     public static let fixedHeaderSize = 52
+
+    /// Whether the encoded frame has an extension block (and so needs protocol version 2).
+    public var isExtended: Bool { session != nil || !extensions.isEmpty }
 
     /// The encoded frame. Text fields longer than 65 535 bytes are a programming error.
     public func encoded() -> [UInt8] {
@@ -94,8 +156,13 @@ public struct WireEvent: Hashable, Sendable {
         let source = source.utf8, name = name.utf8, user = userID.utf8, once = onceKey.utf8
         precondition(source.count <= 0xFFFF && name.count <= 0xFFFF && user.count <= 0xFFFF && once.count <= 0xFFFF,
                      "event text fields are limited to 65535 bytes")
+        let extensionBytes = (session == nil ? 0 : EventExtension.entryHeaderSize + 16)
+            + extensions.reduce(0) { $0 + EventExtension.entryHeaderSize + $1.value.count }
+        var flags = flags.subtracting(.extended)
+        if isExtended { flags.insert(.extended) }
         var out: [UInt8] = []
-        out.reserveCapacity(Self.fixedHeaderSize + source.count + name.count + user.count + once.count + properties.count)
+        out.reserveCapacity(Self.fixedHeaderSize + source.count + name.count + user.count + once.count
+            + properties.count + extensionBytes)
         id.append(to: &out)
         out.appendLE(timestamp)
         out.appendLE(sequence)
@@ -113,10 +180,20 @@ public struct WireEvent: Hashable, Sendable {
         out.append(contentsOf: user)
         out.append(contentsOf: once)
         out.append(contentsOf: properties)
+        if let session {
+            out.appendLE(EventExtension.Tag.session.rawValue)
+            out.appendLE(UInt32(16))
+            session.append(to: &out)
+        }
+        for field in extensions {
+            out.appendLE(field.tag.rawValue)
+            out.appendLE(UInt32(field.value.count))
+            out.append(contentsOf: field.value)
+        }
         return out
     }
 
-    /// Decodes a whole frame, validating lengths and UTF-8.
+    /// Decodes a whole frame, validating lengths, UTF-8 and the extension block.
     public init(decoding frame: [UInt8]) throws(ProtocolError) {
         let header = try EventHeader(frame)
         var offset = Self.fixedHeaderSize
@@ -131,11 +208,26 @@ public struct WireEvent: Hashable, Sendable {
         let name = try text(header.nameLength, "name")
         let user = try text(header.userIDLength, "user id")
         let once = try text(header.onceKeyLength, "once key")
+        let properties = Array(frame[offset..<offset + header.propertiesLength])
+        let extensions = header.extensions(in: frame).filter { $0.tag != .session }
         self.init(
             id: header.id, timestamp: header.timestamp, sequence: header.sequence, pid: header.pid,
-            type: header.type, category: header.category, flags: header.flags, source: source, name: name,
-            userID: user, onceKey: once, properties: Array(frame[offset..<offset + header.propertiesLength])
+            type: header.type, category: header.category, flags: header.flags.subtracting(.extended),
+            source: source, name: name, userID: user, onceKey: once, properties: properties,
+            session: header.session, extensions: extensions
         )
+    }
+
+    /// `frame` as a protocol version 1 agent accepts it: without the extension block and its
+    /// flag (for a client falling back after an `unsupported_version` reply). Frames without
+    /// extensions are returned unchanged.
+    public static func strippingExtensions(_ frame: [UInt8]) -> [UInt8] {
+        guard let header = try? EventHeader(frame), header.flags.contains(.extended) else { return frame }
+        var stripped = Array(frame[..<header.extensionsOffset])
+        stripped.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: header.flags.subtracting(.extended).rawValue.littleEndian, toByteOffset: 38, as: UInt16.self)
+        }
+        return stripped
     }
 }
 
@@ -156,9 +248,15 @@ public struct EventHeader: Sendable {
     public var userIDLength: Int
     public var onceKeyLength: Int
     public var propertiesLength: Int
+    /// Where the extension block starts (the frame's length when there is none).
+    public var extensionsOffset: Int
+    /// The client session (extension ``EventExtension/Tag/session``), if the frame has one.
+    public var session: EventID?
 
     /// Reads and validates the fixed header of `frame`: the frame must be exactly as long as the
-    /// header says and the type must be known.
+    /// header says (plus a well-formed extension block when the ``EventFlags/extended`` flag is
+    /// set), the type must be known, the text fields and the properties must be valid UTF-8 and
+    /// no extension may be critical and unknown.
     public init(_ frame: [UInt8]) throws(ProtocolError) {
         guard frame.count >= WireEvent.fixedHeaderSize else {
             throw .truncated("event frame is \(frame.count) bytes, the fixed header alone is \(WireEvent.fixedHeaderSize)")
@@ -181,16 +279,20 @@ public struct EventHeader: Sendable {
                 propertiesLength: Int(raw.loadLE(at: 48, as: UInt32.self))
             ), typeCode)
         }
-        guard let header = parsed.0 else { throw .malformed("unknown event type \(parsed.1)") }
+        guard var header = parsed.0 else { throw .malformed("unknown event type \(parsed.1)") }
         let declared = WireEvent.fixedHeaderSize + header.sourceLength + header.nameLength
             + header.userIDLength + header.onceKeyLength + header.propertiesLength
         guard declared <= frame.count else {
             throw .truncated("event frame is \(frame.count) bytes but its header declares \(declared)")
         }
-        guard declared == frame.count else {
+        header.extensionsOffset = declared
+        if header.flags.contains(.extended) {
+            header.session = try Self.validateExtensions(frame, from: declared)
+        } else if declared != frame.count {
             throw .malformed("event frame is \(frame.count) bytes but its header declares \(declared)")
         }
         // The text fields are short; validating them here keeps undecodable events off the disk.
+        // The properties are checked for UTF-8 too (not parsed): stored bytes are delivered as sent.
         let invalidField: String? = frame.withUnsafeBytes { raw in
             var offset = WireEvent.fixedHeaderSize
             func valid(_ length: Int) -> Bool {
@@ -201,10 +303,79 @@ public struct EventHeader: Sendable {
             if !valid(header.nameLength) { return "name" }
             if !valid(header.userIDLength) { return "user id" }
             if !valid(header.onceKeyLength) { return "once key" }
+            if !valid(header.propertiesLength) { return "properties" }
             return nil
         }
         if let invalidField { throw .invalidUTF8("\(invalidField) is not valid UTF-8") }
         self = header
+    }
+
+    /// Walks the extension block from `offset` to the end of `frame`: every entry must fit, no
+    /// tag may repeat, known tags must have their size, unknown critical tags are refused.
+    /// Returns the session, if any.
+    private static func validateExtensions(_ frame: [UInt8], from start: Int) throws(ProtocolError) -> EventID? {
+        var offset = start
+        var session: EventID?
+        var seen: Set<UInt16> = []
+        while offset < frame.count {
+            guard frame.count - offset >= EventExtension.entryHeaderSize else {
+                throw .malformed("extension entry at byte \(offset) is cut short")
+            }
+            let tag = EventExtension.Tag(rawValue: readLE(frame, at: offset))
+            let length = Int(readLE(frame, at: offset + 2, as: UInt32.self))
+            let value = offset + EventExtension.entryHeaderSize
+            guard length <= frame.count - value else {
+                throw .malformed("extension \(tag) declares \(length) bytes past the end of the frame")
+            }
+            guard seen.insert(tag.rawValue).inserted else { throw .malformed("extension \(tag) appears twice") }
+            switch tag {
+            case .session:
+                guard length == 16 else { throw .malformed("extension session is \(length) bytes, expected 16") }
+                session = EventID(bytes: frame, at: value)
+            default:
+                if tag.isCritical { throw .unsupportedField("critical extension \(tag) is not known to this agent") }
+            }
+            offset = value + length
+        }
+        return session
+    }
+
+    /// The session of a frame validated earlier (a stored one), read in place: walks the
+    /// extension block without checking anything else. `nil` without one.
+    public static func session(ofValidated frame: UnsafeRawBufferPointer) -> EventID? {
+        guard frame.count >= WireEvent.fixedHeaderSize,
+              EventFlags(rawValue: frame.loadLE(at: 38, as: UInt16.self)).contains(.extended) else { return nil }
+        var offset = WireEvent.fixedHeaderSize + Int(frame.loadLE(at: 40, as: UInt16.self))
+            + Int(frame.loadLE(at: 42, as: UInt16.self)) + Int(frame.loadLE(at: 44, as: UInt16.self))
+            + Int(frame.loadLE(at: 46, as: UInt16.self)) + Int(frame.loadLE(at: 48, as: UInt32.self))
+        while frame.count - offset >= EventExtension.entryHeaderSize {
+            let tag = EventExtension.Tag(rawValue: frame.loadLE(at: offset, as: UInt16.self))
+            let length = Int(frame.loadLE(at: offset + 2, as: UInt32.self))
+            let value = offset + EventExtension.entryHeaderSize
+            guard length <= frame.count - value else { return nil }
+            if tag == .session && length == 16 { return EventID(bytes: frame, at: value) }
+            offset = value + length
+        }
+        return nil
+    }
+
+    /// The extension entries of `frame` (the frame this header was read from), in frame order.
+    public func extensions(in frame: [UInt8]) -> [EventExtension] {
+        var fields: [EventExtension] = []
+        var offset = extensionsOffset
+        while frame.count - offset >= EventExtension.entryHeaderSize {
+            let length = Int(readLE(frame, at: offset + 2, as: UInt32.self))
+            let value = offset + EventExtension.entryHeaderSize
+            guard length <= frame.count - value else { break }
+            fields.append(EventExtension(tag: .init(rawValue: readLE(frame, at: offset)), value: Array(frame[value..<(value + length)])))
+            offset = value + length
+        }
+        return fields
+    }
+
+    /// The source in `frame` (the frame this header was read from).
+    public func source(in frame: [UInt8]) -> String {
+        text(in: frame, at: WireEvent.fixedHeaderSize, length: sourceLength)
     }
 
     /// The user id in `frame` (the frame this header was read from); empty if none.
@@ -239,5 +410,7 @@ public struct EventHeader: Sendable {
         self.userIDLength = userIDLength
         self.onceKeyLength = onceKeyLength
         self.propertiesLength = propertiesLength
+        extensionsOffset = 0
+        session = nil
     }
 }

@@ -1,5 +1,12 @@
-/// The protocol version this build speaks.
-public let ferryProtocolVersion: UInt8 = 1
+/// The newest protocol version this build speaks (and what its clients send).
+///
+/// Version 2 adds the event frame's extension block (``EventExtension``), e.g. the client
+/// session. An agent answers each message in the version it came in and accepts every version in
+/// ``supportedProtocolVersions``.
+public let ferryProtocolVersion: UInt8 = 2
+
+/// The protocol versions this build accepts.
+public let supportedProtocolVersions: ClosedRange<UInt8> = 1...2
 
 /// What a message is.
 public enum MessageKind: UInt8, Sendable {
@@ -45,8 +52,9 @@ public struct MessageHeader: Hashable, Sendable {
     /// from the future gets `unsupportedVersion`, not `malformed`.
     public init(decoding frame: [UInt8]) throws(ProtocolError) {
         guard let version = frame.first else { throw .truncated("empty header frame") }
-        guard version == ferryProtocolVersion else {
-            throw .unsupportedVersion("protocol version \(version) is not supported; this side speaks \(ferryProtocolVersion)")
+        guard supportedProtocolVersions.contains(version) else {
+            throw .unsupportedVersion(
+                "protocol version \(version) is not supported; this side speaks \(supportedProtocolVersions.lowerBound)–\(supportedProtocolVersions.upperBound)")
         }
         guard frame.count == Self.size else {
             throw .malformed("header frame is \(frame.count) bytes, expected \(Self.size)")
@@ -99,8 +107,10 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
     case storage = 4
     /// The agent is shutting down and takes no new events.
     case shuttingDown = 5
-    /// A text field is not valid UTF-8.
+    /// A text field or the properties are not valid UTF-8.
     case invalidUTF8 = 6
+    /// The event carries a critical extension field the agent does not know (protocol 2).
+    case unsupportedField = 7
 
     public var description: String {
         switch self {
@@ -111,6 +121,7 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
         case .storage: "storage"
         case .shuttingDown: "shutting_down"
         case .invalidUTF8: "invalid_utf8"
+        case .unsupportedField: "unsupported_field"
         }
     }
 }

@@ -4,7 +4,7 @@
 /// can be added without breaking callers' exhaustive switches.
 public struct ProtocolError: Error, Hashable, Sendable, CustomStringConvertible {
     private enum Base: Hashable, Sendable {
-        case truncated, unsupportedVersion, unknownKind, malformed, tooLarge, invalidUTF8
+        case truncated, unsupportedVersion, unknownKind, malformed, tooLarge, invalidUTF8, unsupportedField
     }
     private let base: Base
     /// What exactly was wrong, for the error reply and the log.
@@ -27,6 +27,8 @@ public struct ProtocolError: Error, Hashable, Sendable, CustomStringConvertible 
     public static func tooLarge(_ detail: String) -> Self { .init(.tooLarge, detail) }
     /// A text field is not valid UTF-8.
     public static func invalidUTF8(_ detail: String) -> Self { .init(.invalidUTF8, detail) }
+    /// An event carries a critical extension this side does not know.
+    public static func unsupportedField(_ detail: String) -> Self { .init(.unsupportedField, detail) }
 
     /// Compares the kind of error only, ignoring ``detail``.
     public static func ~= (pattern: ProtocolError, value: any Error) -> Bool {
@@ -36,7 +38,7 @@ public struct ProtocolError: Error, Hashable, Sendable, CustomStringConvertible 
     /// The wire error code for this error (see ``ErrorCode``).
     public var code: ErrorCode {
         switch base {
-        case .truncated, .malformed, .invalidUTF8: .malformedMessage
+        case .truncated, .malformed, .invalidUTF8, .unsupportedField: .malformedMessage
         case .unsupportedVersion: .unsupportedVersion
         case .unknownKind: .unknownKind
         case .tooLarge: .messageTooLarge
@@ -48,6 +50,7 @@ public struct ProtocolError: Error, Hashable, Sendable, CustomStringConvertible 
         switch base {
         case .tooLarge: .tooLarge
         case .invalidUTF8: .invalidUTF8
+        case .unsupportedField: .unsupportedField
         default: .malformed
         }
     }

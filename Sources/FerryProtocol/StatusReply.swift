@@ -27,12 +27,16 @@ public struct StatusReply: Sendable, Hashable, Codable {
     public var counters: [String: Int]
     /// What recovery found at start (and the deferred verification since).
     public var recovery: Recovery
+    /// Client events known lost (gaps in session sequences), by the client's source name.
+    public var clientEventsLost: [String: Int]
 
     /// Creates a status document.
     public init(
         pid: Int, protocolVersion: Int, uptimeMilliseconds: Int, runtimeDirectory: String, dataDirectory: String,
-        queue: Queue, delivery: Delivery?, consent: ConsentSnapshot, sinks: [Sink], counters: [String: Int], recovery: Recovery
+        queue: Queue, delivery: Delivery?, consent: ConsentSnapshot, sinks: [Sink], counters: [String: Int], recovery: Recovery,
+        clientEventsLost: [String: Int] = [:]
     ) {
+        self.clientEventsLost = clientEventsLost
         self.pid = pid
         self.protocolVersion = protocolVersion
         self.uptimeMilliseconds = uptimeMilliseconds
@@ -252,6 +256,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
     private enum CodingKeys: String, CodingKey {
         case ok, pid, protocolVersion = "protocol_version", uptimeMilliseconds = "uptime_ms", runtimeDirectory = "runtime_dir"
         case dataDirectory = "data_dir", queue, delivery, consent, sinks, counters, recovery
+        case clientEventsLost = "client_events_lost"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -269,6 +274,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
         sinks = try object.decode([Sink].self, forKey: .sinks)
         counters = try object.decode([String: Int].self, forKey: .counters)
         recovery = try object.decode(Recovery.self, forKey: .recovery)
+        clientEventsLost = try object.decodeIfPresent([String: Int].self, forKey: .clientEventsLost) ?? [:]
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -289,6 +295,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
         try object.encode(sinks, forKey: .sinks)
         try object.encode(counters, forKey: .counters)
         try object.encode(recovery, forKey: .recovery)
+        try object.encode(clientEventsLost, forKey: .clientEventsLost)
     }
 
     /// Any JSON value, read only to count an object's keys.

@@ -43,6 +43,7 @@ package struct JSONWriter {
         field("pid", UInt64(event.pid))
         field("seq", event.sequence)
         field("timestamp", event.timestamp)
+        if let session = event.session { field("session", session.description) }
     }
 
     /// Inserts `json` verbatim; the caller guarantees it is a valid JSON value.

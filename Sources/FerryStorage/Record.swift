@@ -7,7 +7,9 @@ import FerryProtocol
 /// body = kind:u8  acceptedAt:u64le  payload
 /// ```
 /// The CRC covers the length field and the body, so a damaged length is caught too. The magic
-/// lets recovery resynchronise to the next record after a damaged one.
+/// lets recovery resynchronise to the next record after a damaged one. The payload depends on
+/// the kind (see ``Kind``); data format 2 writes ``Kind/eventWithMetadata`` records and reads all
+/// three kinds.
 public enum LogRecord {
     /// Marks the start of every record.
     public static let magic: UInt32 = 0x1DA1_7EF5
@@ -17,43 +19,102 @@ public enum LogRecord {
     public static let bodyPrefixSize = 9
     /// Upper bound on a record body; anything larger is treated as damage.
     public static let maxBodySize = 16 << 20
+    /// The most metadata one record can carry (its length is a u16).
+    public static let maxMetadataSize = 0xFFFF
 
     /// What a record holds.
     public enum Kind: UInt8, Sendable {
-        /// An event frame exactly as it arrived on the wire.
+        /// Data format 1: an event frame exactly as it arrived on the wire (payload = frame).
         case event = 1
         /// An event erased by a purge or an erasure request: the record keeps its length (so
-        /// every offset in the segment stays valid) and the event id (so the dedup window still
-        /// knows it), and every other byte of the frame is zero.
+        /// every offset in the segment stays valid), and its payload is the event id, then
+        /// `hasSession:u8 session[16] sequence:u64le` (so the dedup structures still know the
+        /// event after a restart), then zeros. Records erased by data format 1 have zeros after
+        /// the id.
         case erased = 2
+        /// Data format 2: `metadataLength:u16le metadata[metadataLength] frame`, where the
+        /// metadata is what the agent itself recorded about the event (``RecordMetadata``) and
+        /// the frame is the event exactly as it arrived on the wire.
+        case eventWithMetadata = 3
     }
 
-    /// Rewrites the framed record in `record` (header and body, exactly one record) as an
-    /// ``Kind/erased`` record of the same size, with a fresh CRC.
-    public static func erase(_ record: inout [UInt8]) {
-        precondition(record.count >= headerSize + bodyPrefixSize)
-        record[headerSize] = Kind.erased.rawValue
-        let keep = headerSize + bodyPrefixSize + 16 // the event id
-        if record.count > keep {
-            for i in keep..<record.count { record[i] = 0 }
+    /// The framed size of an erased record: at least the id and the session fields.
+    static let minimumErasedPayload = 16 + 1 + 16 + 8
+
+    /// An ``Kind/erased`` record of exactly `size` framed bytes for the event `id` (with its
+    /// session and sequence when it had a session), accepted at `acceptedAt`. Built from these
+    /// facts alone, not from the bytes it replaces, so it can overwrite a torn record.
+    public static func erasedRecord(size: Int, acceptedAt: UInt64, id: EventID, session: EventID?, sequence: UInt64) -> [UInt8] {
+        precondition(size >= headerSize + bodyPrefixSize + 16, "an erased record needs room for the event id")
+        var record: [UInt8] = []
+        record.reserveCapacity(size)
+        appendLE(magic, to: &record)
+        appendLE(UInt32(size - headerSize), to: &record)
+        appendLE(UInt32(0), to: &record)
+        record.append(Kind.erased.rawValue)
+        appendLE(acceptedAt, to: &record)
+        id.append(to: &record)
+        if size >= headerSize + bodyPrefixSize + minimumErasedPayload {
+            if let session {
+                record.append(1)
+                session.append(to: &record)
+                appendLE(sequence, to: &record)
+            } else {
+                record.append(contentsOf: repeatElement(0, count: 25))
+            }
         }
+        record.append(contentsOf: repeatElement(0, count: size - record.count))
         let crc = record.withUnsafeBytes { raw in
             CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[headerSize...]),
                             continuing: CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[4..<8])))
         }
         record.withUnsafeMutableBytes { $0.storeBytes(of: crc.littleEndian, toByteOffset: 8, as: UInt32.self) }
+        return record
     }
 
-    /// Appends a framed event record to `buffer`.
-    public static func appendEvent(_ frame: [UInt8], acceptedAt: UInt64, to buffer: inout [UInt8]) {
-        let length = UInt32(bodyPrefixSize + frame.count)
+    /// Rewrites the framed record in `record` (header and body, exactly one valid record) as an
+    /// ``Kind/erased`` record of the same size, with a fresh CRC.
+    public static func erase(_ record: inout [UInt8]) {
+        precondition(record.count >= headerSize + bodyPrefixSize)
+        let facts: (acceptedAt: UInt64, id: EventID, session: EventID?, sequence: UInt64) = record.withUnsafeBytes { raw in
+            let body = UnsafeRawBufferPointer(rebasing: raw[headerSize...])
+            let decoded = RecordBody(body)
+            return (decoded.acceptedAt, decoded.eventID, decoded.session, decoded.sequence)
+        }
+        record = erasedRecord(size: record.count, acceptedAt: facts.acceptedAt, id: facts.id, session: facts.session,
+                              sequence: facts.sequence)
+    }
+
+    /// Appends a framed data format 2 event record (``Kind/eventWithMetadata``) to `buffer`.
+    public static func appendEvent(_ frame: [UInt8], acceptedAt: UInt64, metadata: RecordMetadata = .init(), to buffer: inout [UInt8]) {
+        let meta = metadata.encoded
+        let length = UInt32(bodyPrefixSize + 2 + meta.count + frame.count)
         let start = buffer.count
         appendLE(magic, to: &buffer)
         appendLE(length, to: &buffer)
         appendLE(UInt32(0), to: &buffer) // crc, patched below
+        buffer.append(Kind.eventWithMetadata.rawValue)
+        appendLE(acceptedAt, to: &buffer)
+        appendLE(UInt16(meta.count), to: &buffer)
+        buffer += meta
+        buffer += frame
+        patchCRC(of: start, in: &buffer)
+    }
+
+    /// Appends a framed data format 1 event record (``Kind/event``) to `buffer`: what a format 1
+    /// agent wrote (tests of reading old data directories use it).
+    public static func appendFormat1Event(_ frame: [UInt8], acceptedAt: UInt64, to buffer: inout [UInt8]) {
+        let start = buffer.count
+        appendLE(magic, to: &buffer)
+        appendLE(UInt32(bodyPrefixSize + frame.count), to: &buffer)
+        appendLE(UInt32(0), to: &buffer)
         buffer.append(Kind.event.rawValue)
         appendLE(acceptedAt, to: &buffer)
         buffer += frame
+        patchCRC(of: start, in: &buffer)
+    }
+
+    private static func patchCRC(of start: Int, in buffer: inout [UInt8]) {
         let crc = buffer.withUnsafeBytes { raw in
             let lengthField = UnsafeRawBufferPointer(rebasing: raw[(start + 4)..<(start + 8)])
             let body = UnsafeRawBufferPointer(rebasing: raw[(start + headerSize)...])
@@ -62,8 +123,11 @@ public enum LogRecord {
         buffer.withUnsafeMutableBytes { $0.storeBytes(of: crc.littleEndian, toByteOffset: start + 8, as: UInt32.self) }
     }
 
-    /// The framed size of an event record with a frame of `frameSize` bytes.
-    public static func framedSize(frameSize: Int) -> Int { headerSize + bodyPrefixSize + frameSize }
+    /// The framed size of an event record with a frame of `frameSize` bytes and `metadataSize`
+    /// bytes of metadata.
+    public static func framedSize(frameSize: Int, metadataSize: Int = 0) -> Int {
+        headerSize + bodyPrefixSize + 2 + metadataSize + frameSize
+    }
 
     /// The result of looking for a record at an offset.
     public enum Parse: Equatable {
@@ -87,7 +151,15 @@ public enum LogRecord {
         let lengthField = UnsafeRawBufferPointer(rebasing: buffer[(offset + 4)..<(offset + 8)])
         let body = UnsafeRawBufferPointer(rebasing: buffer[(offset + headerSize)..<(offset + headerSize + length)])
         guard CRC32C.checksum(body, continuing: CRC32C.checksum(lengthField)) == stored,
-              Kind(rawValue: body[0]) != nil else { return .invalid }
+              let kind = Kind(rawValue: body[0]) else { return .invalid }
+        switch kind {
+        case .event: break
+        case .erased: guard length >= bodyPrefixSize + 16 else { return .invalid }
+        case .eventWithMetadata:
+            guard length >= bodyPrefixSize + 2,
+                  length >= bodyPrefixSize + 2 + Int(body.loadUnaligned(fromByteOffset: bodyPrefixSize, as: UInt16.self).littleEndian)
+            else { return .invalid }
+        }
         return .record(body: (offset + headerSize)..<(offset + headerSize + length), size: headerSize + length)
     }
 
@@ -116,6 +188,116 @@ public enum LogRecord {
     }
 }
 
+/// What the agent itself recorded about an event when it accepted it, stored beside the frame in
+/// a ``LogRecord/Kind/eventWithMetadata`` record.
+///
+/// Encoded as entries `tag:u8 length:u16le value[length]`. Readers skip tags they do not know,
+/// so fields can be added without a new data format. No tags are defined yet: the host-service
+/// work adds the sender's kernel-verified origin here.
+public struct RecordMetadata: Hashable, Sendable {
+    /// One field.
+    public struct Field: Hashable, Sendable {
+        /// The field's tag.
+        public var tag: UInt8
+        /// The field's value.
+        public var value: [UInt8]
+        /// Creates a field.
+        public init(tag: UInt8, value: [UInt8]) {
+            self.tag = tag
+            self.value = value
+        }
+    }
+
+    /// The fields, in encoding order.
+    public var fields: [Field]
+
+    /// Creates metadata with `fields`.
+    public init(fields: [Field] = []) { self.fields = fields }
+
+    /// The value of the first field tagged `tag`.
+    public subscript(tag: UInt8) -> [UInt8]? { fields.first { $0.tag == tag }?.value }
+
+    /// The encoded entries (empty for no fields).
+    public var encoded: [UInt8] {
+        var out: [UInt8] = []
+        for field in fields {
+            out.append(field.tag)
+            appendLE(UInt16(field.value.count), to: &out)
+            out += field.value
+        }
+        return out
+    }
+
+    /// Decodes entries; a cut-short entry ends the list.
+    public init(decoding bytes: UnsafeRawBufferPointer) {
+        var fields: [Field] = []
+        var offset = 0
+        while bytes.count - offset >= 3 {
+            let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 1, as: UInt16.self).littleEndian)
+            guard bytes.count - offset - 3 >= length else { break }
+            fields.append(Field(tag: bytes[offset], value: Array(bytes[(offset + 3)..<(offset + 3 + length)])))
+            offset += 3 + length
+        }
+        self.init(fields: fields)
+    }
+}
+
+/// The parts of a record body (as ``LogRecord/parse(_:at:)`` validated it), read in place.
+///
+/// Ranges are relative to the body's start. For an erased record the frame is empty and the
+/// id, session and sequence come from the erased payload.
+package struct RecordBody {
+    package var kind: LogRecord.Kind
+    package var acceptedAt: UInt64
+    package var metadata: Range<Int>
+    package var frame: Range<Int>
+    package var eventID: EventID
+    package var session: EventID?
+    package var sequence: UInt64
+
+    /// The event's source (client name), read from the frame in `body` (this record's body).
+    package func source(in body: UnsafeRawBufferPointer) -> String {
+        guard frame.count >= WireEvent.fixedHeaderSize else { return "" }
+        let length = Int(body.loadLE(at: frame.lowerBound + 40, as: UInt16.self))
+        let start = frame.lowerBound + WireEvent.fixedHeaderSize
+        guard start + length <= frame.upperBound else { return "" }
+        return String(decoding: body[start..<(start + length)], as: UTF8.self)
+    }
+
+    /// Reads a validated body.
+    package init(_ body: UnsafeRawBufferPointer) {
+        kind = LogRecord.Kind(rawValue: body[0]) ?? .erased
+        acceptedAt = body.loadLE(at: 1, as: UInt64.self)
+        let prefix = LogRecord.bodyPrefixSize
+        session = nil
+        sequence = 0
+        switch kind {
+        case .event:
+            metadata = prefix..<prefix
+            frame = prefix..<body.count
+        case .eventWithMetadata:
+            let length = Int(body.loadLE(at: prefix, as: UInt16.self))
+            metadata = (prefix + 2)..<(prefix + 2 + length)
+            frame = metadata.upperBound..<body.count
+        case .erased:
+            metadata = prefix..<prefix
+            frame = body.count..<body.count
+            eventID = EventID(bytes: body, at: prefix)
+            if body.count >= prefix + LogRecord.minimumErasedPayload, body[prefix + 16] == 1 {
+                session = EventID(bytes: body, at: prefix + 17)
+                sequence = body.loadLE(at: prefix + 33, as: UInt64.self)
+            }
+            return
+        }
+        eventID = frame.count >= 16 ? EventID(bytes: body, at: frame.lowerBound) : .zero
+        if frame.count >= WireEvent.fixedHeaderSize {
+            sequence = body.loadLE(at: frame.lowerBound + 24, as: UInt64.self)
+            // Stored frames were validated at intake; only the session is wanted here.
+            session = EventHeader.session(ofValidated: UnsafeRawBufferPointer(rebasing: body[frame]))
+        }
+    }
+}
+
 /// A decoded event record as read back from the log.
 public struct StoredEvent: Sendable {
     /// Where the record starts.
@@ -128,14 +310,32 @@ public struct StoredEvent: Sendable {
     public var frame: [UInt8]
     /// What the record holds.
     public var kind: LogRecord.Kind
+    /// What the agent recorded about the event when it accepted it (empty for format 1 records).
+    public var metadata: RecordMetadata
 
     /// Creates a stored event.
-    public init(position: LogPosition, size: Int, acceptedAt: UInt64, frame: [UInt8], kind: LogRecord.Kind = .event) {
+    public init(position: LogPosition, size: Int, acceptedAt: UInt64, frame: [UInt8], kind: LogRecord.Kind = .eventWithMetadata,
+                metadata: RecordMetadata = .init()) {
         self.position = position
         self.size = size
         self.acceptedAt = acceptedAt
         self.frame = frame
         self.kind = kind
+        self.metadata = metadata
+    }
+
+    /// Decodes the record whose validated body is `body`, found at `position` with framed `size`.
+    package init(position: LogPosition, size: Int, body: UnsafeRawBufferPointer) {
+        let decoded = RecordBody(body)
+        let frame: [UInt8]
+        if decoded.kind == .erased {
+            // An erased record's "frame" is its id, then zeros (as format 1 readers saw it).
+            frame = Array(body[LogRecord.bodyPrefixSize...])
+        } else {
+            frame = Array(body[decoded.frame])
+        }
+        self.init(position: position, size: size, acceptedAt: decoded.acceptedAt, frame: frame, kind: decoded.kind,
+                  metadata: RecordMetadata(decoding: UnsafeRawBufferPointer(rebasing: body[decoded.metadata])))
     }
 
     /// True for a record erased by a purge: it holds no event any more.

@@ -161,6 +161,16 @@ package final class SegmentedLog: Sendable {
                       logger: logger, recovered: &report, dedupWindow: dedupWindow, seedDedup: seedDedup)
     }
 
+    /// A recovered record that belongs to a client session, for rebuilding the session table.
+    package struct SessionRecord: Sendable {
+        package var session: EventID
+        package var sequence: UInt64
+        package var acceptedAt: UInt64
+        package var position: LogPosition
+        /// The client's source name ("" for an erased record).
+        package var source: String
+    }
+
     /// Opens (or creates) the log in `directory` and recovers it: a torn tail of the last segment
     /// is truncated, damaged records elsewhere are skipped. `cursors` names every consumer (sink)
     /// with the position it resumes from (`nil`: the oldest segment). `seedDedup` is called with
@@ -168,13 +178,16 @@ package final class SegmentedLog: Sendable {
     ///
     /// Start-up work does not grow with the backlog: segments are scanned newest first only until
     /// the last one and `dedupWindow` records have been seen (the most a dedup window can hold; only
-    /// those are passed to `seedDedup`). Older sealed segments are opened unscanned, readable at once
+    /// those are passed to `seedDedup`), and back to `sessionsFrom` (where the persisted session
+    /// table stops covering the log; every record from there that carries a session is passed to
+    /// `seedSession`, oldest first). Older sealed segments are opened unscanned, readable at once
     /// (every read CRC-checks its records and resynchronises past damage), and counted and checked
     /// by ``verifySealedSegments(shouldStop:)``, which the caller runs in the background. With the
     /// default `dedupWindow` every segment is scanned here.
     package init(
         directory: String, configuration: LogConfiguration, cursors: [String: LogPosition?], logger: Logger,
-        recovered report: inout RecoveryReport, dedupWindow: Int = .max, seedDedup: (EventID, UInt64) -> Void
+        recovered report: inout RecoveryReport, dedupWindow: Int = .max, sessionsFrom: LogPosition? = nil,
+        seedDedup: (EventID, UInt64) -> Void, seedSession: (SessionRecord) -> Void = { _ in }
     ) throws {
         self.directory = directory
         self.configuration = configuration
@@ -190,12 +203,14 @@ package final class SegmentedLog: Sendable {
         var segments: [SegmentInfo] = []
         var erasedPending: [String: Int] = [:]
         var seeds: [[(EventID, UInt64)]] = []
+        var sessionSeeds: [[SessionRecord]] = []
         var seen = 0
         for (position, index) in indices.enumerated().reversed() {
             let path = directory + "/" + Self.fileName(for: index)
             let isLast = position == indices.count - 1
             report.segments += 1
-            guard isLast || seen < dedupWindow else {
+            let sessionsNeeded = sessionsFrom.map { index >= $0.segment } ?? false
+            guard isLast || seen < dedupWindow || sessionsNeeded else {
                 let fd = try FileIO.open(path, O_RDONLY)
                 defer { close(fd) }
                 segments.append(SegmentInfo(index: index, path: path, size: try FileIO.fileSize(fd, path: path),
@@ -203,19 +218,28 @@ package final class SegmentedLog: Sendable {
                 continue
             }
             var ids: [(EventID, UInt64)] = []
+            var sessions: [SessionRecord] = []
             let scan = try SegmentScanner.scan(path: path, truncateTornTail: isLast) { offset, size, body in
-                guard body.count >= LogRecord.bodyPrefixSize + 16 else { return }
-                if body[0] == LogRecord.Kind.erased.rawValue {
-                    Self.countErased(at: LogPosition(segment: index, offset: offset), cursors: cursors, into: &erasedPending)
+                let record = RecordBody(body)
+                let position = LogPosition(segment: index, offset: offset)
+                if record.kind == .erased {
+                    Self.countErased(at: position, cursors: cursors, into: &erasedPending)
                 }
-                let acceptedAt = body.loadLE(at: 1, as: UInt64.self)
-                ids.append((EventID(bytes: body, at: LogRecord.bodyPrefixSize), acceptedAt))
+                ids.append((record.eventID, record.acceptedAt))
+                if let session = record.session, let from = sessionsFrom, position >= from {
+                    sessions.append(SessionRecord(session: session, sequence: record.sequence, acceptedAt: record.acceptedAt,
+                                                  position: position, source: record.source(in: body)))
+                }
             }
             seen += ids.count
             seeds.append(ids)
+            sessionSeeds.append(sessions)
             report.add(scan)
             segments.append(SegmentInfo(index: index, path: path, size: scan.size, records: scan.records.count,
                                         deliveredRecords: Self.delivered(scan.records, segment: index, before: cursors)))
+        }
+        for records in sessionSeeds.reversed() {
+            for record in records { seedSession(record) }
         }
         // Only the newest `dedupWindow` ids can stay in the window: skip the older ones.
         var skip = seen > dedupWindow ? seen - dedupWindow : 0
@@ -276,7 +300,7 @@ package final class SegmentedLog: Sendable {
         for segment in pending where !shouldStop() {
             var erased: [String: Int] = [:]
             guard let scan = try? SegmentScanner.scan(path: segment.path, truncateTornTail: false, visit: { offset, _, body in
-                if body.count > 0 && body[0] == LogRecord.Kind.erased.rawValue {
+                if body[0] == LogRecord.Kind.erased.rawValue {
                     Self.countErased(at: LogPosition(segment: segment.index, offset: offset), cursors: cursors, into: &erased)
                 }
             }) else { continue }
@@ -328,12 +352,9 @@ package final class SegmentedLog: Sendable {
                 while offset < raw.count && events.count < maxEvents && (bytes < maxBytes || events.isEmpty) {
                     switch LogRecord.parse(raw, at: offset) {
                     case .record(let body, let size):
-                        let acceptedAt = raw.loadLE(at: body.lowerBound + 1, as: UInt64.self)
-                        let frame = Array(raw[(body.lowerBound + LogRecord.bodyPrefixSize)..<body.upperBound])
                         events.append(StoredEvent(
                             position: LogPosition(segment: segment.index, offset: position.offset + Int64(offset)),
-                            size: size, acceptedAt: acceptedAt, frame: frame,
-                            kind: LogRecord.Kind(rawValue: raw[body.lowerBound]) ?? .event))
+                            size: size, body: UnsafeRawBufferPointer(rebasing: raw[body])))
                         bytes += size
                         offset += size
                     case .incomplete where !reachesEnd:
@@ -354,10 +375,9 @@ package final class SegmentedLog: Sendable {
                 let length = header.count == LogRecord.headerSize ? Int(readLE(header, at: 4, as: UInt32.self)) : 0
                 let whole = try readChunk(segment: segment, at: position.offset, count: LogRecord.headerSize + length)
                 if case .record(let body, let size) = whole.withUnsafeBytes({ LogRecord.parse($0, at: 0) }) {
-                    events.append(StoredEvent(
-                        position: position, size: size, acceptedAt: readLE(whole, at: body.lowerBound + 1),
-                        frame: Array(whole[(body.lowerBound + LogRecord.bodyPrefixSize)..<body.upperBound]),
-                        kind: LogRecord.Kind(rawValue: whole[body.lowerBound]) ?? .event))
+                    events.append(whole.withUnsafeBytes { raw in
+                        StoredEvent(position: position, size: size, body: UnsafeRawBufferPointer(rebasing: raw[body]))
+                    })
                     bytes += size
                     consumed = size
                 } else {
@@ -395,15 +415,9 @@ package final class SegmentedLog: Sendable {
                     file = (try FileIO.open(segment.path, O_WRONLY), segment.path)
                     touched[event.position.segment] = file
                 }
-                var record = [UInt8](repeating: 0, count: LogRecord.headerSize)
-                record.withUnsafeMutableBytes { raw in
-                    raw.storeBytes(of: LogRecord.magic.littleEndian, toByteOffset: 0, as: UInt32.self)
-                    raw.storeBytes(of: UInt32(event.size - LogRecord.headerSize).littleEndian, toByteOffset: 4, as: UInt32.self)
-                }
-                record.append(LogRecord.Kind.event.rawValue)
-                appendLE(event.acceptedAt, to: &record)
-                record += event.frame
-                LogRecord.erase(&record)
+                let header = try? event.header()
+                let record = LogRecord.erasedRecord(size: event.size, acceptedAt: event.acceptedAt, id: event.decodedID,
+                                                    session: header?.session, sequence: header?.sequence ?? 0)
                 try record.withUnsafeBytes { try FileIO.pwriteAll(file.fd, $0, at: event.position.offset, path: file.path) }
                 erased.append(event)
             }

@@ -86,11 +86,11 @@ public final class FakeIngestAgent: Sendable {
     public static func ack(_ header: MessageHeader, _ events: [[UInt8]], status: EventStatus = .accepted,
                            reason: RejectReason = .none) -> [[UInt8]] {
         let entries = events.map { AckEntry(id: EventID(bytes: $0), status: status, reason: reason) }
-        return [MessageHeader(kind: .ack, requestID: header.requestID).encoded(), AckCodec.encode(entries)]
+        return [MessageHeader(version: header.version, kind: .ack, requestID: header.requestID).encoded(), AckCodec.encode(entries)]
     }
 
     /// An error reply with `code`.
     public static func error(_ header: MessageHeader, _ code: ErrorCode, _ message: String = "scripted error") -> [[UInt8]] {
-        [MessageHeader(kind: .error, requestID: header.requestID).encoded(), ErrorReply(code: code, message: message).encoded()]
+        [MessageHeader(version: header.version, kind: .error, requestID: header.requestID).encoded(), ErrorReply(code: code, message: message).encoded()]
     }
 }

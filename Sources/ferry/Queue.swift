@@ -45,14 +45,18 @@ struct Queue: ParsableCommand {
                 var lines: [String] = []
                 var eventsJSON: [[String: Any]] = []
                 let index = UInt64(name.dropLast(4)) ?? 0
-                let result = try SegmentScanner.scan(path: path, truncateTornTail: false) { offset, _, body in
-                    let frame = Array(body[LogRecord.bodyPrefixSize...])
+                let result = try SegmentScanner.scan(path: path, truncateTornTail: false) { offset, size, body in
                     let position = LogPosition(segment: index, offset: offset)
                     let delivered = cursor.map { position < $0 } ?? false
                     if !delivered { undelivered += 1 }
                     guard events else { return }
-                    let acceptedAt: UInt64 = body.loadLE(at: 1, as: UInt64.self)
-                    if let event = try? WireEvent(decoding: frame) {
+                    let record = StoredEvent(position: position, size: size, body: body)
+                    let frame = record.frame, acceptedAt = record.acceptedAt
+                    if record.isErased {
+                        lines.append("    @\(offset) \(record.decodedID) erased")
+                        eventsJSON.append(["offset": Int(offset), "id": record.decodedID.description, "erased": true,
+                                           "accepted_at": Int(acceptedAt), "delivered": delivered])
+                    } else if let event = try? WireEvent(decoding: frame) {
                         lines.append("    @\(offset) \(event.id) \(event.type) \"\(event.name)\" source=\(event.source) seq=\(event.sequence) \(delivered ? "delivered" : "pending")")
                         eventsJSON.append(["offset": Int(offset), "id": event.id.description, "type": event.type.description,
                                            "name": event.name, "source": event.source, "seq": Int(event.sequence),

@@ -29,7 +29,7 @@ struct AgentEndToEndTests {
             [eventsHeader(2)] + good,
             [eventsHeader(3), a, garbage, unknownType, wrongLength, b],
             [eventsHeader(4), c, tooLarge],
-            [eventsHeader(5, version: 2), d],
+            [eventsHeader(5, version: 3), d],
             [eventsHeader(6)],
             [Array(eventsHeader(7).prefix(5)), d],
             [eventsHeader(8), d],
@@ -51,7 +51,7 @@ struct AgentEndToEndTests {
             AckEntry(id: Events.id(of: tooLarge), status: .rejected, reason: .tooLarge),
         ]))
         guard case .error(let requestID, let versionError) = replies[4] else {
-            Issue.record("a version 2 header got \(replies[4]), expected an error reply")
+            Issue.record("a version 3 header got \(replies[4]), expected an error reply")
             return
         }
         #expect(requestID == 5)

@@ -322,7 +322,8 @@ struct DeliveryTests {
         defer { scratch.remove() }
         let waiting = ScriptedSink(name: "waiting"), patient = ScriptedSink(name: "patient")
         let configuration = multiSinkConfiguration(scratch, [
-            scriptedSinkConfiguration("waiting", scratch, batch: .init(maxEvents: 10, maxBytes: 1 << 20, maxWaitMilliseconds: 1500)),
+            // 4 s: three sequential commits fit well inside it even on a loaded 2-core machine.
+            scriptedSinkConfiguration("waiting", scratch, batch: .init(maxEvents: 10, maxBytes: 1 << 20, maxWaitMilliseconds: 4000)),
             // Would wait a minute for a partial batch: only full batches can arrive within the test.
             scriptedSinkConfiguration("patient", scratch, batch: .init(maxEvents: 5, maxBytes: 1 << 20, maxWaitMilliseconds: 60_000)),
         ])

@@ -38,7 +38,7 @@ final class PipelineHarness: Sendable {
                                   committedSignals: [], logger: quietLogger)
         let (_, worker, seeded) = try FerryAgent.loadConsent(configuration: configuration, log: log, dedup: dedup,
                                                              mailbox: mailbox, logger: quietLogger)
-        try pipeline.start(dedup: seeded, consent: worker.take())
+        try pipeline.start(dedup: seeded, sessions: FerryAgent.emptySessionTable(configuration.dedup), consent: worker.take())
     }
 
     /// Moves what the mailbox holds into `pending` (acks) and `droppedOnBus`, waiting up to

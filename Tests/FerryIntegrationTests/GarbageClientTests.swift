@@ -7,7 +7,7 @@ import Testing
 /// agent keeps serving it and everyone else.
 @Suite("Garbage on the ingest socket")
 struct GarbageClientTests {
-    @Test("random frames, bad headers, version 2, oversized and truncated events get errors; another client is unaffected")
+    @Test("random frames, bad headers, version 3, oversized and truncated events get errors; another client is unaffected")
     func garbageAndAGoodClient() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
@@ -38,7 +38,7 @@ struct GarbageClientTests {
             /* 0 */ [randomBytes(37), randomBytes(100)],                                  // random bytes
             /* 1 */ [[]],                                                                 // empty header frame
             /* 2 */ [[1, 1, 0]],                                                          // header too short
-            /* 3 */ [TestEvents.header(requestID: 77, version: 2), valid1.encoded()],     // a future version
+            /* 3 */ [TestEvents.header(requestID: 77, version: 3), valid1.encoded()],     // a future version
             /* 4 */ [TestEvents.header(requestID: 78, kind: .ack), valid1.encoded()],      // kind not for ingest
             /* 5 */ [[1, 9, 0, 0, 79, 0, 0, 0], valid1.encoded()],                        // unknown kind 9
             /* 6 */ [TestEvents.header(requestID: 80)],                                   // no event frames
@@ -64,7 +64,7 @@ struct GarbageClientTests {
         #expect(replies[2].requestID == 0)
         #expect(errorCode(replies[3]) == .unsupportedVersion, "\(replies[3])")
         #expect(replies[3].requestID == 77, "the request id is echoed even for a refused version")
-        #expect(errorMessage(replies[3]).contains("version 2"), "\(replies[3])")
+        #expect(errorMessage(replies[3]).contains("version 3"), "\(replies[3])")
         #expect(errorCode(replies[4]) == .unknownKind, "\(replies[4])")
         #expect(replies[4].requestID == 78)
         #expect(errorCode(replies[5]) == .unknownKind, "\(replies[5])")

@@ -278,7 +278,7 @@ struct ControlProtocolTests {
     }
 
     static let statusJSON = """
-        {"consent":\(consentObject),"counters":{"accepted":5,"blocked_at_send":0,"delivered":4},\
+        {"client_events_lost":{"app":3},"consent":\(consentObject),"counters":{"accepted":5,"blocked_at_send":0,"delivered":4},\
         "data_dir":"/var/lib/ferry","delivery":{"consecutive_failures":2,"last_error":"HTTP 503","retry_at":1700000030123,\
         "sink":"collector","state":"retrying"},"ok":true,"pid":4242,"protocol_version":1,\
         "queue":{"bytes":4096,"cursor":"1:0","events":1,"oldest_undelivered_age_ms":null,"segments":1,"verifying_segments":0},\
@@ -302,7 +302,7 @@ struct ControlProtocolTests {
                   delivered: 5, retried: 0, deadLettered: 0, cursor: nil, lastSuccessAt: 1_700_000_000_000, lastError: nil, retryAt: nil),
         ],
         counters: ["accepted": 5, "blocked_at_send": 0, "delivered": 4],
-        recovery: .init(events: 5, corruptRegions: 0, corruptBytes: 0, truncatedBytes: 0))
+        recovery: .init(events: 5, corruptRegions: 0, corruptBytes: 0, truncatedBytes: 0), clientEventsLost: ["app": 3])
 
     @Test("status: decodes the agent's document; nulls stay explicit in queue and sinks, absent in delivery")
     func statusReply() throws {

@@ -69,7 +69,17 @@ enum FrameChecks {
             guard event.id == header.id, event.sequence == header.sequence, event.type == header.type else {
                 return .failure(Violation("EventHeader and WireEvent disagree", frame))
             }
-            guard event.encoded() == frame else { return .failure(Violation("event re-encodes differently", frame)) }
+            guard event.session == header.session else { return .failure(Violation("EventHeader and WireEvent disagree on the session", frame)) }
+            // Re-encoding gives the canonical form (session first, the extended flag exactly when
+            // there are extensions): it must decode to the same event, and a frame already in
+            // that form must come back byte for byte.
+            let reencoded = event.encoded()
+            guard (try? WireEvent(decoding: reencoded)) == event else {
+                return .failure(Violation("event does not survive a round trip", frame))
+            }
+            let canonical = header.extensions(in: frame).enumerated().allSatisfy { $0.element.tag != .session || $0.offset == 0 }
+                && header.flags.contains(.extended) == event.isExtended
+            guard !canonical || reencoded == frame else { return .failure(Violation("event re-encodes differently", frame)) }
             return .success(.decoded)
         case .ack:
             guard let entries = try? AckCodec.decode(frame) else { return .success(.refused) }

@@ -16,10 +16,11 @@ struct MessageHeaderTests {
 
     @Test("layout: version, kind, flags u16le, request id u32le")
     func layout() {
-        let frame = MessageHeader(kind: .ack, flags: 0x0201, requestID: 0x0403_0201).encoded()
+        let frame = MessageHeader(version: 1, kind: .ack, flags: 0x0201, requestID: 0x0403_0201).encoded()
         #expect(frame == [1, 2, 0x01, 0x02, 0x01, 0x02, 0x03, 0x04])
-        #expect(ferryProtocolVersion == 1)
-        #expect(MessageHeader(kind: .events, requestID: 1).version == 1)
+        #expect(ferryProtocolVersion == 2)
+        #expect(supportedProtocolVersions == 1...2)
+        #expect(MessageHeader(kind: .events, requestID: 1).version == 2)
         #expect([MessageKind.events, .ack, .error].map(\.rawValue) == [1, 2, 3])
     }
 
@@ -30,7 +31,7 @@ struct MessageHeaderTests {
     }
 
     @Test("an unsupported version is reported before the size is checked", arguments: [
-        [0], [2], [0xFF], [2, 1], [2, 1, 0, 0, 7, 0, 0, 0], [9] + [UInt8](repeating: 0, count: 40),
+        [0], [3], [0xFF], [3, 1], [3, 1, 0, 0, 7, 0, 0, 0], [9] + [UInt8](repeating: 0, count: 40),
     ] as [[UInt8]])
     func unsupportedVersion(frame: [UInt8]) {
         let error = expectProtocolError(.unsupportedVersion("")) { try MessageHeader(decoding: frame) }
@@ -38,7 +39,7 @@ struct MessageHeaderTests {
         #expect(error?.detail.contains("\(frame[0])") == true)
     }
 
-    @Test("a version-1 header of the wrong size is malformed", arguments: [1, 2, 7, 9, 16])
+    @Test("a header of a supported version and the wrong size is malformed", arguments: [1, 2, 7, 9, 16])
     func wrongSize(length: Int) {
         var frame = MessageHeader(kind: .events, requestID: 5).encoded()
         frame = length <= frame.count ? Array(frame.prefix(length)) : frame + [UInt8](repeating: 0, count: length - frame.count)
@@ -99,7 +100,8 @@ struct AckCodecTests {
         #expect(EventStatus.allCases.map { "\($0.rawValue)=\($0)" }
             == ["0=accepted", "1=duplicate", "2=rejected", "3=blocked", "4=suppressed"])
         #expect(RejectReason.allCases.map { "\($0.rawValue)=\($0)" }
-            == ["0=none", "1=malformed", "2=too_large", "3=full", "4=storage", "5=shutting_down", "6=invalid_utf8"])
+            == ["0=none", "1=malformed", "2=too_large", "3=full", "4=storage", "5=shutting_down", "6=invalid_utf8",
+                "7=unsupported_field"])
     }
 
     @Test("frames shorter than the count are truncated", arguments: [0, 1, 3])
@@ -196,6 +198,7 @@ struct ProtocolErrorTests {
         (.unsupportedVersion("v"), .unsupportedVersion, .malformed),
         (.unknownKind("k"), .unknownKind, .malformed),
         (.tooLarge("l"), .messageTooLarge, .tooLarge),
+        (.unsupportedField("f"), .malformedMessage, .unsupportedField),
     ]
 
     @Test("wire error code and reject reason of each kind", arguments: mapping)
@@ -209,6 +212,7 @@ struct ProtocolErrorTests {
         let makers: [@Sendable (String) -> ProtocolError] = [
             ProtocolError.truncated, ProtocolError.malformed, ProtocolError.invalidUTF8,
             ProtocolError.unsupportedVersion, ProtocolError.unknownKind, ProtocolError.tooLarge,
+            ProtocolError.unsupportedField,
         ]
         for (i, makeA) in makers.enumerated() {
             for (j, makeB) in makers.enumerated() {
@@ -240,7 +244,7 @@ struct ProtocolErrorTests {
             }
         }
         #expect(classify([1, 1, 0, 0, 0, 0, 0, 0]) == "ok")
-        #expect(classify([2]) == "version")
+        #expect(classify([3]) == "version")
         #expect(classify([1, 9, 0, 0, 0, 0, 0, 0]) == "kind")
         #expect(classify([]) == "truncated")
         #expect(classify([1, 1]) == "malformed")

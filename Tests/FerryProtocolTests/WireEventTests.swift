@@ -60,6 +60,20 @@ enum WorkedExample {
         + "01" + "00" + "0000" + "0300" + "0900" + "0000" + "0000" + "0e000000"
         + "617070" + "5369676e6564205570" + "7b22706c616e223a2270726f227d"
     static let headerHex = "0101000007000000"
+
+    /// The same event from a protocol 2 client with session `7f3c2a1e-9b8d-4c6f-a5e4-d3c2b1a09f8e`:
+    /// flag bit 15 set, then the extension block (tag 1, length 16, the session).
+    static let session = EventID("7f3c2a1e-9b8d-4c6f-a5e4-d3c2b1a09f8e")!
+    static var sessionEvent: WireEvent {
+        var event = Self.event
+        event.session = session
+        return event
+    }
+    static let sessionFrameHex = "0190f5c27a3b7c4d8e5f0123456789ab" + "0068e5cf8b010000" + "0100000000000000" + "92100000"
+        + "01" + "00" + "0080" + "0300" + "0900" + "0000" + "0000" + "0e000000"
+        + "617070" + "5369676e6564205570" + "7b22706c616e223a2270726f227d"
+        + "0100" + "10000000" + "7f3c2a1e9b8d4c6fa5e4d3c2b1a09f8e"
+    static let sessionHeaderHex = "0201000007000000"
 }
 
 @Suite("WireEvent")
@@ -79,7 +93,7 @@ struct WireEventTests {
         // Extreme fixed-field values.
         WireEvent(
             id: EventID(high: .max, low: .max), timestamp: .max, sequence: .max, pid: .max, type: .page,
-            category: .max, flags: EventFlags(rawValue: .max), source: "s", name: "n", userID: "u", onceKey: "o"
+            category: .max, flags: EventFlags(rawValue: 0x7FFF) /* every bit but `extended`, which the encoder sets */, source: "s", name: "n", userID: "u", onceKey: "o"
         ),
         // Properties larger than 64 KiB (its length field is 32 bits).
         WireEvent(
@@ -143,12 +157,26 @@ struct WireEventTests {
         #expect(hex(frame) == WorkedExample.frameHex)
         #expect(frame.count == 52 + 3 + 9 + 14)
         #expect(try WireEvent(decoding: bytes(hex: WorkedExample.frameHex)) == WorkedExample.event)
-        #expect(hex(MessageHeader(kind: .events, requestID: 7).encoded()) == WorkedExample.headerHex)
+        #expect(hex(MessageHeader(version: 1, kind: .events, requestID: 7).encoded()) == WorkedExample.headerHex)
     }
 
-    @Test("properties are carried as opaque bytes (the agent never parses them)")
+    @Test("protocol 2 worked example with a session in docs/PROTOCOL.md is byte-exact")
+    func workedExampleWithSession() throws {
+        let frame = WorkedExample.sessionEvent.encoded()
+        #expect(hex(frame) == WorkedExample.sessionFrameHex)
+        #expect(try WireEvent(decoding: frame) == WorkedExample.sessionEvent)
+        let header = try EventHeader(frame)
+        #expect(header.session == WorkedExample.session)
+        #expect(header.flags.contains(.extended))
+        #expect(header.extensionsOffset == 52 + 3 + 9 + 14)
+        #expect(hex(MessageHeader(kind: .events, requestID: 7).encoded()) == WorkedExample.sessionHeaderHex)
+        // What a protocol 1 agent is sent instead after refusing version 2.
+        #expect(hex(WireEvent.strippingExtensions(frame)) == WorkedExample.frameHex)
+    }
+
+    @Test("properties are carried as opaque bytes (the agent never parses them, only checks UTF-8)")
     func opaqueProperties() throws {
-        for properties: [UInt8] in [[], Array("[1,2]".utf8), Array("not json".utf8), [0xFF, 0xFE, 0x00]] {
+        for properties: [UInt8] in [[], Array("[1,2]".utf8), Array("not json".utf8), [0x7B, 0x00, 0xC3, 0xA9]] {
             let event = WireEvent(id: Self.id, timestamp: 1, sequence: 1, pid: 1, type: .track,
                                   source: "s", name: "n", properties: properties)
             #expect(try WireEvent(decoding: event.encoded()).properties == properties)
@@ -232,6 +260,16 @@ struct WireEventTests {
         let error = expectProtocolError(.invalidUTF8("")) { try WireEvent(decoding: frame) }
         #expect(error?.rejectReason == .invalidUTF8)
         #expect(error?.code == .malformedMessage)
+    }
+
+    @Test("properties that are not valid UTF-8 are refused at ingest and by the full decoder", arguments: invalidUTF8)
+    func invalidProperties(bad: [UInt8]) {
+        let frame = WireEvent(id: Self.id, timestamp: 1, sequence: 1, pid: 1, type: .track, source: "s", name: "n",
+                              properties: Array(#"{"a":""#.utf8) + bad + Array(#""}"#.utf8)).encoded()
+        let atIngest = expectProtocolError(.invalidUTF8("")) { try EventHeader(frame) }
+        #expect(atIngest?.rejectReason == .invalidUTF8)
+        #expect(atIngest?.detail == "properties is not valid UTF-8")
+        expectProtocolError(.invalidUTF8("")) { try WireEvent(decoding: frame) }
     }
 
     @Test("the fixed header checks the length before the type")

@@ -24,7 +24,7 @@ struct RecordCodecTests {
         LogRecord.appendEvent(frame, acceptedAt: acceptedAt, to: &buffer)
         #expect(buffer.count == prefix.count + LogRecord.framedSize(frameSize: frameSize))
         #expect(readLE(buffer, at: prefix.count, as: UInt32.self) == LogRecord.magic)
-        #expect(Int(readLE(buffer, at: prefix.count + 4, as: UInt32.self)) == LogRecord.bodyPrefixSize + frameSize)
+        #expect(Int(readLE(buffer, at: prefix.count + 4, as: UInt32.self)) == LogRecord.bodyPrefixSize + 2 + frameSize)
 
         guard case .record(let body, let size) = Self.parse(buffer, at: prefix.count) else {
             Issue.record("a freshly framed record does not parse: \(Self.parse(buffer, at: prefix.count))")
@@ -32,9 +32,83 @@ struct RecordCodecTests {
         }
         #expect(size == LogRecord.framedSize(frameSize: frameSize))
         #expect(body == (prefix.count + LogRecord.headerSize)..<buffer.count)
-        #expect(buffer[body.lowerBound] == LogRecord.Kind.event.rawValue)
+        #expect(buffer[body.lowerBound] == LogRecord.Kind.eventWithMetadata.rawValue)
         #expect(readLE(buffer, at: body.lowerBound + 1, as: UInt64.self) == acceptedAt)
-        #expect(Array(buffer[(body.lowerBound + LogRecord.bodyPrefixSize)...]) == frame)
+        #expect(readLE(buffer, at: body.lowerBound + LogRecord.bodyPrefixSize, as: UInt16.self) == 0) // no metadata
+        #expect(Array(buffer[(body.lowerBound + LogRecord.bodyPrefixSize + 2)...]) == frame)
+    }
+
+    @Test("metadata travels beside the frame; readers skip tags they do not know")
+    func metadata() throws {
+        let event = Events.make(3, name: "with metadata")
+        let metadata = RecordMetadata(fields: [.init(tag: 1, value: [1, 2, 3, 4]), .init(tag: 200, value: Array("x".utf8))])
+        var buffer: [UInt8] = []
+        LogRecord.appendEvent(event.encoded(), acceptedAt: 5, metadata: metadata, to: &buffer)
+        #expect(buffer.count == LogRecord.framedSize(frameSize: event.encoded().count, metadataSize: metadata.encoded.count))
+        guard case .record(let body, let size) = Self.parse(buffer) else {
+            Issue.record("record does not parse")
+            return
+        }
+        let stored = buffer.withUnsafeBytes { raw in
+            StoredEvent(position: LogPosition(segment: 1, offset: 16), size: size, body: UnsafeRawBufferPointer(rebasing: raw[body]))
+        }
+        #expect(stored.kind == .eventWithMetadata)
+        #expect(stored.metadata == metadata)
+        #expect(stored.metadata[1] == [1, 2, 3, 4])
+        #expect(try stored.decoded() == event)
+        // A metadata length past the body is damage.
+        var damaged = buffer
+        damaged[LogRecord.headerSize + LogRecord.bodyPrefixSize] = 0xFF
+        damaged[LogRecord.headerSize + LogRecord.bodyPrefixSize + 1] = 0xFF
+        let crc = damaged.withUnsafeBytes { raw in
+            CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[LogRecord.headerSize...]),
+                            continuing: CRC32C.checksum(UnsafeRawBufferPointer(rebasing: raw[4..<8])))
+        }
+        damaged.withUnsafeMutableBytes { $0.storeBytes(of: crc.littleEndian, toByteOffset: 8, as: UInt32.self) }
+        #expect(Self.parse(damaged) == .invalid)
+    }
+
+    @Test("format 1 records (kind 1) still read as events")
+    func formatOneRecords() throws {
+        let event = Events.make(4)
+        var buffer: [UInt8] = []
+        LogRecord.appendFormat1Event(event.encoded(), acceptedAt: 8, to: &buffer)
+        guard case .record(let body, let size) = Self.parse(buffer) else {
+            Issue.record("record does not parse")
+            return
+        }
+        let stored = buffer.withUnsafeBytes { raw in
+            StoredEvent(position: LogPosition(segment: 1, offset: 16), size: size, body: UnsafeRawBufferPointer(rebasing: raw[body]))
+        }
+        #expect(stored.kind == .event)
+        #expect(stored.acceptedAt == 8)
+        #expect(try stored.decoded() == event)
+    }
+
+    @Test("an erased record keeps the id, session and sequence, and is built from them alone (it can replace a torn record)",
+          arguments: [false, true])
+    func erasedRecord(withSession: Bool) throws {
+        var event = Events.make(9, padding: 30)
+        let session = EventID(high: 0xAB, low: 0xCD)
+        if withSession { event.session = session }
+        var record = Self.framed(event.encoded(), acceptedAt: 77)
+        let original = record
+        LogRecord.erase(&record)
+        #expect(record.count == original.count)
+        #expect(record == LogRecord.erasedRecord(size: original.count, acceptedAt: 77, id: event.id,
+                                                 session: withSession ? session : nil, sequence: event.sequence))
+        guard case .record(let body, _) = Self.parse(record) else {
+            Issue.record("erased record does not parse")
+            return
+        }
+        let decoded = record.withUnsafeBytes { RecordBody(UnsafeRawBufferPointer(rebasing: $0[body])) }
+        #expect(decoded.kind == .erased)
+        #expect(decoded.eventID == event.id)
+        #expect(decoded.acceptedAt == 77)
+        #expect(decoded.session == (withSession ? session : nil))
+        #expect(decoded.sequence == (withSession ? event.sequence : 0))
+        // Nothing of the event's text remains.
+        #expect(!String(decoding: record, as: UTF8.self).contains(event.name))
     }
 
     @Test("a real event frame round-trips and decodes")
@@ -46,7 +120,7 @@ struct RecordCodecTests {
             return
         }
         let stored = StoredEvent(position: LogPosition(segment: 1, offset: 16), size: buffer.count, acceptedAt: 99,
-                                 frame: Array(buffer[(body.lowerBound + LogRecord.bodyPrefixSize)...]))
+                                 frame: Array(buffer[(body.lowerBound + LogRecord.bodyPrefixSize + 2)...]))
         #expect(try stored.decoded() == event)
         #expect(stored.decodedID == event.id)
     }
@@ -66,7 +140,7 @@ struct RecordCodecTests {
             return
         }
         #expect(first + second == buffer.count)
-        #expect(Array(buffer[(body.lowerBound + LogRecord.bodyPrefixSize)...]) == b)
+        #expect(Array(buffer[(body.lowerBound + LogRecord.bodyPrefixSize + 2)...]) == b)
     }
 
     @Test("every single-bit flip in the body is caught by the CRC")
@@ -153,5 +227,30 @@ struct RecordCodecTests {
         // Nothing valid after: nil. An incomplete record at the end is not a resync point.
         #expect((a + garbage).withUnsafeBytes { LogRecord.resynchronise($0, after: 0) } == nil)
         #expect((a + b.dropLast()).withUnsafeBytes { LogRecord.resynchronise($0, after: 0) } == nil)
+    }
+}
+
+@Suite("Data format marker")
+struct DataFormatMarkerTests {
+    @Test("a new directory gets the current format; a format 1 directory is upgraded; a newer one is refused untouched")
+    func marker() throws {
+        let dir = try ScratchDirectory()
+        defer { dir.remove() }
+        #expect(try DataFormat.prepare(dir.path) == nil)
+        #expect(try DataFormat.recorded(in: dir.path) == DataFormat.current)
+        #expect(try DataFormat.prepare(dir.path) == DataFormat.current)
+
+        try FileIO.writeAtomically(Array("ferry-data 9\n".utf8), to: dir.path + "/FORMAT")
+        do {
+            try DataFormat.prepare(dir.path)
+            Issue.record("a newer format was accepted")
+        } catch let error as StorageError {
+            #expect(error.code == .corrupt)
+            #expect(error.message.contains("data format 9, written by a newer ferryd"))
+        }
+        #expect(try FileIO.readFile(dir.path + "/FORMAT") == Array("ferry-data 9\n".utf8))
+
+        try FileIO.writeAtomically(Array("garbage".utf8), to: dir.path + "/FORMAT")
+        #expect(throws: StorageError.self) { try DataFormat.prepare(dir.path) }
     }
 }

@@ -1,3 +1,4 @@
+import Synchronization
 import Ferry
 import FerryProtocol
 import FerryTestKit
@@ -276,6 +277,39 @@ struct FerryClientReplyTests {
         let receipt = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "queue-full")) }
         #expect(receipt.status == .rejected(.full))
         #expect(client.statistics.rejected == 1)
+        await client.shutdown()
+    }
+
+    @Test("events carry the client's session; against a protocol 1 agent the client falls back and its events still arrive")
+    func protocolFallback() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let seen = Mutex<[(version: UInt8, frames: [[UInt8]])]>([])
+        // An agent from before protocol 2: it refuses version 2 messages as a real one did.
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in
+            seen.withLock { $0.append((header.version, events)) }
+            return header.version == 1 ? FakeIngestAgent.ack(header, events)
+                : FakeIngestAgent.error(header, .unsupportedVersion, "protocol version 2 is not supported; this side speaks 1")
+        }
+        defer { fake.stop() }
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "fallback")
+        let first = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "first")) }
+        let second = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "second")) }
+        #expect(first.status == .accepted && second.status == .accepted)
+        let messages = seen.withLock { $0 }
+        #expect(messages.first?.version == 2)
+        let sentSession = try messages.first.flatMap { try $0.frames.first.map { try EventHeader($0).session } }
+        #expect(sentSession == client.session)
+        // After the refusal every message is version 1, without extension blocks.
+        let later = messages.dropFirst()
+        #expect(!later.isEmpty && later.allSatisfy { $0.version == 1 })
+        for message in later {
+            for frame in message.frames {
+                let header = try EventHeader(frame)
+                #expect(header.session == nil && !header.flags.contains(.extended))
+            }
+        }
+        #expect(client.statistics.rejected == 0)
         await client.shutdown()
     }
 }

@@ -33,8 +33,28 @@ public final class AgentCounters: Sendable {
     /// Queued events refused by the consent state at send time.
     public let blockedAtSend = Atomic<Int>(0)
 
+    /// Client events known lost: gaps in a session's sequence numbers (protocol 2 clients).
+    public let clientEventsLost = Atomic<Int>(0)
+    /// ``clientEventsLost`` by the client's source name (at most ``maxLossSources`` names; the
+    /// rest are counted under `""`).
+    private let lostBySource = Mutex<[String: Int]>([:])
+    /// Most source names ``lostBySource`` tracks.
+    static let maxLossSources = 1024
+
     /// Creates zeroed counters.
     public init() {}
+
+    /// Counts `events` lost by the client `source`.
+    func recordLost(_ events: Int, source: String) {
+        clientEventsLost.add(events, ordering: .relaxed)
+        lostBySource.withLock { counts in
+            let key = counts[source] != nil || counts.count < Self.maxLossSources ? source : ""
+            counts[key, default: 0] += events
+        }
+    }
+
+    /// Client events lost, by source name.
+    public var clientEventsLostBySource: [String: Int] { lostBySource.withLock { $0 } }
 
     /// A plain snapshot, for status output.
     public var snapshot: [String: Int] {
@@ -54,6 +74,7 @@ public final class AgentCounters: Sendable {
             "suppressed": suppressed.load(ordering: .relaxed),
             "held": held.load(ordering: .relaxed),
             "blocked_at_send": blockedAtSend.load(ordering: .relaxed),
+            "client_events_lost": clientEventsLost.load(ordering: .relaxed),
         ]
     }
 }

@@ -13,7 +13,7 @@ import Foundation
 /// answered only after both. A crash in between leaves an entry — whole, or torn by a power cut —
 /// after the head the state file records: a change that never took effect and was never
 /// acknowledged. The next change is chained to the state's head, so such a tail would break the
-/// chain for good (the power-cut explorer found it: docs/FAULTS.md section 6). It is cut off.
+/// chain for good (the power-cut explorer found it: docs/FAULTS.md section 7). It is cut off.
 enum AuditTail {
     /// Cuts everything after the entry the state records as its head (`seq` 0: everything),
     /// provided that entry is where the state says it is; returns the bytes cut. Left alone

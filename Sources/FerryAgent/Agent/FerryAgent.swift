@@ -122,11 +122,18 @@ public final class FerryAgent: Service, Sendable {
         }
         defer { locks.forEach { close($0) } }
 
-        // Recovery: the sinks' cursors, dedup snapshot, then every segment.
+        // Recovery: the data format, the sinks' cursors, the dedup and session snapshots, then the
+        // segments.
         let configuredSinks = configuration.sinks
         let cursorStores = configuredSinks.map { CursorStore(dataDirectory: configuration.dataDirectory, sink: $0.name) }
-        let (log, recoveredDedup, report, checkpoints, queuedIDs) = try await io.run {
-            () throws -> (SegmentedLog, DedupWindow, RecoveryReport, [[UInt8]?], Set<EventID>) in
+        let (log, recoveredDedup, recoveredSessions, report, checkpoints, queuedIDs) = try await io.run {
+            () throws -> (SegmentedLog, DedupWindow, SessionTable, RecoveryReport, [[UInt8]?], Set<EventID>) in
+            let formatFound: Int?
+            do {
+                formatFound = try DataFormat.prepare(configuration.dataDirectory)
+            } catch let error as StorageError {
+                throw AgentError(code: .configuration, message: error.message)
+            }
             try FileIO.makeDirectory(configuration.dataDirectory + "/cursors", mode: 0o700)
             var stored: [(position: LogPosition, checkpoint: [UInt8]?)?] = []
             for store in cursorStores {
@@ -151,18 +158,36 @@ public final class FerryAgent: Service, Sendable {
                     logger.warning("dedup snapshot damaged; ignoring it", metadata: ["path": "\(snapshotPath)"])
                 }
             }
+            // The session table: its snapshot covers the log up to a position; the records after
+            // it are scanned. Without a usable snapshot a format 2 log is scanned whole (a format
+            // 1 log has no sessions).
+            var sessions = Self.emptySessionTable(configuration.dedup)
+            let sessionsPath = configuration.dataDirectory + "/" + CommitPipeline.sessionsSnapshotName
+            var sessionsFrom: LogPosition? = formatFound == nil ? nil : LogPosition(segment: 0, offset: 0)
+            if let bytes = try FileIO.readFile(sessionsPath) {
+                if let covered = sessions.restore(snapshot: bytes) {
+                    sessionsFrom = covered
+                } else {
+                    logger.warning("session snapshot damaged; rebuilding it from the whole log", metadata: ["path": "\(sessionsPath)"])
+                    sessions = Self.emptySessionTable(configuration.dedup)
+                }
+            }
             var report = RecoveryReport()
             var queuedIDs = Set<EventID>()  // for finishing a release of held events (HeldRecovery)
             let log = try SegmentedLog(
                 directory: configuration.dataDirectory + "/segments", configuration: configuration.log,
                 cursors: cursors, logger: logger, recovered: &report,
-                dedupWindow: configuration.dedup.maxEntries
-            ) { id, at in
-                dedup.insert(id, at: at)
-                queuedIDs.insert(id)
-            }
-            dedup.expire(now: WallClock.unixMilliseconds())
-            return (log, dedup, report, stored.map { $0?.checkpoint }, queuedIDs)
+                dedupWindow: configuration.dedup.maxEntries, sessionsFrom: sessionsFrom,
+                seedDedup: { id, at in
+                    dedup.insert(id, at: at)
+                    queuedIDs.insert(id)
+                },
+                seedSession: { record in
+                    sessions.insert(session: record.session, sequence: record.sequence, at: record.acceptedAt, source: record.source)
+                })
+            let now = WallClock.unixMilliseconds()
+            dedup.expire(now: now)
+            return (log, dedup, sessions, report, stored.map { $0?.checkpoint }, queuedIDs)
         }
         if report.isClean {
             logger.info("recovered the queue", metadata: ["segments": "\(report.segments)", "events": "\(report.records)"])
@@ -257,7 +282,10 @@ public final class FerryAgent: Service, Sendable {
             guard let self else { return reply(Self.json(ControlRefusal("agent stopping"))) }
             self.handleControl(request, peer: peer, reply: reply)
         }
-        try pipeline.start(dedup: dedup, consent: workerBox.take())
+        let worker = workerBox.take()
+        let heldLog = worker.heldLog
+        let sessions = try await io.run { try Self.completeSessions(recoveredSessions, heldLog: heldLog) }
+        try pipeline.start(dedup: dedup, sessions: sessions, consent: worker)
         do {
             try await io.run { try server.start() }
         } catch {
@@ -289,6 +317,29 @@ public final class FerryAgent: Service, Sendable {
         await verifier.stop()
         await io.run { context.terminate() }
         logger.info("ferryd stopped", metadata: ["accepted": "\(counters.accepted.load(ordering: .relaxed))"])
+    }
+
+    static func emptySessionTable(_ dedup: AgentConfiguration.Dedup) -> SessionTable {
+        SessionTable(idleMilliseconds: UInt64(dedup.sessionIdleSeconds) * 1000, maxSessions: dedup.maxSessions,
+                     lossGraceMilliseconds: UInt64(dedup.lossGraceSeconds) * 1000)
+    }
+
+    /// Adds the sessions of the held area's events (held events are not in the main log the
+    /// session snapshot covers) and starts every session's idle clock now.
+    static func completeSessions(_ sessions: SessionTable, heldLog: SegmentedLog) throws -> SessionTable {
+        var sessions = sessions
+        var position = heldLog.startPosition
+        while true {
+            let (events, next) = try heldLog.read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
+            for event in events {
+                guard let header = event.isErased ? nil : try? event.header(), let session = header.session else { continue }
+                sessions.insert(session: session, sequence: header.sequence, at: event.acceptedAt, source: header.source(in: event.frame))
+            }
+            if events.isEmpty || next == position { break }
+            position = next
+        }
+        sessions.touchAll(now: WallClock.unixMilliseconds())
+        return sessions
     }
 
     /// Loads (or creates) the consent state, checks the audit chain, loads the once-key marks and
@@ -524,7 +575,8 @@ public final class FerryAgent: Service, Sendable {
             counters: counters.snapshot,
             recovery: StatusReply.Recovery(
                 events: running.recovery.records, corruptRegions: running.recovery.corruptRegions,
-                corruptBytes: Int(running.recovery.corruptBytes), truncatedBytes: Int(running.recovery.truncatedBytes)))
+                corruptBytes: Int(running.recovery.corruptBytes), truncatedBytes: Int(running.recovery.truncatedBytes)),
+            clientEventsLost: counters.clientEventsLostBySource)
     }
 
     /// A control reply (or an audit log line) as JSON: encoded from its FerryProtocol type, then

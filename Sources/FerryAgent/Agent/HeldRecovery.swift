@@ -8,7 +8,7 @@ import Logging
 /// (committed), then erases them from the held area. A crash (or power cut) after the state was
 /// saved and before the release finished left events in the held area whose category is granted:
 /// nothing would ever release them again, and events acked `accepted` were never delivered (the
-/// power-cut explorer found it: docs/FAULTS.md section 6). At start, before anything is accepted,
+/// power-cut explorer found it: docs/FAULTS.md section 7). At start, before anything is accepted,
 /// every held event the consent state would now store is appended to the queue — unless the queue
 /// already holds it (the crash came after the queue commit, before the held erasure) — and then
 /// erased from the held area.

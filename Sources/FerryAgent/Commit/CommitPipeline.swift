@@ -8,6 +8,8 @@ struct IngestBatch: Sendable {
     /// ZeroMQ routing id of the client connection.
     var peer: [UInt8]
     var requestID: UInt32
+    /// The protocol version of the message (the ack is sent in it).
+    var version: UInt8 = ferryProtocolVersion
     var items: [Item]
 
     enum Item: Sendable {
@@ -22,6 +24,7 @@ struct IngestBatch: Sendable {
 struct CommittedBatch: Sendable {
     var peer: [UInt8]
     var requestID: UInt32
+    var version: UInt8
     var entries: [AckEntry]
     /// The frames, for bus publications (same order as `entries`).
     var frames: [[UInt8]]
@@ -106,11 +109,23 @@ final class CommitPipeline: Sendable {
     }
 
     var dedupSnapshotPath: String { configuration.dataDirectory + "/dedup.snapshot" }
+    var sessionsSnapshotPath: String { configuration.dataDirectory + "/" + Self.sessionsSnapshotName }
+    /// The session table's snapshot file in the data directory.
+    static let sessionsSnapshotName = "sessions.snapshot"
+
+    /// The commit thread's duplicate detection: the session table and the id window.
+    struct Dedup {
+        var window: DedupWindow
+        var sessions: SessionTable
+        /// The segment the last sessions snapshot was taken in (a new one is taken at rotation).
+        var snapshotSegment: UInt64 = 0
+    }
 
     /// Starts the thread, which becomes the only owner of the log writer, the dedup window and
     /// the consent worker.
-    func start(dedup: DedupWindow, consent: ConsentWorker) throws {
+    func start(dedup window: DedupWindow, sessions: SessionTable, consent: ConsentWorker) throws {
         let writer = try LogWriter(log: log)
+        let dedup = Dedup(window: window, sessions: sessions, snapshotSegment: writer.activeIndex)
         let state = UncheckedBox((writer, dedup, consent))
         let thread = DedicatedThread(name: "ferry-commit") { [self] in
             var (writer, dedup, consent) = state.take()
@@ -148,10 +163,15 @@ final class CommitPipeline: Sendable {
         for signal in committedSignals { signal.signal() }
     }
 
-    private func run(writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker) {
+    private func run(writer: LogWriter, dedup: inout Dedup, consent: ConsentWorker) {
+        var lastLossCheck: UInt64 = 0
         while let work = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
             let now = WallClock.unixMilliseconds()
-            dedup.expire(now: now)
+            dedup.window.expire(now: now)
+            if now >= lastLossCheck + 1000 {
+                lastLossCheck = now
+                reportLosses(dedup.sessions.collectLosses(now: now), at: now)
+            }
             deleteDeliveredSegments(writer: writer, dedup: dedup)
             consent.expireHeld(now: now)
             // Keep arrival order: a consent change applies after the events that came before it
@@ -162,6 +182,7 @@ final class CommitPipeline: Sendable {
                 var acked = false
                 let results = commit(batches, writer: writer, dedup: &dedup, consent: consent,
                                      now: WallClock.unixMilliseconds(), acked: &acked)
+                snapshotSessionsAfterRotation(writer: writer, dedup: &dedup)
                 pendingBytes.subtract(batches.reduce(0) { $0 + Self.weight(of: $1) }, ordering: .relaxed)
                 batches.removeAll()
                 if !acked { mailbox.deliverAcks(results) }
@@ -187,16 +208,29 @@ final class CommitPipeline: Sendable {
             flush()
         }
         deleteDeliveredSegments(writer: writer, dedup: dedup)
+        do {
+            try persistSessions(dedup.sessions, pending: [:])
+        } catch {
+            logger.error("could not persist the session table", metadata: ["error": "\(error)"])
+        }
     }
 
     private func commit(
-        _ batches: [IngestBatch], writer: LogWriter, dedup: inout DedupWindow, consent: ConsentWorker, now: UInt64,
+        _ batches: [IngestBatch], writer: LogWriter, dedup: inout Dedup, consent: ConsentWorker, now: UInt64,
         acked: inout Bool
     ) -> [CommittedBatch] {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
         var appended: [EventID] = []
         var heldIDs: [EventID] = []
+        /// (session, sequence) of the events in `appended` and `heldIDs`, to undo a failed commit.
+        var sessionKeys: [EventID: (session: EventID, sequence: UInt64)] = [:]
+        func remember(_ header: EventHeader, frame: [UInt8]) {
+            dedup.window.insert(header.id, at: now)
+            guard let session = header.session else { return }
+            dedup.sessions.insert(session: session, sequence: header.sequence, at: now, source: header.source(in: frame))
+            sessionKeys[header.id] = (session, header.sequence)
+        }
         var onceKeys: [(id: EventID, key: String)] = []
         for batch in batches {
             var entries: [AckEntry] = []
@@ -211,7 +245,14 @@ final class CommitPipeline: Sendable {
                 case .event(let header, let frame):
                     let id = header.id
                     frames.append(frame)
-                    if dedup.contains(id) {
+                    // A session's stored sequences answer first; the id window covers clients
+                    // without sessions and sequences the table no longer judges.
+                    if let session = header.session,
+                       dedup.sessions.contains(session: session, sequence: header.sequence) == true {
+                        entries.append(AckEntry(id: id, status: .duplicate))
+                        continue
+                    }
+                    if dedup.window.contains(id) {
                         entries.append(AckEntry(id: id, status: .duplicate))
                         continue
                     }
@@ -232,7 +273,7 @@ final class CommitPipeline: Sendable {
                         entries.append(AckEntry(id: id, status: .blocked))
                         continue
                     case .suppressed:
-                        dedup.insert(id, at: now)
+                        remember(header, frame: frame)
                         notes[entries.count] = .init(topic: .suppressed, reason: "local_only")
                         entries.append(AckEntry(id: id, status: .suppressed))
                         continue
@@ -243,7 +284,7 @@ final class CommitPipeline: Sendable {
                         }
                         do {
                             try consent.hold(frame: frame, acceptedAt: now)
-                            dedup.insert(id, at: now)
+                            remember(header, frame: frame)
                             heldIDs.append(id)
                             notes[entries.count] = .init(topic: .held, reason: "consent_undetermined")
                             entries.append(AckEntry(id: id, status: .accepted))
@@ -254,13 +295,13 @@ final class CommitPipeline: Sendable {
                     case .store:
                         break
                     }
-                    if !makeRoom(for: frame.count, writer: writer, dedup: dedup, pending: appended) {
+                    if !makeRoom(for: frame.count, writer: writer, dedup: dedup, pending: appended, pendingSessions: sessionKeys) {
                         entries.append(AckEntry(id: id, status: .rejected, reason: .full))
                         continue
                     }
                     do {
                         try writer.append(frame: frame, acceptedAt: now)
-                        dedup.insert(id, at: now)
+                        remember(header, frame: frame)
                         appended.append(id)
                         entries.append(AckEntry(id: id, status: .accepted))
                     } catch {
@@ -268,7 +309,7 @@ final class CommitPipeline: Sendable {
                     }
                 }
             }
-            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, entries: entries,
+            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, entries: entries,
                                           frames: frames, acceptedAt: now, notes: notes))
         }
         var failed = Set<EventID>()
@@ -278,14 +319,14 @@ final class CommitPipeline: Sendable {
                 try consent.commitGroup(heldAppended: heldIDs.count)
             } catch {
                 failed.formUnion(heldIDs)
-                dedup.remove(heldIDs)
+                forget(heldIDs, keys: sessionKeys, from: &dedup)
                 failureReason = (error as? StorageError)?.code == .noSpace ? .full : .storage
                 logger.error("held-area commit failed; rejected \(heldIDs.count) events", metadata: ["error": "\(error)"])
             }
         }
         if !appended.isEmpty {
             if PlantedBug.active == .ackBeforeFdatasync {
-                // Planted on purpose (docs/FAULTS.md section 6): the acks leave before the sync.
+                // Planted on purpose (docs/FAULTS.md section 7): the acks leave before the sync.
                 mailbox.deliverAcks(results)
                 acked = true
             }
@@ -296,7 +337,7 @@ final class CommitPipeline: Sendable {
                 // Nothing of the group is kept: every event of it, and any duplicate of one of
                 // them, is rejected so the client knows to keep or resend it.
                 failed.formUnion(appended)
-                dedup.remove(appended)
+                forget(appended, keys: sessionKeys, from: &dedup)
                 failureReason = (error as? StorageError)?.code == .noSpace ? .full : .storage
                 logger.error("group commit failed; rejected \(appended.count) events", metadata: ["error": "\(error)"])
             }
@@ -335,8 +376,45 @@ final class CommitPipeline: Sendable {
         return results
     }
 
+    /// Undoes ``commit``'s dedup entries for events whose group failed.
+    private func forget(_ ids: [EventID], keys: [EventID: (session: EventID, sequence: UInt64)], from dedup: inout Dedup) {
+        dedup.window.remove(ids)
+        for id in ids {
+            if let key = keys[id] { dedup.sessions.remove(session: key.session, sequence: key.sequence) }
+        }
+    }
+
+    /// Publishes and counts the client events the session table found lost.
+    private func reportLosses(_ losses: [SessionTable.Loss], at now: UInt64) {
+        for loss in losses {
+            let events = Int(clamping: loss.events)
+            counters.recordLost(events, source: loss.source)
+            logger.warning("client events lost", metadata: [
+                "source": "\(loss.source)", "session": "\(loss.session)", "events": "\(events)",
+            ])
+            if mailbox.wants(.lost) {
+                mailbox.publish(.lost, BusMessage.lost(loss, at: now))
+            }
+        }
+    }
+
+    /// After a group that moved the log to a new segment, persists the session table, so a
+    /// restart scans at most the newest segments to rebuild it.
+    private func snapshotSessionsAfterRotation(writer: LogWriter, dedup: inout Dedup) {
+        guard writer.activeIndex != dedup.snapshotSegment else { return }
+        do {
+            try persistSessions(dedup.sessions, pending: [:])
+            dedup.snapshotSegment = writer.activeIndex
+        } catch {
+            logger.error("could not persist the session table", metadata: ["error": "\(error)"])
+        }
+    }
+
     /// Applies the retention cap before an append. Returns false if the event must be rejected.
-    private func makeRoom(for frameSize: Int, writer: LogWriter, dedup: DedupWindow, pending: [EventID]) -> Bool {
+    private func makeRoom(
+        for frameSize: Int, writer: LogWriter, dedup: Dedup, pending: [EventID],
+        pendingSessions: [EventID: (session: EventID, sequence: UInt64)]
+    ) -> Bool {
         // Count a segment header too: the append may start a new segment.
         let size = Int64(LogRecord.framedSize(frameSize: frameSize)) + SegmentedLog.segmentHeaderSize
         let cap = configuration.log.retentionMaxBytes
@@ -345,7 +423,8 @@ final class CommitPipeline: Sendable {
             do {
                 // The dropped segment's ids leave the disk: persist the window first, without
                 // the ids of this uncommitted group.
-                try persistDedup(dedup, excluding: Set(pending))
+                try persistDedup(dedup.window, excluding: Set(pending))
+                try persistSessions(dedup.sessions, pending: pendingSessions)
                 let victim = writer.oldestSealedSegment
                 if let victim, mailbox.wants(.dropped) {
                     // Tell the bus which events go, before their bytes do (rare path: only when
@@ -376,11 +455,12 @@ final class CommitPipeline: Sendable {
         }
     }
 
-    private func deleteDeliveredSegments(writer: LogWriter, dedup: DedupWindow) {
+    private func deleteDeliveredSegments(writer: LogWriter, dedup: Dedup) {
         let done = log.deliveredSegments().filter { $0.index != writer.activeIndex }
         guard !done.isEmpty else { return }
         do {
-            try persistDedup(dedup, excluding: [])
+            try persistDedup(dedup.window, excluding: [])
+            try persistSessions(dedup.sessions, pending: [:])
             for segment in done { try writer.delete(segment: segment) }
             try FileIO.syncDirectory(log.directory)
         } catch {
@@ -390,6 +470,14 @@ final class CommitPipeline: Sendable {
 
     private func persistDedup(_ dedup: DedupWindow, excluding: Set<EventID>) throws {
         try FileIO.writeAtomically(dedup.snapshot(excluding: excluding), to: dedupSnapshotPath)
+    }
+
+    /// Writes the session table as of the last commit (without `pending`, the sequences of the
+    /// group not yet committed): it covers every record before the end of the committed log.
+    private func persistSessions(_ sessions: SessionTable, pending: [EventID: (session: EventID, sequence: UInt64)]) throws {
+        var committed = sessions
+        for key in pending.values { committed.remove(session: key.session, sequence: key.sequence) }
+        try FileIO.writeAtomically(committed.snapshot(coveringUpTo: log.endPosition), to: sessionsSnapshotPath)
     }
 }
 

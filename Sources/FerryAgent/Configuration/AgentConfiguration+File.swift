@@ -42,6 +42,9 @@ extension AgentConfiguration {
             "dedup": .object([
                 "maxEntries": .int { config.dedup.maxEntries = $0 },
                 "maxAgeSeconds": .int { config.dedup.maxAgeSeconds = $0 },
+                "sessionIdleSeconds": .int { config.dedup.sessionIdleSeconds = $0 },
+                "maxSessions": .int { config.dedup.maxSessions = $0 },
+                "lossGraceSeconds": .int { config.dedup.lossGraceSeconds = $0 },
             ]),
             "delivery": .object([
                 "batchMaxEvents": .int { config.delivery.batchMaxEvents = $0 },

@@ -24,16 +24,28 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// The consent state's starting point and policies.
     public var consent: ConsentConfiguration
 
-    /// The dedup window: an id re-sent within it is answered `duplicate` and not stored again.
+    /// Duplicate detection: the session table for clients that send a session (protocol 2), and
+    /// the id window for those that do not. See docs/PROTOCOL.md, "Exactly once".
     public struct Dedup: Sendable, Hashable {
-        /// Most ids remembered.
+        /// Most ids the id window remembers.
         public var maxEntries: Int
-        /// Longest an id is remembered, in seconds.
+        /// Longest the id window remembers an id, in seconds.
         public var maxAgeSeconds: Int
-        /// Creates a window configuration.
-        public init(maxEntries: Int = 100_000, maxAgeSeconds: Int = 900) {
+        /// A session that stored nothing for this long is forgotten (its open gaps are reported
+        /// lost); a re-send after that is judged by the id window only.
+        public var sessionIdleSeconds: Int
+        /// Most sessions remembered at once (least recently seen forgotten first).
+        public var maxSessions: Int
+        /// A gap in a session's sequence still open after this long is reported as lost events.
+        public var lossGraceSeconds: Int
+        /// Creates a dedup configuration.
+        public init(maxEntries: Int = 100_000, maxAgeSeconds: Int = 900, sessionIdleSeconds: Int = 3600,
+                    maxSessions: Int = 65_536, lossGraceSeconds: Int = 30) {
             self.maxEntries = maxEntries
             self.maxAgeSeconds = maxAgeSeconds
+            self.sessionIdleSeconds = sessionIdleSeconds
+            self.maxSessions = maxSessions
+            self.lossGraceSeconds = lossGraceSeconds
         }
     }
 
@@ -95,7 +107,8 @@ public struct AgentConfiguration: Sendable, Hashable {
         guard log.retentionMaxBytes >= 2 * log.segmentMaxBytes else {
             throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
         }
-        guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0 else { throw fail("dedup limits must be positive") }
+        guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0, dedup.sessionIdleSeconds > 0, dedup.maxSessions > 0,
+              dedup.lossGraceSeconds > 0 else { throw fail("dedup limits must be positive") }
         guard delivery.batchMaxEvents > 0, delivery.batchMaxBytes > 0 else { throw fail("delivery batch limits must be positive") }
         try consent.validate()
         guard !runtimeDirectory.isEmpty, !dataDirectory.isEmpty else { throw fail("directories must not be empty") }

@@ -24,6 +24,9 @@ public enum BusTopic: String, Sendable, CaseIterable {
     case consent
     /// A sink's circuit breaker changed state (`closed`, `open`, `half_open`).
     case circuit
+    /// A client session's sequence has a gap that stayed open: events the client lost before
+    /// the agent stored them (protocol 2 clients).
+    case lost
 }
 
 /// Builds the JSON objects published on the bus. Hand-written so that publishing an event costs
@@ -52,6 +55,19 @@ enum BusMessage {
 }
 
 extension BusMessage {
+    /// `{"topic":"lost","source":…,"session":…,"events":…,"gaps":[[from,to],…],"at":…}`.
+    static func lost(_ loss: SessionTable.Loss, at: UInt64) -> [UInt8] {
+        var json = JSONWriter()
+        json.field("topic", BusTopic.lost.rawValue)
+        json.field("source", loss.source)
+        json.field("session", loss.session.description)
+        json.field("events", loss.events)
+        let gaps = loss.gaps.prefix(100).map { "[\($0.lowerBound),\($0.upperBound)]" }.joined(separator: ",")
+        json.rawField("gaps", Array("[\(gaps)]".utf8))
+        json.field("at", at)
+        return json.finish()
+    }
+
     /// `{"topic":"circuit","sink":…,"state":…,"previous":…,"at":…,"consecutive_failures":…,
     /// "error":…,"retry_at":…}` (`error` and `retry_at` only when known).
     static func circuit(_ change: CircuitChange) -> [UInt8] {

@@ -197,7 +197,7 @@ final class IngestServer: Sendable {
     }
 
     private func reply(_ batch: CommittedBatch, _ sockets: Sockets) {
-        let header = MessageHeader(kind: .ack, requestID: batch.requestID).encoded()
+        let header = MessageHeader(version: batch.version, kind: .ack, requestID: batch.requestID).encoded()
         send(sockets.ingest, [batch.peer, header, AckCodec.encode(batch.entries)])
         let wantsAccepted = wants(.accepted), wantsRejected = wants(.rejected)
         let wantsConsent = !batch.notes.isEmpty && (wants(.blocked) || wants(.suppressed) || wants(.held))
@@ -280,29 +280,36 @@ final class IngestServer: Sendable {
     private func handle(_ message: [[UInt8]], _ socket: ZMQSocket) {
         let peer = message[0]
         guard message.count >= 2 else {
-            refuse(peer: peer, requestID: 0, .malformedMessage, "message has no header frame", socket)
+            refuse(peer: peer, requestID: 0, .malformedMessage, "message has no header frame", socket, version: 1)
             return
         }
         let header: MessageHeader
         do {
             header = try MessageHeader(decoding: message[1])
         } catch {
-            refuse(peer: peer, requestID: MessageHeader.requestID(ofRaw: message[1]), error.code, error.detail, socket)
+            // Answer in the sender's version when this side speaks it; a sender from the future
+            // gets this side's newest, an empty header version 1 (which every client reads).
+            let version = message[1].first.map { supportedProtocolVersions.contains($0) ? $0 : ferryProtocolVersion } ?? 1
+            refuse(peer: peer, requestID: MessageHeader.requestID(ofRaw: message[1]), error.code, error.detail, socket,
+                   version: version)
             return
         }
         guard header.kind == .events else {
             refuse(peer: peer, requestID: header.requestID, .unknownKind,
-                   "message kind \(header.kind.rawValue) is not accepted on the ingest socket; send kind 1 (events)", socket)
+                   "message kind \(header.kind.rawValue) is not accepted on the ingest socket; send kind 1 (events)", socket,
+                   version: header.version)
             return
         }
         let count = message.count - 2
         guard count > 0 else {
-            refuse(peer: peer, requestID: header.requestID, .malformedMessage, "events message carries no event frames", socket)
+            refuse(peer: peer, requestID: header.requestID, .malformedMessage, "events message carries no event frames", socket,
+                   version: header.version)
             return
         }
         guard count <= Self.maxEventsPerMessage else {
             refuse(peer: peer, requestID: header.requestID, .messageTooLarge,
-                   "\(count) event frames in one message; the limit is \(Self.maxEventsPerMessage)", socket)
+                   "\(count) event frames in one message; the limit is \(Self.maxEventsPerMessage)", socket,
+                   version: header.version)
             return
         }
         var items: [IngestBatch.Item] = []
@@ -314,20 +321,27 @@ final class IngestServer: Sendable {
                 continue
             }
             do {
-                items.append(.event(try EventHeader(frame), frame: frame))
+                let event = try EventHeader(frame)
+                // The extension block is protocol 2: a version 1 sender cannot have meant it.
+                guard header.version >= 2 || !event.flags.contains(.extended) else {
+                    items.append(.refused(AckEntry(id: id, status: .rejected, reason: .malformed), frame: frame))
+                    continue
+                }
+                items.append(.event(event, frame: frame))
             } catch {
                 items.append(.refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: frame))
             }
         }
-        if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, items: items)) {
-            refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket)
+        if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, version: header.version, items: items)) {
+            refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket,
+                   version: header.version)
         }
     }
 
-    private func refuse(peer: [UInt8], requestID: UInt32, _ code: ErrorCode, _ text: String, _ socket: ZMQSocket) {
+    private func refuse(peer: [UInt8], requestID: UInt32, _ code: ErrorCode, _ text: String, _ socket: ZMQSocket, version: UInt8) {
         counters.malformedMessages.add(1, ordering: .relaxed)
         logger.notice("refused a message", metadata: ["code": "\(code)", "detail": "\(text)"])
-        let header = MessageHeader(kind: .error, requestID: requestID).encoded()
+        let header = MessageHeader(version: version, kind: .error, requestID: requestID).encoded()
         send(socket, [peer, header, ErrorReply(code: code, message: text).encoded()])
     }
 }

@@ -126,4 +126,90 @@ struct CrashLoopTests {
         #expect(inspect.status == .exited(0), "a kill -9 never leaves damage behind a committed record: \(inspect)")
         print("[fault] crash loop total time \(ContinuousClock.now - started)")
     }
+
+    @Test("kill -9 of ferryd while 16 clients emit as fast as they can: 0 duplicates, nothing lost (sessions, not the id window)")
+    func crashLoopSixteenClientsFullSpeed() async throws {
+        let kills = FaultSettings.scale(ci: 8, soak: 200)
+        let linesPerClient = FaultSettings.scale(ci: 2_000, soak: 50_000)
+        var random = FaultSettings.generator(for: "16-client crash loop (\(kills) kills)")
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        // A small id window (1000 ids, far less than the 32 000 events in flight across the loop):
+        // re-sends after a kill must be caught by the session table.
+        let config = #"{"dedup": {"maxEntries": 1000, "maxAgeSeconds": 900}, "log": {"segmentMaxBytes": 1048576}}"#
+        let agent = try AgentProcess(in: dir, extraArguments: try AgentProcess.configurationArguments(config, in: dir))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+
+        let clients = 16
+        var processes: [ChildProcess] = []
+        defer { processes.forEach { $0.cleanup() } }
+        for client in 1...clients {
+            processes.append(try startCLI(["emit", "--stdin", "--wait", "--timeout", "300", "--source", "fast-\(client)"],
+                                          input: .pipe, environment: agent.environment, outputDirectory: dir.path,
+                                          label: "emit-fast-\(client)"))
+        }
+        // Full speed: each feeder writes its lines in large chunks with no pause (the pipe blocks
+        // it while its client cannot keep up or the agent is down).
+        let feeders = processes.enumerated().map { index, process in
+            Task { () -> Int in
+                var written = 0
+                while written < linesPerClient {
+                    let count = min(500, linesPerClient - written)
+                    do {
+                        try await process.writeInput(TestEvents.jsonLines(count: count, namePrefix: "fast-\(index + 1)", first: written + 1))
+                    } catch {
+                        break
+                    }
+                    written += count
+                }
+                process.closeInput()
+                return written
+            }
+        }
+
+        // Kills at random progress points while the clients send; stop early if they are done.
+        var performed = 0
+        for _ in 1...kills {
+            try await agent.waitUntilReady(timeout: .seconds(60))
+            let target = Int.random(in: 200...3000, using: &random)
+            let reached = try await waitForValue("this run to accept \(target) events or the clients to finish", timeout: .seconds(120)) { () -> Bool? in
+                let counters = (try? await agent.status(timeout: .milliseconds(300)))?.counters ?? [:]
+                if (counters["accepted"] ?? 0) + (counters["duplicate"] ?? 0) >= target { return true }
+                return processes.allSatisfy { !$0.isRunning } ? false : nil
+            }
+            guard reached else { break }
+            let killed = agent.kill9()
+            #expect(killed == .signaled(SIGKILL), "ferryd ended \(killed) before the kill\n\(agent.logs.suffix(3000))")
+            performed += 1
+            try agent.start()
+        }
+        try await agent.waitUntilReady(timeout: .seconds(60))
+        var written: [Int] = []
+        for feeder in feeders { written.append(await feeder.value) }
+        var resent = 0
+        for (index, process) in processes.enumerated() {
+            let exit = try await process.waitForExit(timeout: .seconds(300))
+            #expect(exit == .exited(0), "client \(index + 1): \(process.standardError.suffix(2000))")
+            let counts = try #require(MultiProcessTests.parseCounts(process.standardOutput),
+                                      "client \(index + 1) printed \(process.standardOutput)")
+            #expect(counts.accepted + counts.duplicate == written[index], "client \(index + 1): \(process.standardOutput)")
+            resent += counts.duplicate
+        }
+        let total = written.reduce(0, +)
+        let report = try await waitForValue("every event delivered", timeout: .seconds(180)) { () -> DeliveryReport? in
+            let report = try DeliveryReport(sinkDirectory: agent.sinkDirectory)
+            let status = try await agent.status()
+            return report.uniqueIDs.count >= total && status.queuedEvents == 0 ? report : nil
+        }
+        let duplicates = report.events.count - report.uniqueIDs.count
+        print("[fault] 16-client crash loop: \(performed) kills; \(total) events; \(resent) re-sent events answered duplicate; sink: \(report.events.count) lines, \(duplicates) duplicates")
+        #expect(performed >= 1, "the clients finished before the first kill; raise linesPerClient")
+        #expect(report.uniqueIDs.count == total, "\(report)")
+        #expect(duplicates == 0, "duplicated ids in the sink, e.g. \(report.duplicateIDs.prefix(5))")
+        for client in 1...clients {
+            let problem = report.sequenceProblem(source: "fast-\(client)", count: written[client - 1])
+            #expect(problem == nil, "\(problem ?? "")")
+        }
+    }
 }

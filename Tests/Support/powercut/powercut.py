@@ -11,7 +11,7 @@ In the spirit of ALICE (OSDI'14) and CrashMonkey. One recorded run, then N crash
    meanwhile (advertising denied, then granted again), marked the same way.
 2. Explore. For each crash state a cut point is chosen in the op log (everything before it
    happened, nothing after), and the disk a power cut could leave is built under the model of
-   docs/FAULTS.md section 6: synced operations persist; every unsynced data write may be lost,
+   docs/FAULTS.md section 7: synced operations persist; every unsynced data write may be lost,
    kept or torn at 4 KiB blocks, independently of the others (so writes are reordered); every
    unsynced directory operation (create, mkdir, rename, unlink) may be lost, independently, as
    long as what it needs exists.
@@ -30,6 +30,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import signal
 import subprocess
 import sys
@@ -367,23 +368,32 @@ def fe_context():
 class Client:
     """One DEALER connection; sends one small batch at a time and waits for its ack."""
 
-    def __init__(self, runtime, source):
+    def __init__(self, runtime, source, session=None):
         import zmq
         self.sock = fe_context().socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.connect(fe.ingest_endpoint(runtime))
         self.source, self.ids, self.seq, self.request = source, fe.UUIDv7(), 0, 0
+        # With a session (protocol 2, "Exactly once" in docs/PROTOCOL.md) the agent judges re-sends
+        # by (session, sequence); None speaks protocol 1.
+        self.session = session
 
-    def event(self, category, once_key=""):
-        self.seq += 1
-        return fe.encode_event(self.ids.next(), int(time.time() * 1000), self.seq, os.getpid(), fe.TYPES["track"],
-                               self.source, "powercut", once_key=once_key, properties=b'{"pad":"%s"}' % (b"x" * 120),
-                               category=category)
+    def event(self, category, once_key="", sequence=None):
+        if sequence is None:
+            self.seq += 1
+            sequence = self.seq
+        frame = fe.encode_event(self.ids.next(), int(time.time() * 1000), sequence, os.getpid(), fe.TYPES["track"],
+                                self.source, "powercut", once_key=once_key, properties=b'{"pad":"%s"}' % (b"x" * 120),
+                                category=category, flags=(1 << 15) if self.session else 0)
+        if self.session:
+            frame += struct.pack("<HI", 1, 16) + self.session  # extension: tag 1 (session), 16 bytes
+        return frame
 
     def send(self, frames, timeout=20.0):
         """Sends one batch; returns [(id hex, status)] or None on timeout."""
         self.request += 1
-        self.sock.send_multipart([fe.encode_header(fe.KIND_EVENTS, self.request)] + frames)
+        header = fe.encode_header(fe.KIND_EVENTS, self.request, version=2 if self.session else 1)
+        self.sock.send_multipart([header] + frames)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
             if not self.sock.poll(100):
@@ -437,29 +447,32 @@ def record(args, work):
     agent = Agent(args.ferryd, root, runtime, args.config, os.path.join(work, "record.log"), env)
     try:
         agent.wait_ready(60)
+        # Sessions when the agent speaks protocol 2 (the explorer works with either).
+        sessions = agent.control({"op": "status"}).get("protocol_version", 1) >= 2
         errors = []
         progress, progress_lock = [0.0], threading.Lock()
         total = args.clients * args.batches
 
         def emitter(index):
             try:
-                client = Client(runtime, "pc%d" % index)
+                client = Client(runtime, "pc%d" % index, os.urandom(16) if sessions else None)
                 rng = random.Random(args.seed * 31 + index)
                 for n in range(args.batches):
-                    frames = []
+                    frames, meta = [], []
                     for _ in range(rng.randint(1, 3)):
                         r = rng.random()
                         category = (ADVERTISING if r < 0.25 else PERSONALIZATION if r < 0.35
                                     else DIAGNOSTICS if r < 0.45 else ANALYTICS)
                         key = "conv-%d-%d" % (index, n) if rng.random() < 0.15 else ""
                         frames.append(client.event(category, key))
+                        meta.append((category, key or "-", client.seq))
                     acks = client.send(frames)
                     if acks is None:
                         raise RuntimeError("client %d: no ack within 20 s" % index)
-                    for (event_id, status), frame in zip(acks, frames):
-                        event = fe.decode_event(frame)
+                    session = client.session.hex() if client.session else "-"
+                    for (event_id, status), (category, key, sequence) in zip(acks, meta):
                         # The ack is recorded before anything else happens in this thread.
-                        oplog.append("ack", event_id, "%s:%d:%s" % (status, event["category"], event["once_key"] or "-"))
+                        oplog.append("ack", event_id, "%s:%d:%s:%s:%d" % (status, category, key, session, sequence))
                     with progress_lock:
                         progress[0] += 1.0 / total
                 client.close()
@@ -540,14 +553,17 @@ def choose_cuts(ops, model, n, rng):
 def expectations(ops, cut):
     """What the client knew at the cut."""
     accepted, refused, maybe, once_keys = set(), set(), set(), set()
+    by_session = {}  # session hex -> sequences of analytics events acked accepted before the cut
     category = {}
     consent = []  # (pos, "start"/"acked", status)
     for pos, op in enumerate(ops):
         if op["op"] == "mark" and op["a"].startswith("consent-"):
             consent.append((pos, op["a"][8:], op["b"]))
         if op["op"] == "ack":
-            status, cat, key = op["b"].split(":", 2)
+            status, cat, key, session, sequence = op["b"].split(":")
             category[op["a"]] = int(cat)
+            if status == "accepted" and pos < cut and session != "-" and int(cat) == ANALYTICS:
+                by_session.setdefault(session, []).append(int(sequence))
             if status in ("blocked", "rejected", "suppressed"):
                 refused.add(op["a"])  # refused at any time: never to be delivered
             elif status == "accepted" and pos < cut:
@@ -573,7 +589,7 @@ def expectations(ops, cut):
     erasable(ADVERTISING, position("start", "adv-denied"), position("acked", "adv-granted"))
     acked_changes = [c for p, k, c in consent if k == "acked" and p < cut and c.startswith("adv-")]
     started_changes = [c for p, k, c in consent if k == "start" and p < cut and c.startswith("adv-")]
-    return dict(accepted=accepted - maybe, maybe=maybe, refused=refused, once_keys=once_keys,
+    return dict(by_session=by_session, accepted=accepted - maybe, maybe=maybe, refused=refused, once_keys=once_keys,
                 acked_changes=acked_changes, started_changes=started_changes)
 
 
@@ -600,7 +616,7 @@ def delivered_ids(out):
 def check_state(args, index, ops, model, cut, rng, work):
     """Builds crash state `index` and runs ferryd on it. Returns a dict of findings."""
     found = dict(lost=0, duplicated=0, refused_delivered=0, unrecoverable=0, pending=0, perturbed=0,
-                 reordered=False, checked=0, audit_ahead=False, held_release=False, notes=[])
+                 reordered=False, checked=0, audit_ahead=False, held_release=False, session_resends=0, notes=[])
     base = os.path.join(work, "s%04d" % index)
     root = os.path.join(base, "root")
     drop = rng.choice([0.25, 0.5, 0.75])
@@ -647,6 +663,21 @@ def check_state(args, index, ops, model, cut, rng, work):
             elif acks:
                 probes_accepted.append(acks[0][0])
         client.close()
+        # Sessions: a re-send of an event acked before the cut, with the same session and sequence
+        # but a new id (so the id window cannot catch it), is a duplicate however late it comes.
+        for session, sequences in sorted(expect["by_session"].items()):
+            resender = Client(runtime, "resend", bytes.fromhex(session))
+            acks = resender.send([resender.event(ANALYTICS, sequence=n) for n in sequences])
+            resender.close()
+            again = [event_id for event_id, status in acks or [] if status != "duplicate"]
+            if acks is None:
+                found["notes"].append("no ack for the session re-sends")
+            elif again:
+                found["duplicated"] += len(again)
+                probes_accepted.extend(again)
+                found["notes"].append("%d re-sends of session %s… acked before the cut were not duplicates"
+                                      % (len(again), session[:8]))
+            found["session_resends"] += len(sequences)
         # Release whatever is still held (personalization, if the cut came before its grant):
         # held events acked `accepted` must be delivered once like the others.
         reply = agent.control({"op": "set_consent", "category": "personalization", "status": "granted"}, 60)
@@ -741,7 +772,7 @@ def main():
     log("[powercut] seed %#x%s (repeat with --seed %#x); work dir %s"
         % (args.seed, " plant=" + args.plant if args.plant else "", args.seed, work))
     totals = dict(states=0, lost=0, duplicated=0, refused_delivered=0, unrecoverable=0, pending=0, perturbed=0,
-                  reordered=0, checked=0, audit_ahead=0, held_release=0)
+                  reordered=0, checked=0, audit_ahead=0, held_release=0, session_resends=0)
     try:
         oplog_path = args.oplog or record(args, work)
         ops = parse_oplog(oplog_path)
@@ -768,7 +799,8 @@ def main():
                 found = check_state(args, index, ops, model, cut, random.Random(seed), work)
                 with lock:
                     totals["states"] += 1
-                    for key in ("lost", "duplicated", "refused_delivered", "unrecoverable", "pending", "checked"):
+                    for key in ("lost", "duplicated", "refused_delivered", "unrecoverable", "pending", "checked",
+                                "session_resends"):
                         totals[key] += found[key]
                     totals["perturbed"] += 1 if found["perturbed"] else 0
                     totals["reordered"] += 1 if found["reordered"] else 0
@@ -791,10 +823,12 @@ def main():
         for t in threads:
             t.join()
         log("[powercut] %d states in %.1f s (%.1f s recording); %d states dropped or tore unsynced operations, %d "
-            "kept a later one while losing an earlier (%d unsynced ops in all); %d acked events checked; "
+            "kept a later one while losing an earlier (%d unsynced ops in all); %d acked events checked, %d "
+            "re-sent in their session; "
             "recovery cut a consent change cut short off the audit log in %d states and finished a release of "
             "held events in %d" % (totals["states"], time.monotonic() - started, recorded, totals["perturbed"],
-                                   totals["reordered"], totals["pending"], totals["checked"], totals["audit_ahead"],
+                                   totals["reordered"], totals["pending"], totals["checked"], totals["session_resends"],
+                                   totals["audit_ahead"],
                                    totals["held_release"]))
     finally:
         if args.keep or (kept and kept[0]):
