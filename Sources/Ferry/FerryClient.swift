@@ -409,7 +409,8 @@ public final class FerryClient: Sendable {
                 logger.error("ferry agent refused a message", metadata: [
                     "code": "\(reply?.code.description ?? "?")", "message": "\(reply?.message ?? "")",
                 ])
-                complete(requestID: header.requestID) { _ in .rejected(.malformed) }
+                let code = reply?.code ?? .malformedMessage
+                complete(requestID: header.requestID) { _ in .refusedByAgent(code) }
             case .events:
                 continue
             }

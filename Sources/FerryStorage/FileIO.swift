@@ -82,7 +82,7 @@ package enum FileIO {
 
     /// Creates `path` (and parents) with `mode` if missing; fixes the mode if it exists. Each
     /// directory it creates is made durable by an fsync of its parent: a power cut must not take
-    /// away a directory whose files were synced (docs/FAULTS.md section 7).
+    /// away a directory whose files were synced (docs/FAULTS.md section 8).
     package static func makeDirectory(_ path: String, mode: mode_t) throws {
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {

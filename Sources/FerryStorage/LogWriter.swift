@@ -76,14 +76,20 @@ package final class LogWriter {
     /// Bytes appended in the current group.
     package var pendingBytes: Int { buffer.count + rotatedOut.reduce(0) { $0 + Int($1.open.written - $1.startSize) } }
 
-    /// Buffers one event record, rotating to a new segment first if it would overflow this one.
-    package func append(frame: [UInt8], acceptedAt: UInt64) throws {
-        let size = Int64(LogRecord.framedSize(frameSize: frame.count))
+    /// Buffers one event record (with what the agent recorded about it), rotating to a new
+    /// segment first if it would overflow this one.
+    package func append(frame: [UInt8], acceptedAt: UInt64, metadata: RecordMetadata = .init()) throws {
+        try append(frame: frame, acceptedAt: acceptedAt, encodedMetadata: metadata.encoded)
+    }
+
+    /// ``append(frame:acceptedAt:metadata:)`` with the metadata already encoded.
+    package func append(frame: [UInt8], acceptedAt: UInt64, encodedMetadata meta: [UInt8]) throws {
+        let size = Int64(LogRecord.framedSize(frameSize: frame.count, metadataSize: meta.count))
         let fill = active.written + Int64(buffer.count)
         if fill + size > log.configuration.segmentMaxBytes && fill > SegmentedLog.segmentHeaderSize {
             try rotate()
         }
-        LogRecord.appendEvent(frame, acceptedAt: acceptedAt, to: &buffer)
+        LogRecord.appendEvent(frame, acceptedAt: acceptedAt, encodedMetadata: meta, to: &buffer)
         bufferRecords += 1
         totalBytes += size
     }
@@ -127,6 +133,12 @@ package final class LogWriter {
         rotatedOut.removeAll()
         createdInGroup.removeAll()
         groupStart = (active.index, active.written)
+    }
+
+    /// Drops the group appended since the last commit without writing it (files are rolled back
+    /// to where it started if part of it was flushed).
+    package func discardGroup() {
+        rollback()
     }
 
     private func rollback() {

@@ -5,7 +5,7 @@ import Darwin
 #endif
 
 /// Durability bugs planted on purpose, so the power-cut explorer can show that it catches them
-/// (`scripts/powercut --plant NAME`, docs/FAULTS.md section 7). Off unless the environment variable
+/// (`scripts/powercut --plant NAME`, docs/FAULTS.md section 8). Off unless the environment variable
 /// `FERRY_TEST_PLANT_BUG` names one; nothing else reads it.
 package enum PlantedBug: String, Sendable, CaseIterable {
     /// ``LogWriter`` does not fsync the segment directory after creating a segment.

@@ -70,7 +70,7 @@ struct Emit: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
+        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
         var logger = Logger(label: "ferry")
         logger.logLevel = .warning
         let client = try FerryClient(configuration: .init(source: source, runtimeDirectory: runtime), logger: logger)

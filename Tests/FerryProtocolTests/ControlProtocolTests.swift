@@ -45,6 +45,7 @@ struct ControlProtocolTests {
         (ControlRequest(.setConsent(category: "advertising", status: .denied), actor: "ops"),
          #"{"actor":"ops","category":"advertising","op":"set_consent","status":"denied"}"#),
         (ControlRequest(.status, actor: "settings-ui"), #"{"actor":"settings-ui","op":"status"}"#),
+        (ControlRequest(.whoami), #"{"op":"whoami"}"#),
     ]
 
     @Test("every op encodes to the documented JSON object (sorted keys, as clients have always sent it)")
@@ -58,7 +59,7 @@ struct ControlProtocolTests {
     func opNames() {
         let names = Set(Self.requests.map(\.0.op))
         #expect(names == Set(ControlRequest.ops))
-        #expect(ControlRequest.ops.count == 13)
+        #expect(ControlRequest.ops.count == 14)
         #expect(ControlRequest.ops.first == "status" && ControlRequest.ops[1] == "deadletter_replay")
     }
 

@@ -33,6 +33,8 @@ public final class AgentCounters: Sendable {
     /// Queued events refused by the consent state at send time.
     public let blockedAtSend = Atomic<Int>(0)
 
+    /// Messages refused because the sender may not send events (access policy).
+    public let accessDenied = Atomic<Int>(0)
     /// Client events known lost: gaps in a session's sequence numbers (protocol 2 clients).
     public let clientEventsLost = Atomic<Int>(0)
     /// ``clientEventsLost`` by the client's source name (at most ``maxLossSources`` names; the
@@ -75,6 +77,7 @@ public final class AgentCounters: Sendable {
             "held": held.load(ordering: .relaxed),
             "blocked_at_send": blockedAtSend.load(ordering: .relaxed),
             "client_events_lost": clientEventsLost.load(ordering: .relaxed),
+            "access_denied": accessDenied.load(ordering: .relaxed),
         ]
     }
 }

@@ -10,6 +10,8 @@ struct IngestBatch: Sendable {
     var requestID: UInt32
     /// The protocol version of the message (the ack is sent in it).
     var version: UInt8 = ferryProtocolVersion
+    /// The sender's origin as encoded record metadata (empty when unknown), stored with each event.
+    var origin: [UInt8] = []
     var items: [Item]
 
     enum Item: Sendable {
@@ -25,6 +27,8 @@ struct CommittedBatch: Sendable {
     var peer: [UInt8]
     var requestID: UInt32
     var version: UInt8
+    /// The sender's origin (encoded record metadata), for the bus.
+    var origin: [UInt8] = []
     var entries: [AckEntry]
     /// The frames, for bus publications (same order as `entries`).
     var frames: [[UInt8]]
@@ -172,8 +176,10 @@ final class CommitPipeline: Sendable {
                 lastLossCheck = now
                 reportLosses(dedup.sessions.collectLosses(now: now), at: now)
             }
-            deleteDeliveredSegments(writer: writer, dedup: dedup)
-            consent.expireHeld(now: now)
+            // An unfinished consent change looks for what it appended after a recorded position:
+            // keep every segment until it is done.
+            if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
+            consent.tick(now: now, writer: writer)
             // Keep arrival order: a consent change applies after the events that came before it
             // and before those that came after it.
             var batches: [IngestBatch] = []
@@ -207,7 +213,7 @@ final class CommitPipeline: Sendable {
             }
             flush()
         }
-        deleteDeliveredSegments(writer: writer, dedup: dedup)
+        if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
         do {
             try persistSessions(dedup.sessions, pending: [:])
         } catch {
@@ -283,7 +289,7 @@ final class CommitPipeline: Sendable {
                             continue
                         }
                         do {
-                            try consent.hold(frame: frame, acceptedAt: now)
+                            try consent.hold(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
                             remember(header, frame: frame)
                             heldIDs.append(id)
                             notes[entries.count] = .init(topic: .held, reason: "consent_undetermined")
@@ -295,12 +301,12 @@ final class CommitPipeline: Sendable {
                     case .store:
                         break
                     }
-                    if !makeRoom(for: frame.count, writer: writer, dedup: dedup, pending: appended, pendingSessions: sessionKeys) {
+                    if !makeRoom(for: frame.count + batch.origin.count, writer: writer, dedup: dedup, pending: appended, pendingSessions: sessionKeys) {
                         entries.append(AckEntry(id: id, status: .rejected, reason: .full))
                         continue
                     }
                     do {
-                        try writer.append(frame: frame, acceptedAt: now)
+                        try writer.append(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
                         remember(header, frame: frame)
                         appended.append(id)
                         entries.append(AckEntry(id: id, status: .accepted))
@@ -309,7 +315,7 @@ final class CommitPipeline: Sendable {
                     }
                 }
             }
-            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, entries: entries,
+            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, origin: batch.origin, entries: entries,
                                           frames: frames, acceptedAt: now, notes: notes))
         }
         var failed = Set<EventID>()
@@ -326,7 +332,7 @@ final class CommitPipeline: Sendable {
         }
         if !appended.isEmpty {
             if PlantedBug.active == .ackBeforeFdatasync {
-                // Planted on purpose (docs/FAULTS.md section 7): the acks leave before the sync.
+                // Planted on purpose (docs/FAULTS.md section 8): the acks leave before the sync.
                 mailbox.deliverAcks(results)
                 acked = true
             }
@@ -410,7 +416,8 @@ final class CommitPipeline: Sendable {
         }
     }
 
-    /// Applies the retention cap before an append. Returns false if the event must be rejected.
+    /// Applies the retention cap before an append of `frameSize` bytes (the frame and its record
+    /// metadata). Returns false if the event must be rejected.
     private func makeRoom(
         for frameSize: Int, writer: LogWriter, dedup: Dedup, pending: [EventID],
         pendingSessions: [EventID: (session: EventID, sequence: UInt64)]

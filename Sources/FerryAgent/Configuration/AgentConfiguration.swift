@@ -7,6 +7,20 @@ import FerryStorage
 /// Load it from a JSON file with ``AgentConfiguration/load(fromFile:)``; see
 /// `daemon/ferryd.example.json` for every field.
 public struct AgentConfiguration: Sendable, Hashable {
+    /// A per-user agent or the host's system agent (docs/PROTOCOL.md, "Where the agent is").
+    public enum Mode: String, Sendable, Hashable, CaseIterable {
+        /// One agent per user: sockets in the user's runtime directory, data in their home.
+        case user
+        /// One agent for the host: sockets in `/run/ferry`, data in `/var/lib/ferry`, shared by
+        /// every local user under ``AgentConfiguration/access``.
+        case system
+    }
+
+    /// Per-user or system agent. Changing it with ``init(mode:)`` picks the mode's directories
+    /// and access defaults.
+    public var mode: Mode
+    /// Who may use which socket (kernel-verified).
+    public var access: AccessPolicy
     /// Directory for the sockets (`ingest`, `events`, `control`); created 0700.
     public var runtimeDirectory: String
     /// Directory for the log, cursors and dedup snapshot; created 0700, files 0600.
@@ -69,11 +83,14 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
     }
 
-    /// Creates a configuration; every argument has a default. `sinks` defaults to the file sink
-    /// `file` with `delivery`'s batching and retry.
+    /// Creates a configuration; every argument has a default. `mode` picks the default
+    /// directories (`/run/ferry` and `/var/lib/ferry` for ``Mode/system``) and access policy.
+    /// `sinks` defaults to the file sink `file` with `delivery`'s batching and retry.
     public init(
-        runtimeDirectory: String = FerryPaths.runtimeDirectory(),
-        dataDirectory: String = FerryPaths.dataDirectory(),
+        mode: Mode = .user,
+        access: AccessPolicy? = nil,
+        runtimeDirectory: String? = nil,
+        dataDirectory: String? = nil,
         maxEventBytes: Int = 64 << 10,
         log: LogConfiguration = LogConfiguration(),
         dedup: Dedup = Dedup(),
@@ -82,8 +99,11 @@ public struct AgentConfiguration: Sendable, Hashable {
         consent: ConsentConfiguration = ConsentConfiguration()
     ) {
         self.consent = consent
+        self.mode = mode
+        self.access = access ?? AccessPolicy.defaults(for: mode)
         self.runtimeDirectory = runtimeDirectory
-        self.dataDirectory = dataDirectory
+            ?? (mode == .system ? FerryPaths.systemRuntimeDirectory : FerryPaths.runtimeDirectory())
+        self.dataDirectory = dataDirectory ?? (mode == .system ? FerryPaths.systemDataDirectory : FerryPaths.dataDirectory())
         self.maxEventBytes = maxEventBytes
         self.log = log
         self.dedup = dedup

@@ -2,7 +2,7 @@ import Foundation
 import FerryTestKit
 import Testing
 
-/// Fault injection: power cuts (docs/FAULTS.md section 7). Runs the crash-state explorer
+/// Fault injection: power cuts (docs/FAULTS.md section 8). Runs the crash-state explorer
 /// (`Tests/Support/powercut/powercut.py`, also `scripts/powercut`) against the built `ferryd`: it
 /// records the agent's file-system operations under a workload through an LD_PRELOAD shim, builds
 /// the disk states a power cut could leave, restarts `ferryd` on each and checks that every acked

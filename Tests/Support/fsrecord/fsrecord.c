@@ -1,6 +1,6 @@
 /*
  * fsrecord: an LD_PRELOAD shim that records a process's file-system mutations under one
- * directory, for the power-cut explorer (scripts/powercut, docs/FAULTS.md section 7).
+ * directory, for the power-cut explorer (scripts/powercut, docs/FAULTS.md section 8).
  *
  *   FSREC_ROOT=/abs/dir FSREC_LOG=/abs/oplog LD_PRELOAD=fsrecord.so ferryd ...
  *

@@ -11,7 +11,7 @@ In the spirit of ALICE (OSDI'14) and CrashMonkey. One recorded run, then N crash
    meanwhile (advertising denied, then granted again), marked the same way.
 2. Explore. For each crash state a cut point is chosen in the op log (everything before it
    happened, nothing after), and the disk a power cut could leave is built under the model of
-   docs/FAULTS.md section 7: synced operations persist; every unsynced data write may be lost,
+   docs/FAULTS.md section 8: synced operations persist; every unsynced data write may be lost,
    kept or torn at 4 KiB blocks, independently of the others (so writes are reordered); every
    unsynced directory operation (create, mkdir, rename, unlink) may be lost, independently, as
    long as what it needs exists.
@@ -292,7 +292,7 @@ class Agent:
     def __init__(self, ferryd, root, runtime, config, logfile, env):
         self.root, self.runtime = root, runtime
         args = [ferryd, "--config", config, "--data-dir", os.path.join(root, "data"),
-                "--sink-dir", os.path.join(root, "out"), "--runtime-dir", runtime, "--log-level", "warning"]
+                "--sink-dir", os.path.join(root, "out"), "--runtime-dir", runtime, "--log-level", "notice"]
         self.logfile = open(logfile, "ab")
         self.process = subprocess.Popen(args, stdout=self.logfile, stderr=self.logfile, env=env,
                                         stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
@@ -616,7 +616,7 @@ def delivered_ids(out):
 def check_state(args, index, ops, model, cut, rng, work):
     """Builds crash state `index` and runs ferryd on it. Returns a dict of findings."""
     found = dict(lost=0, duplicated=0, refused_delivered=0, unrecoverable=0, pending=0, perturbed=0,
-                 reordered=False, checked=0, audit_ahead=False, held_release=False, session_resends=0, notes=[])
+                 reordered=False, checked=0, consent_finished=False, session_resends=0, notes=[])
     base = os.path.join(work, "s%04d" % index)
     root = os.path.join(base, "root")
     drop = rng.choice([0.25, 0.5, 0.75])
@@ -721,8 +721,7 @@ def check_state(args, index, ops, model, cut, rng, work):
     try:
         with open(base + ".ferryd.log", "rb") as f:
             text = f.read().decode("utf-8", "replace")
-        found["audit_ahead"] = "the consent audit log ended with a change" in text
-        found["held_release"] = "finished a release of held events" in text
+        found["consent_finished"] = "finishing an interrupted consent change" in text
     except OSError:
         pass
     counts = delivered_ids(os.path.join(root, "out"))
@@ -774,7 +773,7 @@ def main():
     log("[powercut] seed %#x%s (repeat with --seed %#x); work dir %s"
         % (args.seed, " plant=" + args.plant if args.plant else "", args.seed, work))
     totals = dict(states=0, lost=0, duplicated=0, refused_delivered=0, unrecoverable=0, pending=0, perturbed=0,
-                  reordered=0, checked=0, audit_ahead=0, held_release=0, session_resends=0)
+                  reordered=0, checked=0, consent_finished=0, session_resends=0)
     try:
         oplog_path = args.oplog or record(args, work)
         ops = parse_oplog(oplog_path)
@@ -806,8 +805,7 @@ def main():
                         totals[key] += found[key]
                     totals["perturbed"] += 1 if found["perturbed"] else 0
                     totals["reordered"] += 1 if found["reordered"] else 0
-                    totals["audit_ahead"] += 1 if found["audit_ahead"] else 0
-                    totals["held_release"] += 1 if found["held_release"] else 0
+                    totals["consent_finished"] += 1 if found["consent_finished"] else 0
                     if found["notes"] or any(found[k] for k in ("lost", "duplicated", "refused_delivered", "unrecoverable")):
                         log("[powercut] state %d (cut %d/%d, seed %#x, %d unsynced ops, %d dropped or torn): %s"
                             % (index, cut, len(ops), seed, found["pending"], found["perturbed"], "; ".join(found["notes"])))
@@ -831,11 +829,9 @@ def main():
         log("[powercut] %d states in %.1f s (%.1f s recording); %d states dropped or tore unsynced operations, %d "
             "kept a later one while losing an earlier (%d unsynced ops in all); %d acked events checked, %d "
             "re-sent in their session; "
-            "recovery cut a consent change cut short off the audit log in %d states and finished a release of "
-            "held events in %d" % (totals["states"], time.monotonic() - started, recorded, totals["perturbed"],
+            "recovery finished a consent change the cut interrupted in %d states" % (totals["states"], time.monotonic() - started, recorded, totals["perturbed"],
                                    totals["reordered"], totals["pending"], totals["checked"], totals["session_resends"],
-                                   totals["audit_ahead"],
-                                   totals["held_release"]))
+                                   totals["consent_finished"]))
     finally:
         if args.keep or (kept and kept[0]):
             log("[powercut] kept %s (failed states: s<index>/ and s<index>.ferryd.log; replay with --oplog %s/oplog "
