@@ -10,7 +10,8 @@ import Darwin
 package enum PlantedBug: String, Sendable, CaseIterable {
     /// ``LogWriter`` does not fsync the segment directory after creating a segment.
     case noDirFsyncOnSegmentCreate = "no-dir-fsync-on-segment-create"
-    /// ``FileIO/writeAtomically(_:to:)`` renames the temp file over the target before fsyncing it.
+    /// ``FileIO/writeAtomically(_:to:)`` (and the consent journal's own write) renames the temp
+    /// file over the target, and fsyncs the directory, before fsyncing the temp file.
     case renameBeforeFsync = "rename-before-fsync"
     /// The commit pipeline sends a group's acks before the group's `fdatasync`.
     case ackBeforeFdatasync = "ack-before-fdatasync"

@@ -427,8 +427,10 @@ def write_config(path):
         # Personalization starts undetermined: its events are held, then released by the grant.
         "consent": {"initialConsent": {"personalization": "undetermined"}},
         "log": {"segmentMaxBytes": 4096, "retentionMaxBytes": 1 << 30, "fullPolicy": "reject"},
+        # Batches wait up to 150 ms for more events, so at most cut points acked events are still
+        # waiting in the queue (recovered from the log, not from the sink's files).
         "sinks": [{"name": "file", "type": "file", "maxFileBytes": 6144,
-                   "batch": {"maxEvents": 8, "maxBytes": 65536, "maxWaitMilliseconds": 0}}],
+                   "batch": {"maxEvents": 32, "maxBytes": 65536, "maxWaitMilliseconds": 150}}],
     }
     with open(path, "w") as f:
         json.dump(config, f)
