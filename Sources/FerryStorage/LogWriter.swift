@@ -40,7 +40,7 @@ package final class LogWriter {
         } else {
             active = Open(index: 0, path: "", fd: -1, written: 0, records: 0)
             active = try Self.create(log: log)
-            try FileIO.syncDirectory(log.directory)
+            if PlantedBug.active != .noDirFsyncOnSegmentCreate { try FileIO.syncDirectory(log.directory) }
             log.publish([(active.index, active.written, active.records)])
         }
         groupStart = (active.index, active.written)
@@ -120,7 +120,9 @@ package final class LogWriter {
             try flushBuffer()
             for (open, _) in rotatedOut { try FileIO.fdatasync(open.fd, path: open.path) }
             try FileIO.fdatasync(active.fd, path: active.path)
-            if !createdInGroup.isEmpty { try FileIO.syncDirectory(log.directory) }
+            if !createdInGroup.isEmpty && PlantedBug.active != .noDirFsyncOnSegmentCreate {
+                try FileIO.syncDirectory(log.directory)
+            }
         } catch {
             rollback()
             throw error

@@ -187,11 +187,13 @@ final class CommitPipeline: Sendable {
             var batches: [IngestBatch] = []
             func flush() {
                 guard !batches.isEmpty else { return }
-                let results = commit(batches, writer: writer, dedup: &dedup, consent: consent, now: WallClock.unixMilliseconds())
+                var acked = false
+                let results = commit(batches, writer: writer, dedup: &dedup, consent: consent,
+                                     now: WallClock.unixMilliseconds(), acked: &acked)
                 snapshotSessionsAfterRotation(writer: writer, dedup: &dedup)
                 pendingBytes.subtract(batches.reduce(0) { $0 + Self.weight(of: $1) }, ordering: .relaxed)
                 batches.removeAll()
-                mailbox.deliverAcks(results)
+                if !acked { mailbox.deliverAcks(results) }
                 if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { committedEvents() }
             }
             for item in work {
@@ -222,7 +224,8 @@ final class CommitPipeline: Sendable {
     }
 
     private func commit(
-        _ batches: [IngestBatch], writer: LogWriter, dedup: inout Dedup, consent: ConsentWorker, now: UInt64
+        _ batches: [IngestBatch], writer: LogWriter, dedup: inout Dedup, consent: ConsentWorker, now: UInt64,
+        acked: inout Bool
     ) -> [CommittedBatch] {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
@@ -344,6 +347,11 @@ final class CommitPipeline: Sendable {
             }
         }
         if !appended.isEmpty {
+            if PlantedBug.active == .ackBeforeFdatasync {
+                // Planted on purpose (docs/FAULTS.md section 8): the acks leave before the sync.
+                mailbox.deliverAcks(results)
+                acked = true
+            }
             do {
                 try writer.commit()
                 counters.commits.add(1, ordering: .relaxed)

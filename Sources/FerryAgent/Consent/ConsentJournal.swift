@@ -163,12 +163,18 @@ struct ConsentJournalFile {
         let fd = try FileIO.open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
         do {
             try bytes.withUnsafeBytes { try FileIO.pwriteAll(fd, $0, at: 0, path: temporary) }
+            if PlantedBug.active == .renameBeforeFsync {
+                // Planted on purpose (docs/FAULTS.md section 8), as in FileIO.writeAtomically.
+                _ = try FileIO.call("rename", path) { rename(temporary, path) }
+                try FileIO.syncDirectory(FileIO.parent(of: path))
+            }
             try FileIO.fsync(fd, path: temporary)
         } catch {
             close(fd)
             throw error
         }
         close(fd)
+        if PlantedBug.active == .renameBeforeFsync { return }
         try CrashPoints.reach("consent.intent.written")
         _ = try FileIO.call("rename", path) { rename(temporary, path) }
         try FileIO.syncDirectory(FileIO.parent(of: path))
