@@ -101,7 +101,8 @@ struct FerryDaemonCommand: ParsableCommand {
             try await group.run()
         } catch let error as AgentError {
             logger.critical("ferryd failed: \(error)")
-            throw ExitCode(error.code == .alreadyRunning ? 75 : 1)
+            // 75: another ferryd runs; 78 (EX_CONFIG): an unsafe directory, which a restart cannot fix.
+            throw ExitCode(error.code == .alreadyRunning ? 75 : error.code == .unsafePath ? 78 : 1)
         }
     }
 }

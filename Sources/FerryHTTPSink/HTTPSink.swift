@@ -237,7 +237,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
         func fail(_ message: String) -> AgentError { AgentError(code: .configuration, message: "sink (http): " + message) }
         let raw: String
         if let path = configuration.tokenFile {
-            guard let bytes = try? FileIO.readFile(path) else { throw fail("cannot read tokenFile \(path)") }
+            guard let bytes = try? FileIO.readFile(path, followSymlinks: true) else { throw fail("cannot read tokenFile \(path)") }
             raw = String(decoding: bytes, as: UTF8.self)
             if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
                let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 {

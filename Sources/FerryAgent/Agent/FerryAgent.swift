@@ -97,6 +97,10 @@ public final class FerryAgent: Service, Sendable {
     public func run() async throws {
         do {
             try await serve()
+        } catch let error as StorageError where error.code == .unsafePath {
+            let refusal = AgentError(code: .unsafePath, message: error.message, cause: error)
+            settleReadiness(.failure(refusal))
+            throw refusal
         } catch {
             // Waiters must not hang when start-up fails.
             settleReadiness(.failure(error))
@@ -112,11 +116,16 @@ public final class FerryAgent: Service, Sendable {
         defer { io.shutdown() }
         let configuration = self.configuration, logger = self.logger
 
-        // Directories and the single-instance locks.
+        // Directories and the single-instance locks. Both directories, and everything in them,
+        // are checked before anything is created or changed (PathSafety has the rule).
         // A system agent's runtime directory is searchable by every user (its sockets have modes
         // of their own) and its lock readable, so clients can tell whether it runs.
         let system = configuration.mode == .system
         let locks = try await io.run { () throws -> [CInt] in
+            for directory in [configuration.runtimeDirectory, configuration.dataDirectory] {
+                try PathSafety.checkDirectory(directory)
+                try PathSafety.checkContents(of: directory)
+            }
             try FileIO.makeDirectory(configuration.runtimeDirectory, mode: system ? 0o755 : 0o700)
             try FileIO.makeDirectory(configuration.dataDirectory, mode: 0o700)
             return [

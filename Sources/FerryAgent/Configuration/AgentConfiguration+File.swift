@@ -12,7 +12,7 @@ extension AgentConfiguration {
     public static func load(
         fromFile path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn
     ) throws -> AgentConfiguration {
-        guard let bytes = try FileIO.readFile(path) else {
+        guard let bytes = try FileIO.readFile(path, followSymlinks: true) else {
             throw AgentError(code: .configuration, message: "configuration file \(path) does not exist")
         }
         let object: Any
