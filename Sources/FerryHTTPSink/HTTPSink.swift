@@ -26,7 +26,8 @@ import Synchronization
 /// | 3xx | `.permanent` (redirects are not followed for POST) |
 /// | other 4xx | `.permanent`, with the status and the start of the body |
 ///
-/// The bearer token is read once (``recover(checkpoint:)`` or the first delivery) from the
+/// The bearer token is read once (``recover(checkpoint:)`` or the first delivery, and again after a
+/// configuration reload) from the
 /// configured file or environment variable. It is never logged and is cut out of upstream
 /// body excerpts.
 public final class HTTPSink: Sink, CustomStringConvertible {
@@ -222,6 +223,11 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     }
 
     // MARK: Credentials
+
+    /// Forgets the loaded token: the next request reads `tokenFile` (or the environment) again.
+    public func reloadCredentials() async {
+        state.withLock { $0.token = nil }
+    }
 
     /// `Bearer <token>`, or `nil` without a configured token. Loads the token on first use.
     private func authorization() async throws -> String? {

@@ -1,0 +1,61 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// The service manager's notification protocol (`sd_notify(3)`) without libsystemd: one datagram
+/// per message to the `AF_UNIX` socket named by `NOTIFY_SOCKET` (a path, or `@name` for the
+/// abstract namespace). Without `NOTIFY_SOCKET` every call does nothing.
+///
+/// `ferryd` sends `READY=1` once the agent has recovered and bound its ingest socket,
+/// `STOPPING=1` when it begins to shut down, `RELOADING=1`/`READY=1` around a reload, and
+/// `WATCHDOG=1` every half ``watchdogInterval`` when the unit sets `WatchdogSec=`.
+package struct SystemdNotifier: Sendable {
+    /// The socket path (`@` first for the abstract namespace), or `nil` when not supervised.
+    package let socketPath: String?
+    /// The watchdog period from `WATCHDOG_USEC` (when `WATCHDOG_PID`, if set, is this process).
+    package let watchdogInterval: Duration?
+
+    /// Reads `NOTIFY_SOCKET`, `WATCHDOG_USEC` and `WATCHDOG_PID` from `environment`.
+    package init(environment: [String: String]) {
+        let path = environment["NOTIFY_SOCKET"].flatMap { $0.isEmpty ? nil : $0 }
+        socketPath = path.flatMap { $0.hasPrefix("/") || $0.hasPrefix("@") ? $0 : nil }
+        if let text = environment["WATCHDOG_USEC"], let usec = UInt64(text), usec > 0,
+           environment["WATCHDOG_PID"].map({ $0 == String(getpid()) }) ?? true {
+            watchdogInterval = .microseconds(Int64(clamping: usec))
+        } else {
+            watchdogInterval = nil
+        }
+    }
+
+    /// Whether a service manager listens.
+    package var isEnabled: Bool { socketPath != nil }
+
+    /// Sends `state` (newline-separated `KEY=VALUE` lines) in one datagram. Returns false if it
+    /// could not be sent; the protocol has no reply, so failures are only worth a log line.
+    @discardableResult
+    package func notify(_ state: String) -> Bool {
+        guard let socketPath else { return true }
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        var bytes = Array(socketPath.utf8)
+        if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }
+        let capacity = MemoryLayout.size(ofValue: address.sun_path)
+        guard bytes.count < capacity else { return false }
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+        }
+        let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (bytes.first == 0 ? 0 : 1))
+        let message = Array(state.utf8)
+        let sent = withUnsafePointer(to: &address) { pointer in
+            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { addr in
+                message.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), addr, length) }
+            }
+        }
+        return sent == message.count
+    }
+}
