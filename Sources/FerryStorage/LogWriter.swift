@@ -133,6 +133,12 @@ package final class LogWriter {
         groupStart = (active.index, active.written)
     }
 
+    /// Drops the group appended since the last commit without writing it (files are rolled back
+    /// to where it started if part of it was flushed).
+    package func discardGroup() {
+        rollback()
+    }
+
     private func rollback() {
         buffer.removeAll(keepingCapacity: true)
         bufferRecords = 0

@@ -119,4 +119,49 @@ struct SystemModeTests {
         }
         await accounts.remove()
     }
+
+    @Test("fair share: one user's flood is answered full for that user alone; another user's events are still accepted")
+    func fairShare() async throws {
+        if let reason = Self.skipReason {
+            print("[skip] System mode fair share — \(reason)")
+            return
+        }
+        let accounts = try await Accounts.create()
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        do {
+            chmod(dir.path, 0o755)
+            let binary = dir.appending("ferry")
+            try FileManager.default.copyItem(atPath: try FerryBinaries.ferry(), toPath: binary)
+            chmod(binary, 0o755)
+            // Delivery not started, so the queue only grows; each uid may hold 40% of 1 MiB.
+            let config = """
+                {"mode": "system", "log": {"segmentMaxBytes": 65536, "retentionMaxBytes": 1048576, "uidSharePercent": 40},
+                 "consent": {"autoStart": false}, "access": {"events": {"users": ["root"]}}}
+                """
+            let agent = try AgentProcess(in: dir, extraArguments: try AgentProcess.configurationArguments(config, in: dir))
+            defer { agent.cleanup() }
+            try await agent.waitUntilReady()
+            let runtime = ["--runtime-dir", agent.runtimeDirectory]
+            let input = dir.appending("flood.jsonl")
+            try TestEvents.jsonLines(count: 3000, namePrefix: "flood", padding: 300).write(toFile: input, atomically: true, encoding: .utf8)
+            chmod(input, 0o644)
+            let flood = try await runProcess("/usr/sbin/runuser", ["-u", accounts.member, "--", "/bin/sh", "-c",
+                "\(binary) emit --stdin --wait --source flooder \(runtime.joined(separator: " ")) < \(input)"], timeout: .seconds(120))
+            let counts = try #require(MultiProcessTests.parseCounts(flood.stdout.split(separator: "\n").last.map(String.init) ?? ""), "\(flood)")
+            #expect(counts.rejected > 0, "the flood was never cut off: \(flood.stdout)")
+            #expect(counts.accepted > 500, "\(flood.stdout)")
+            let neighbour = try await runProcess("/usr/sbin/runuser", ["-u", accounts.outsider, "--", "/bin/sh", "-c",
+                "printf '%s\\n' '{\"name\":\"n1\"}' '{\"name\":\"n2\"}' | \(binary) emit --stdin --wait --source neighbour \(runtime.joined(separator: " "))"])
+            #expect(neighbour.status == .exited(0), "\(neighbour)")
+            #expect(neighbour.stdout.contains("accepted=2"), "\(neighbour)")
+            let status = try await agent.status()
+            let bytes = try #require((status.object["queue"] as? [String: Any])?["bytes"] as? NSNumber).intValue
+            #expect(bytes <= 1_048_576 * 45 / 100 + 65536, "the flooder held \(bytes) bytes")
+        } catch {
+            await accounts.remove()
+            throw error
+        }
+        await accounts.remove()
+    }
 }

@@ -178,6 +178,7 @@ public final class FerryAgent: Service, Sendable {
 
     private func serve() async throws {
         try configuration.validate()
+        CrashPoints.configureFromEnvironment()
         // Start-up and shutdown file work of this run: a thread of its own, shared with nothing.
         let io = BlockingExecutor(name: "ferry-agent-io")
         defer { io.shutdown() }
@@ -432,10 +433,19 @@ public final class FerryAgent: Service, Sendable {
         let directory = configuration.dataDirectory + "/consent"
         try FileIO.makeDirectory(directory, mode: 0o700)
         let stateFile = ConsentStateFile(path: directory + "/state.json")
+        // A change interrupted by a crash: it happened (its journal is durable), so its state is
+        // the state, and its effects are finished below before anything is accepted or delivered.
+        let journalFile = ConsentJournalFile(path: directory + "/pending")
+        var pending = try journalFile.load()
         // A damaged state file stops the agent: falling back to the configured defaults could
         // deliver what a user refused.
-        let stored = try stateFile.load()
-        var persisted = stored ?? ConsentEngine.initialState(consentConfiguration)
+        let stored: PersistedConsent?
+        if pending?.state == nil {
+            stored = try stateFile.load()
+        } else {
+            stored = try? stateFile.load()  // replaced by the journal's state below anyway
+        }
+        var persisted = pending?.state ?? stored ?? ConsentEngine.initialState(consentConfiguration)
         // Categories added to or removed from the configuration since the state was written.
         for name in consentConfiguration.categories.keys where persisted.consent[name] == nil {
             persisted.consent[name] = consentConfiguration.initialConsent[name] ?? consentConfiguration.defaultConsent
@@ -445,9 +455,12 @@ public final class FerryAgent: Service, Sendable {
         if consentConfiguration.resetEnabledFeatures { persisted.enabledFeatures = consentConfiguration.enabledFeatures.sorted() }
         let anonymousID = persisted.anonymousID ?? EventIDGenerator().next().description
         if persisted.persistence == .granted { persisted.anonymousID = anonymousID }
+        let auditLog = AuditLog(path: directory + "/audit.log")
+        if pending?.state != nil { pending?.state = persisted }
+        // The audit entry before the state that names it as its head.
+        if let entry = pending?.entry { try auditLog.appendOnce(entry) }
         if stored != persisted { try stateFile.save(persisted) }
 
-        let auditLog = AuditLog(path: directory + "/audit.log")
         let verification = try auditLog.verify(expectedHead: (persisted.auditSeq, persisted.auditHead))
         if let problem = verification.problem {
             logger.warning("the consent audit log fails verification", metadata: ["problem": "\(problem)", "path": "\(auditLog.path)"])
@@ -470,7 +483,12 @@ public final class FerryAgent: Service, Sendable {
         let engine = ConsentEngine(configuration: consentConfiguration, persisted: persisted, anonymousID: anonymousID)
         let worker = try ConsentWorker(
             engine: engine, heldLog: heldLog, onceKeys: onceKeys, mainLog: log, stateFile: stateFile,
-            auditLog: auditLog, mailbox: mailbox, logger: logger)
+            auditLog: auditLog, journalFile: journalFile, deadLetters: DeadLetterStore(dataDirectory: configuration.dataDirectory),
+            pending: pending, mailbox: mailbox, logger: logger)
+        if worker.pending != nil {
+            // A writer of its own for the queue, closed before the commit thread opens its own.
+            try worker.finishPendingAtStart(writer: try LogWriter(log: log))
+        }
         return (engine, UncheckedBox(worker), dedup)
     }
 

@@ -12,6 +12,8 @@ struct IngestBatch: Sendable {
     var version: UInt8 = ferryProtocolVersion
     /// The sender's origin as encoded record metadata (empty when unknown), stored with each event.
     var origin: [UInt8] = []
+    /// The sender's uid (the kernel's word), for its share of the queue; nil when unknown.
+    var uid: UInt32?
     var items: [Item]
 
     enum Item: Sendable {
@@ -176,8 +178,10 @@ final class CommitPipeline: Sendable {
                 lastLossCheck = now
                 reportLosses(dedup.sessions.collectLosses(now: now), at: now)
             }
-            deleteDeliveredSegments(writer: writer, dedup: dedup)
-            consent.expireHeld(now: now)
+            // An unfinished consent change looks for what it appended after a recorded position:
+            // keep every segment until it is done.
+            if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
+            consent.tick(now: now, writer: writer)
             // Keep arrival order: a consent change applies after the events that came before it
             // and before those that came after it.
             var batches: [IngestBatch] = []
@@ -209,7 +213,7 @@ final class CommitPipeline: Sendable {
             }
             flush()
         }
-        deleteDeliveredSegments(writer: writer, dedup: dedup)
+        if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
         do {
             try persistSessions(dedup.sessions, pending: [:])
         } catch {
@@ -222,6 +226,9 @@ final class CommitPipeline: Sendable {
     ) -> [CommittedBatch] {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
+        // This group's bytes by segment and sender uid, counted into the log once committed.
+        var usage: [UInt64: [UInt32: Int64]] = [:]
+        var groupUIDBytes: [UInt32: Int64] = [:]
         var appended: [EventID] = []
         var heldIDs: [EventID] = []
         /// (session, sequence) of the events in `appended` and `heldIDs`, to undo a failed commit.
@@ -296,6 +303,13 @@ final class CommitPipeline: Sendable {
                     case .store:
                         break
                     }
+                    let recordSize = Int64(LogRecord.framedSize(frameSize: frame.count, metadataSize: batch.origin.count))
+                    if let uid = batch.uid, let share = uidShareBytes,
+                       log.bytes(ofUID: uid) + (groupUIDBytes[uid] ?? 0) + recordSize > share {
+                        // This sender has its share of the queue: it alone is answered `full`.
+                        entries.append(AckEntry(id: id, status: .rejected, reason: .full))
+                        continue
+                    }
                     if !makeRoom(for: frame.count + batch.origin.count, writer: writer, dedup: dedup, pending: appended, pendingSessions: sessionKeys) {
                         entries.append(AckEntry(id: id, status: .rejected, reason: .full))
                         continue
@@ -303,6 +317,10 @@ final class CommitPipeline: Sendable {
                     do {
                         try writer.append(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
                         remember(header, frame: frame)
+                        if let uid = batch.uid, !batch.origin.isEmpty {
+                            usage[writer.activeIndex, default: [:]][uid, default: 0] += recordSize
+                            groupUIDBytes[uid, default: 0] += recordSize
+                        }
                         appended.append(id)
                         entries.append(AckEntry(id: id, status: .accepted))
                     } catch {
@@ -329,6 +347,7 @@ final class CommitPipeline: Sendable {
             do {
                 try writer.commit()
                 counters.commits.add(1, ordering: .relaxed)
+                log.recordUsage(usage)
             } catch {
                 // Nothing of the group is kept: every event of it, and any duplicate of one of
                 // them, is rejected so the client knows to keep or resend it.
@@ -370,6 +389,14 @@ final class CommitPipeline: Sendable {
             }
         }
         return results
+    }
+
+    /// The most bytes one sender uid's events may hold (``LogConfiguration/uidSharePercent`` of
+    /// the retention cap), or nil without a limit.
+    private var uidShareBytes: Int64? {
+        let percent = configuration.effectiveUIDSharePercent
+        guard percent < 100 else { return nil }
+        return configuration.log.retentionMaxBytes / 100 * Int64(percent)
     }
 
     /// Undoes ``commit``'s dedup entries for events whose group failed.

@@ -61,6 +61,7 @@ extension AgentConfiguration {
             "log": .object([
                 "segmentMaxBytes": .int { config.log.segmentMaxBytes = Int64($0) },
                 "retentionMaxBytes": .int { config.log.retentionMaxBytes = Int64($0) },
+                "uidSharePercent": .int { config.log.uidSharePercent = $0 },
                 "fullPolicy": .choice(LogConfiguration.FullPolicy.allCases.map(\.rawValue)) {
                     config.log.fullPolicy = LogConfiguration.FullPolicy(rawValue: $0)!
                 },

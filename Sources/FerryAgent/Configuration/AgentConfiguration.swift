@@ -116,6 +116,10 @@ public struct AgentConfiguration: Sendable, Hashable {
         self.sinks = sinks ?? [.defaultFile(delivery: delivery)]
     }
 
+    /// ``LogConfiguration/uidSharePercent`` with the mode's default applied: 50 for a system
+    /// agent, 100 (no limit) per user.
+    public var effectiveUIDSharePercent: Int { log.uidSharePercent ?? (mode == .system ? 50 : 100) }
+
     /// The first file sink's directory once defaults are applied (`<data dir>/delivered` if none).
     public var fileSinkDirectory: String {
         sinks.lazy.compactMap { $0.fileDirectory(dataDirectory: self.dataDirectory) }.first ?? dataDirectory + "/delivered"
@@ -129,6 +133,7 @@ public struct AgentConfiguration: Sendable, Hashable {
             throw fail("maxEventBytes must be at most \(LogRecord.maxBodySize - LogRecord.bodyPrefixSize)")
         }
         guard log.segmentMaxBytes >= 4096 else { throw fail("log.segmentMaxBytes must be at least 4096") }
+        if let share = log.uidSharePercent, !(1...100).contains(share) { throw fail("log.uidSharePercent must be 1 to 100") }
         guard log.retentionMaxBytes >= 2 * log.segmentMaxBytes else {
             throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
         }

@@ -380,7 +380,8 @@ final class IngestServer: Sendable {
             }
         }
         let origin = origins.metadata(connection: peer, peer: credentials)
-        if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, version: header.version, origin: origin, items: items)) {
+        if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, version: header.version, origin: origin,
+                                         uid: credentials?.uid, items: items)) {
             refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket,
                    version: header.version)
         }
