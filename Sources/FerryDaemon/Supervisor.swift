@@ -34,10 +34,10 @@ struct Supervisor: Service {
                     // After recovery (and everything else the agent does before it serves) and
                     // after the ingest socket is bound: the agent's own ready point.
                     guard (try? await agent.waitUntilReady()) != nil else { return }
-                    notifier.notify("READY=1\nSTATUS=serving")
+                    await notifier.notify("READY=1\nSTATUS=serving")
                     guard let interval = notifier.watchdogInterval else { return }
                     while !Task.isCancelled {
-                        notifier.notify("WATCHDOG=1")
+                        await notifier.notify("WATCHDOG=1")
                         try? await Task.sleep(for: interval / 2)
                     }
                 }
@@ -47,14 +47,18 @@ struct Supervisor: Service {
                 await group.waitForAll()
             }
         }
-        notifier.notify("STOPPING=1\nSTATUS=stopping")
+        await notifier.notify("STOPPING=1\nSTATUS=stopping")
     }
 
     /// SIGHUP: a bad file or a change that needs a restart is refused and the running
     /// configuration kept, with one log line saying why.
     func reload() async {
-        notifier.notify("RELOADING=1\nSTATUS=reloading")
-        defer { notifier.notify("READY=1\nSTATUS=serving") }
+        await notifier.notify("RELOADING=1\nSTATUS=reloading")
+        await apply()
+        await notifier.notify("READY=1\nSTATUS=serving")
+    }
+
+    private func apply() async {
         let configuration: AgentConfiguration
         do {
             configuration = try loadConfiguration()

@@ -32,20 +32,38 @@ package struct SystemdNotifier: Sendable {
     /// Whether a service manager listens.
     package var isEnabled: Bool { socketPath != nil }
 
-    /// Sends `state` (newline-separated `KEY=VALUE` lines) in one datagram. Returns false if it
-    /// could not be sent; the protocol has no reply, so failures are only worth a log line.
+    /// Sends `state` (newline-separated `KEY=VALUE` lines) in one datagram. Never blocks a thread:
+    /// while the manager's queue is full, a state change is retried every 10 ms for up to 5 s
+    /// and a watchdog ping (`WATCHDOG=1`, sent again soon anyway) is dropped. Returns false if it
+    /// was not sent; the protocol has no reply, so failures are only worth a log line.
     @discardableResult
-    package func notify(_ state: String) -> Bool {
-        guard let socketPath else { return true }
+    package func notify(_ state: String) async -> Bool {
+        guard isEnabled else { return true }
+        let deadline = ContinuousClock.now + .seconds(5)
+        while true {
+            switch send(state) {
+            case .sent: return true
+            case .failed: return false
+            case .full:
+                if state == "WATCHDOG=1" || ContinuousClock.now >= deadline { return false }
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+        }
+    }
+
+    private enum Outcome { case sent, full, failed }
+
+    private func send(_ state: String) -> Outcome {
+        guard let socketPath else { return .sent }
         let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return false }
+        guard fd >= 0 else { return .failed }
         defer { close(fd) }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         var bytes = Array(socketPath.utf8)
         if bytes.first == UInt8(ascii: "@") { bytes[0] = 0 }
         let capacity = MemoryLayout.size(ofValue: address.sun_path)
-        guard bytes.count < capacity else { return false }
+        guard bytes.count < capacity else { return .failed }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             raw.copyBytes(from: bytes)
         }
@@ -53,9 +71,12 @@ package struct SystemdNotifier: Sendable {
         let message = Array(state.utf8)
         let sent = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { addr in
-                message.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), addr, length) }
+                message.withUnsafeBytes {
+                    sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT), addr, length)
+                }
             }
         }
-        return sent == message.count
+        if sent == message.count { return .sent }
+        return errno == EAGAIN || errno == EWOULDBLOCK ? .full : .failed
     }
 }

@@ -10,11 +10,12 @@ struct ExampleConfigurationTests {
     static let daemon = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().path + "/daemon/"
 
-    @Test("ferryd.example.json is exactly what the agent uses without a file")
+    @Test("ferryd.example.json is exactly what the agent uses without a file, per user and for the host")
     func exampleIsTheDefaults() throws {
-        let base = AgentConfiguration(runtimeDirectory: "/run/x", dataDirectory: "/var/lib/x")
-        let loaded = try AgentConfiguration.load(fromFile: Self.daemon + "ferryd.example.json", base: base)
-        #expect(loaded == base)
+        for base in [AgentConfiguration(runtimeDirectory: "/run/x", dataDirectory: "/var/lib/x"), AgentConfiguration(mode: .system)] {
+            let loaded = try AgentConfiguration.load(fromFile: Self.daemon + "ferryd.example.json", base: base)
+            #expect(loaded == base, "\(base.mode)")
+        }
         // And it spells out every section, so it documents every default (a section left out
         // would also be "equal").
         let object = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: Self.daemon + "ferryd.example.json"))) as? [String: Any]
