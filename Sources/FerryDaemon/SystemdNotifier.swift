@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Synchronization
 
 /// The service manager's notification protocol (`sd_notify(3)`) without libsystemd: one datagram
 /// per message to the `AF_UNIX` socket named by `NOTIFY_SOCKET` (a path, or `@name` for the
@@ -12,6 +13,14 @@ import Darwin
 /// `STOPPING=1` when it begins to shut down, `RELOADING=1`/`READY=1` around a reload, and
 /// `WATCHDOG=1` every half ``watchdogInterval`` when the unit sets `WatchdogSec=`.
 package struct SystemdNotifier: Sendable {
+    /// State messages waiting for room in the manager's queue: watchdog pings hold back meanwhile,
+    /// so they never take the room a READY=1 or STOPPING=1 waits for.
+    private let waitingStates = WaitingStates()
+
+    private final class WaitingStates: Sendable {
+        let count = Atomic<Int>(0)
+    }
+
     /// The socket path (`@` first for the abstract namespace), or `nil` when not supervised.
     package let socketPath: String?
     /// The watchdog period from `WATCHDOG_USEC` (when `WATCHDOG_PID`, if set, is this process).
@@ -33,19 +42,27 @@ package struct SystemdNotifier: Sendable {
     package var isEnabled: Bool { socketPath != nil }
 
     /// Sends `state` (newline-separated `KEY=VALUE` lines) in one datagram. Never blocks a thread:
-    /// while the manager's queue is full, a state change is retried every 10 ms for up to 5 s
-    /// and a watchdog ping (`WATCHDOG=1`, sent again soon anyway) is dropped. Returns false if it
-    /// was not sent; the protocol has no reply, so failures are only worth a log line.
+    /// while the manager's queue is full, a state change is retried every 10 ms for up to 30 s
+    /// (watchdog pings wait meanwhile) and a watchdog ping (`WATCHDOG=1`, sent again soon
+    /// anyway) is dropped. Returns false if it was not sent; the protocol has no reply, so
+    /// failures are only worth a log line.
     @discardableResult
     package func notify(_ state: String) async -> Bool {
         guard isEnabled else { return true }
-        let deadline = ContinuousClock.now + .seconds(5)
+        let isPing = state == "WATCHDOG=1"
+        if isPing {
+            guard waitingStates.count.load(ordering: .relaxed) == 0 else { return false }
+            return send(state) == .sent
+        }
+        waitingStates.count.add(1, ordering: .relaxed)
+        defer { waitingStates.count.subtract(1, ordering: .relaxed) }
+        let deadline = ContinuousClock.now + .seconds(30)
         while true {
             switch send(state) {
             case .sent: return true
             case .failed: return false
             case .full:
-                if state == "WATCHDOG=1" || ContinuousClock.now >= deadline { return false }
+                if ContinuousClock.now >= deadline { return false }
                 try? await Task.sleep(for: .milliseconds(10))
             }
         }

@@ -32,7 +32,7 @@ struct HostServiceTests {
         let notify = try NotifySocket(path: dir.appending("notify"))
         defer { notify.close() }
         let ferryd = try startFerryd(in: dir, config: #"{"logLevel": "info"}"#,
-                                     environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "200000"])
+                                     environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"])
         defer { ferryd.cleanup() }
 
         let first = try await notify.next(timeout: .seconds(30))
@@ -44,13 +44,18 @@ struct HostServiceTests {
         let emit = try await runCLI(["emit", "ready", "--wait"], environment: ["FERRY_RUNTIME_DIR": dir.appending("rt")])
         #expect(emit.status == .exited(0), "\(emit)")
 
-        // The watchdog: WATCHDOG_USEC is 200 ms, pings every 100 ms.
+        // The watchdog: WATCHDOG_USEC is 400 ms, pings every 200 ms.
         _ = try await notify.waitFor("WATCHDOG=1", timeout: .seconds(10))
         _ = try await notify.waitFor("WATCHDOG=1", timeout: .seconds(10))
 
         try rewrite(dir, #"{"logLevel": "debug"}"#)
         ferryd.signal(SIGHUP)
-        let reload = try await notify.waitFor("READY=1", timeout: .seconds(10)).filter { $0 != "WATCHDOG=1" }
+        let reload: [String]
+        do {
+            reload = try await notify.waitFor("READY=1", timeout: .seconds(20)).filter { $0 != "WATCHDOG=1" }
+        } catch {
+            throw FerryTestKitError("\(error); ferryd \(ferryd.exitStatus.map { "exited \($0)" } ?? "runs"):\n\(ferryd.standardError)")
+        }
         #expect(reload == ["RELOADING=1\nSTATUS=reloading", "READY=1\nSTATUS=serving"])
         try await eventually("the reload logged") { ferryd.standardError.contains("configuration reloaded") }
         #expect(ferryd.standardError.contains("changed=logLevel"), "\(ferryd.standardError)")

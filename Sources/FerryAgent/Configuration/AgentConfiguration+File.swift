@@ -287,7 +287,7 @@ public struct FieldReader {
     /// The errors recorded while ``collectsErrors`` is set, in the order found.
     public private(set) var errors: [AgentError] = []
 
-    /// Records `error` (when collecting) or throws it.
+    /// Records `error` with the others (for errors a caller finds outside ``apply(_:_:at:)``).
     public mutating func record(_ error: AgentError) {
         errors.append(error)
     }
