@@ -16,6 +16,16 @@ extension AgentConfiguration {
         guard let bytes = try FileIO.readFile(path, followSymlinks: true) else {
             throw AgentError(code: .configuration, message: "configuration file \(path) does not exist")
         }
+        return try load(json: bytes, path: path, base: base, sinkKinds: sinkKinds)
+    }
+
+    /// Loads a configuration from the contents of a configuration file (what
+    /// ``load(fromFile:base:sinkKinds:)`` does once it has read the file); `path` names the file
+    /// in errors. Throws ``AgentError`` with code ``AgentError/Code/configuration`` for anything
+    /// it refuses.
+    public static func load(
+        json bytes: [UInt8], path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn
+    ) throws -> AgentConfiguration {
         let object: Any
         do {
             object = try JSONSerialization.jsonObject(with: Data(bytes))

@@ -134,7 +134,8 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         guard log.segmentMaxBytes >= 4096 else { throw fail("log.segmentMaxBytes must be at least 4096") }
         if let share = log.uidSharePercent, !(1...100).contains(share) { throw fail("log.uidSharePercent must be 1 to 100") }
-        guard log.retentionMaxBytes >= 2 * log.segmentMaxBytes else {
+        // Halving the cap, not doubling the segment size: a huge segmentMaxBytes must not overflow.
+        guard log.segmentMaxBytes <= log.retentionMaxBytes / 2 else {
             throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
         }
         guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0, dedup.sessionIdleSeconds > 0, dedup.maxSessions > 0,
