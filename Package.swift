@@ -108,10 +108,11 @@ let package = Package(
         .target(
             name: "FerryDaemon",
             dependencies: [
-                "FerryAgent",
+                "FerryAgent", "FerryProtocol",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
         // Helpers for tests: temp dirs, launching agents, waiting on conditions. A target for

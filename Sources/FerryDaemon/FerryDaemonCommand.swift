@@ -1,11 +1,19 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import ArgumentParser
 import FerryAgent
+import FerryProtocol
+import Foundation
 import Logging
 import ServiceLifecycle
 
 /// What `ferryd` does: parses its arguments, loads the configuration, sets up logging and runs
-/// the agent as a service until SIGTERM/SIGINT. The executable only names the sink kinds it
-/// links, so a build of the agent with other sinks is another `main` of a few lines:
+/// the agent as a service until SIGTERM/SIGINT, reloading on SIGHUP and telling a service
+/// manager about it (``SystemdNotifier``). The executable only names the sink kinds it links, so
+/// a build of the agent with other sinks is another `main` of a few lines:
 ///
 /// ```swift
 /// @main
@@ -19,26 +27,47 @@ public enum FerryDaemon {
     /// Runs `ferryd` with `arguments` (the process's when `nil`) and exits the process.
     public static func main(sinkKinds: SinkRegistry, arguments: [String]? = nil) async -> Never {
         do {
+            // `validate` shares `--config` with the root command, which would claim it: parse
+            // the subcommand's arguments on their own.
+            let given = arguments ?? Array(CommandLine.arguments.dropFirst())
+            if given.first == ValidateCommand.configuration.commandName {
+                do {
+                    try ValidateCommand.parse(Array(given.dropFirst())).run(sinkKinds: sinkKinds)
+                    ValidateCommand.exit()
+                } catch {
+                    ValidateCommand.exit(withError: error)
+                }
+            }
             let command = try FerryDaemonCommand.parseAsRoot(arguments)
-            guard let daemon = command as? FerryDaemonCommand else {
+            if let daemon = command as? FerryDaemonCommand {
+                try await daemon.run(sinkKinds: sinkKinds)
+            } else if let validate = command as? ValidateCommand {
+                try validate.run(sinkKinds: sinkKinds)
+            } else {
                 // A built-in command (help, version) that parsed as another type.
                 var other = command
                 try other.run()
-                FerryDaemonCommand.exit()
             }
-            try await daemon.run(sinkKinds: sinkKinds)
             FerryDaemonCommand.exit()
         } catch {
             FerryDaemonCommand.exit(withError: error)
         }
     }
+
+    /// Exit status when another `ferryd` owns the directories (`RestartPreventExitStatus=`).
+    static let exitAlreadyRunning: Int32 = 75
+    /// Exit status (`EX_CONFIG`) for an unsafe directory or file: restarting cannot fix it.
+    static let exitUnsafePath: Int32 = 78
 }
 
 /// `ferryd`'s command line.
 struct FerryDaemonCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferryd",
-        abstract: "The Ferry local event agent: durable outbox and delivery for every process on this host."
+        abstract: "The Ferry local event agent: durable outbox and delivery for every process on this host.",
+        discussion: "SIGTERM or SIGINT stops it gracefully; SIGHUP reloads the configuration file (see daemon/README.md).",
+        version: FerryVersion.current,
+        subcommands: [ValidateCommand.self]
     )
 
     @Option(name: .long, help: "JSON configuration file (see daemon/ferryd.example.json).")
@@ -59,8 +88,8 @@ struct FerryDaemonCommand: ParsableCommand {
     @Option(name: .long, help: "Largest accepted event in bytes (default 65536).")
     var maxEventBytes: Int?
 
-    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
-    var logLevel: Logger.Level = .info
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical. Overrides the file's logLevel (default info).")
+    var logLevel: Logger.Level?
 
     /// The configuration the arguments describe: the file (or the defaults), then the flags.
     func agentConfiguration(sinkKinds: SinkRegistry) throws -> AgentConfiguration {
@@ -72,6 +101,7 @@ struct FerryDaemonCommand: ParsableCommand {
             if let dataDir { configuration.dataDirectory = dataDir }
             if let runtimeDir { configuration.runtimeDirectory = runtimeDir }
             if let maxEventBytes { configuration.maxEventBytes = maxEventBytes }
+            if let logLevel { configuration.logLevel = logLevel }
             if let sinkDir, let index = configuration.sinks.firstIndex(where: { $0.settings is FileSinkSettings }),
                var file = configuration.sinks[index].settings as? FileSinkSettings {
                 file.directory = sinkDir
@@ -86,23 +116,92 @@ struct FerryDaemonCommand: ParsableCommand {
 
     func run(sinkKinds: SinkRegistry) async throws {
         let configuration = try agentConfiguration(sinkKinds: sinkKinds)
-        let logLevel = self.logLevel
+        // Whatever ferryd creates is private until it sets a mode on purpose (the sockets' modes
+        // are set right after bind).
+        umask(0o077)
+        let level = SharedLogLevel(configuration.logLevel)
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
-            handler.logLevel = logLevel
-            return handler
+            ReloadableLogHandler(inner: StreamLogHandler.standardError(label: label), level: level)
         }
         let logger = Logger(label: "ferryd")
         let agent = FerryAgent(configuration: configuration, logger: logger)
+        let supervisor = Supervisor(
+            agent: agent, notifier: SystemdNotifier(environment: ProcessInfo.processInfo.environment), logger: logger
+        ) {
+            // SIGHUP: read the file again, with the same flags on top.
+            try self.agentConfiguration(sinkKinds: sinkKinds)
+        } applyLogLevel: { level.set($0) }
         let group = ServiceGroup(
-            configuration: .init(services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            configuration: .init(services: [
+                .init(service: agent),
+                // Listed last: on SIGTERM it is told first, and says STOPPING=1 before the agent stops.
+                .init(service: supervisor, successTerminationBehavior: .ignore),
+            ], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         )
         do {
             try await group.run()
         } catch let error as AgentError {
             logger.critical("ferryd failed: \(error)")
-            throw ExitCode(error.code == .alreadyRunning ? 75 : 1)
+            switch error.code {
+            case .alreadyRunning: throw ExitCode(FerryDaemon.exitAlreadyRunning)
+            case .unsafePath: throw ExitCode(FerryDaemon.exitUnsafePath)
+            default: throw ExitCode(1)
+            }
         }
+    }
+}
+
+/// `ferryd validate --config FILE`: checks a configuration file without starting anything.
+struct ValidateCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "validate",
+        abstract: "Check a configuration file: print the effective configuration, or every error with its key path.",
+        discussion: "Exit status 0 when the file is valid, 1 (with one line per error on standard error) when it is not."
+    )
+
+    @Option(name: .long, help: "The JSON configuration file to check.")
+    var config: String
+
+    @Flag(name: .long, help: "Check it as the system agent's (as `ferryd --system` would load it).")
+    var system = false
+
+    func run(sinkKinds: SinkRegistry) throws {
+        let configuration: AgentConfiguration
+        do {
+            configuration = try AgentConfiguration.load(
+                fromFile: config, base: AgentConfiguration(mode: system ? .system : .user), sinkKinds: sinkKinds)
+        } catch let error as AgentError {
+            let lines = error.message.split(separator: "\n")
+            FileHandle.standardError.write(Data((lines.map { "error: \($0)" }.joined(separator: "\n") + "\n").utf8))
+            FileHandle.standardError.write(Data("\(config): \(lines.count) error\(lines.count == 1 ? "" : "s")\n".utf8))
+            throw ExitCode(1)
+        }
+        print(Self.summary(configuration, file: config))
+    }
+
+    /// The effective configuration, one setting a line, for people.
+    static func summary(_ c: AgentConfiguration, file: String) -> String {
+        var lines = ["\(file): valid (ferryd \(FerryVersion.current))"]
+        lines.append("mode: \(c.mode.rawValue)")
+        lines.append("runtimeDirectory: \(c.runtimeDirectory)")
+        lines.append("dataDirectory: \(c.dataDirectory)")
+        lines.append("logLevel: \(c.logLevel)")
+        lines.append("maxEventBytes: \(c.maxEventBytes)")
+        lines.append("log: segmentMaxBytes=\(c.log.segmentMaxBytes) retentionMaxBytes=\(c.log.retentionMaxBytes) fullPolicy=\(c.log.fullPolicy.rawValue)")
+        lines.append("dedup: maxEntries=\(c.dedup.maxEntries) maxAgeSeconds=\(c.dedup.maxAgeSeconds) sessionIdleSeconds=\(c.dedup.sessionIdleSeconds) maxSessions=\(c.dedup.maxSessions) lossGraceSeconds=\(c.dedup.lossGraceSeconds)")
+        lines.append("sinks: \(c.sinks.count)")
+        for sink in c.sinks {
+            var line = "  \(sink.name) (\(sink.type))"
+            if let directory = sink.fileDirectory(dataDirectory: c.dataDirectory) { line += " directory=\(directory)" }
+            line += " batch.maxEvents=\(sink.batch.maxEvents) batch.maxBytes=\(sink.batch.maxBytes) batch.maxWaitMilliseconds=\(sink.batch.maxWaitMilliseconds)"
+            line += " retry=\(sink.retry.initialMilliseconds)..\(sink.retry.maxMilliseconds)ms"
+            line += " circuit=\(sink.circuit.failureThreshold)/\(sink.circuit.openMilliseconds)ms"
+            lines.append(line)
+        }
+        let consent = c.consent
+        lines.append("consent: defaultConsent=\(consent.defaultConsent.rawValue) undetermined.policy=\(consent.undetermined.policy.rawValue) trackingInitial=\(consent.trackingInitial) autoStart=\(consent.autoStart)")
+        lines.append("reloadable on SIGHUP: \(FerryAgent.reloadableKeys.joined(separator: ", ")), HTTP sink tokens; every other key needs a restart")
+        return lines.joined(separator: "\n")
     }
 }
 

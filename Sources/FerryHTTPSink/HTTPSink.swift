@@ -26,7 +26,8 @@ import Synchronization
 /// | 3xx | `.permanent` (redirects are not followed for POST) |
 /// | other 4xx | `.permanent`, with the status and the start of the body |
 ///
-/// The bearer token is read once (``recover(checkpoint:)`` or the first delivery) from the
+/// The bearer token is read once (``recover(checkpoint:)`` or the first delivery, and again after a
+/// configuration reload) from the
 /// configured file or environment variable. It is never logged and is cut out of upstream
 /// body excerpts.
 public final class HTTPSink: Sink, CustomStringConvertible {
@@ -223,6 +224,11 @@ public final class HTTPSink: Sink, CustomStringConvertible {
 
     // MARK: Credentials
 
+    /// Forgets the loaded token: the next request reads `tokenFile` (or the environment) again.
+    public func reloadCredentials() async {
+        state.withLock { $0.token = nil }
+    }
+
     /// `Bearer <token>`, or `nil` without a configured token. Loads the token on first use.
     private func authorization() async throws -> String? {
         if let loaded = state.withLock({ $0.token }) { return loaded.map { "Bearer " + $0 } }
@@ -237,7 +243,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
         func fail(_ message: String) -> AgentError { AgentError(code: .configuration, message: "sink (http): " + message) }
         let raw: String
         if let path = configuration.tokenFile {
-            guard let bytes = try? FileIO.readFile(path) else { throw fail("cannot read tokenFile \(path)") }
+            guard let bytes = try? FileIO.readFile(path, followSymlinks: true) else { throw fail("cannot read tokenFile \(path)") }
             raw = String(decoding: bytes, as: UTF8.self)
             if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
                let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 {

@@ -136,7 +136,7 @@ public final class JetStreamSink: Sink {
     private static func connect(_ configuration: JetStreamSinkConfiguration, logger: Logger) throws -> JetStreamContext {
         var token: String?
         if let tokenFile = configuration.tokenFile {
-            guard let bytes = try? FileIO.readFile(tokenFile) else {
+            guard let bytes = try? FileIO.readFile(tokenFile, followSymlinks: true) else {
                 throw SinkError(.retry(after: nil), "jetstream: cannot read tokenFile \(tokenFile)")
             }
             token = String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)

@@ -18,8 +18,16 @@ package enum FileIO {
         }
     }
 
-    package static func open(_ path: String, _ flags: CInt, mode: mode_t = 0o600) throws -> CInt {
-        try call("open", path) { Glibc.open(path, flags | O_CLOEXEC, mode) }
+    /// Opens `path` with `O_CLOEXEC` and, unless `followSymlinks`, `O_NOFOLLOW`: a symbolic link
+    /// in the last component is refused with ``StorageError/Code/unsafePath`` (naming its owner
+    /// and the fix) instead of being followed. Only files the operator names outside the agent's
+    /// directories (the configuration file, token files) follow links.
+    package static func open(_ path: String, _ flags: CInt, mode: mode_t = 0o600, followSymlinks: Bool = false) throws -> CInt {
+        do {
+            return try call("open", path) { Glibc.open(path, flags | O_CLOEXEC | (followSymlinks ? 0 : O_NOFOLLOW), mode) }
+        } catch let error as StorageError where error.errno == ELOOP && !followSymlinks {
+            throw PathSafety.symlinkRefusal(path) ?? error
+        }
     }
 
     /// Writes all of `bytes` at `offset`, looping over short writes.
@@ -75,26 +83,17 @@ package enum FileIO {
 
     /// fsyncs a directory so that a create, rename or unlink in it is durable.
     package static func syncDirectory(_ path: String) throws {
-        let fd = try open(path, O_RDONLY | O_DIRECTORY)
+        let fd = try open(path, O_RDONLY | O_DIRECTORY, followSymlinks: true)
         defer { Glibc.close(fd) }
         try fsync(fd, path: path)
     }
 
-    /// Creates `path` (and parents) with `mode` if missing; fixes the mode if it exists. Each
-    /// directory it creates is made durable by an fsync of its parent: a power cut must not take
-    /// away a directory whose files were synced (docs/FAULTS.md section 8).
+    /// Prepares a directory the agent owns (see ``PathSafety/prepareDirectory(_:mode:)``): missing
+    /// components are created with `mode`; an existing directory is used (and set to `mode`)
+    /// only if it is safe, otherwise ``StorageError/Code/unsafePath`` names the path, its owner
+    /// and the fix. Each directory it creates is made durable by an fsync of its parent.
     package static func makeDirectory(_ path: String, mode: mode_t) throws {
-        var current = path.hasPrefix("/") ? "" : "."
-        for component in path.split(separator: "/") {
-            let parentPath = current.isEmpty ? "/" : current
-            current += "/" + component
-            if mkdir(current, mode) == 0 {
-                try syncDirectory(parentPath)
-            } else if errno != EEXIST {
-                throw StorageError.system("mkdir", path: current, errno: errno)
-            }
-        }
-        if chmod(path, mode) != 0 { throw StorageError.system("chmod", path: path, errno: errno) }
+        try PathSafety.prepareDirectory(path, mode: mode)
     }
 
     /// Appends `bytes` to the file at `path` (created 0600 if missing) and `fdatasync`s it; a file
@@ -124,8 +123,12 @@ package enum FileIO {
     }
 
     /// Atomically replaces `path` with `bytes`: temp file, fsync, rename, fsync of the directory.
+    /// Neither the temp file nor `path` may be a symbolic link (`rename` would replace a link
+    /// rather than follow it, but a link where the agent keeps its own file means someone
+    /// tampered with the directory: it is refused, not silently replaced).
     package static func writeAtomically(_ bytes: [UInt8], to path: String) throws {
         let temporary = path + ".tmp"
+        if let refusal = PathSafety.symlinkRefusal(path) { throw refusal }
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
         do {
             try bytes.withUnsafeBytes { raw in try pwriteAll(fd, raw, at: 0, path: temporary) }
@@ -144,11 +147,12 @@ package enum FileIO {
         try syncDirectory(parent(of: path))
     }
 
-    /// Reads a whole file, or returns `nil` if it does not exist.
-    package static func readFile(_ path: String) throws -> [UInt8]? {
+    /// Reads a whole file, or returns `nil` if it does not exist. A symbolic link is refused
+    /// unless `followSymlinks` (for files the operator names: configuration, tokens).
+    package static func readFile(_ path: String, followSymlinks: Bool = false) throws -> [UInt8]? {
         let fd: CInt
         do {
-            fd = try open(path, O_RDONLY)
+            fd = try open(path, O_RDONLY, followSymlinks: followSymlinks)
         } catch let error as StorageError where error.errno == ENOENT {
             return nil
         }

@@ -20,6 +20,10 @@ public struct StorageError: Error, CustomStringConvertible, Sendable {
         public static let noSpace = Code("no_space")
         /// A data file is not in the expected format.
         public static let corrupt = Code("corrupt")
+        /// A directory or file the agent would use is unsafe: a symbolic link, owned by another
+        /// user, or writable by others (see ``PathSafety``). The message names the path, its
+        /// owner and the fix.
+        public static let unsafePath = Code("unsafe_path")
         public var description: String { name }
     }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import FerryProtocol
 
 /// `ferry`: observe and drive the local Ferry agent.
 @main
@@ -6,6 +7,7 @@ struct FerryCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry",
         abstract: "Emit events to, watch, inspect and control consent of the local Ferry agent (ferryd).",
+        version: FerryVersion.current,
         subcommands: [
             Emit.self, Tail.self, Status.self, Queue.self, DeadLetterCommand.self, Consent.self, Tracking.self,
             Features.self, Purge.self, Forget.self, Start.self, WhoAmI.self,

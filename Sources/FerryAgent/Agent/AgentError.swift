@@ -18,6 +18,9 @@ public struct AgentError: Error, CustomStringConvertible, Sendable {
         public static let configuration = Code("configuration")
         /// A ZeroMQ call failed.
         public static let socket = Code("socket")
+        /// A directory or file the agent would use is unsafe (a symbolic link, owned by another
+        /// user, writable by others); the message names the path, its owner and the fix.
+        public static let unsafePath = Code("unsafe_path")
         /// The agent is already running in this runtime directory.
         public static let alreadyRunning = Code("already_running")
         /// A sink failed to deliver.

@@ -34,6 +34,8 @@ public final class FerryAgent: Service, Sendable {
     private let sinkOverrides: [String: any Sink]
     private let startedAt = WallClock.unixMilliseconds()
     private let running = Mutex<Running?>(nil)
+    /// The configuration in effect: ``configuration`` plus the reloads applied since.
+    private let live: Mutex<AgentConfiguration>
     private let readyWaiters = Mutex<ReadyState>(ReadyState())
 
     private struct ReadyState {
@@ -63,6 +65,7 @@ public final class FerryAgent: Service, Sendable {
     /// the ones their configuration describes (for tests and embedding).
     public init(configuration: AgentConfiguration, sinks overrides: [String: any Sink], logger: Logger) {
         self.configuration = configuration
+        live = Mutex(configuration)
         self.logger = logger
         sinkOverrides = overrides
     }
@@ -91,12 +94,80 @@ public final class FerryAgent: Service, Sendable {
         waiters.forEach { $0.resume(with: outcome) }
     }
 
+    /// The configuration in effect: the one the agent started with, plus the reloads applied.
+    public var currentConfiguration: AgentConfiguration { live.withLock { $0 } }
+
+    /// The keys a reload (``reload(_:)``, `ferryd` on SIGHUP) applies without a restart.
+    /// HTTP sink tokens (`tokenFile`, `tokenEnvironment`) are read again on every reload.
+    public static let reloadableKeys = [
+        "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit",
+    ]
+
+    /// Applies the reloadable parts of `newConfiguration` (see ``reloadableKeys``) to the running
+    /// agent and returns the key paths that changed. A change to any other key needs a restart:
+    /// the reload is then refused whole, nothing changes, and the error lists those keys. The
+    /// log level is the caller's to apply (the agent does not own the log handler).
+    @discardableResult
+    public func reload(_ newConfiguration: AgentConfiguration) async throws -> [String] {
+        try newConfiguration.validate()
+        let current = currentConfiguration
+        let restartOnly = Self.restartOnlyChanges(from: current, to: newConfiguration)
+        guard restartOnly.isEmpty else {
+            throw AgentError(code: .configuration, message: "these keys need a restart: \(restartOnly.joined(separator: ", ")); the running configuration is kept")
+        }
+        // The access policy (issue 11, section 2): once AccessControl can take a new policy,
+        // apply newConfiguration.access here and drop it from restartOnlyChanges.
+        var changed: [String] = []
+        if newConfiguration.logLevel != current.logLevel { changed.append("logLevel") }
+        if newConfiguration.delivery != current.delivery { changed.append("delivery") }
+        let deliveries = running.withLock { $0?.deliveries } ?? []
+        for (index, (old, new)) in zip(current.sinks, newConfiguration.sinks).enumerated() {
+            if old.batch != new.batch { changed.append("sinks[\(index)].batch") }
+            if old.retry != new.retry { changed.append("sinks[\(index)].retry") }
+            if old.circuit != new.circuit { changed.append("sinks[\(index)].circuit") }
+            if let delivery = deliveries.first(where: { $0.name == new.name }) {
+                delivery.reconfigure(batch: new.batch, retry: new.retry, circuit: new.circuit)
+                await delivery.sink.reloadCredentials()
+            }
+        }
+        live.withLock { $0 = newConfiguration }
+        logger.notice("configuration reloaded", metadata: ["changed": "\(changed.isEmpty ? "nothing" : changed.joined(separator: ","))"])
+        return changed
+    }
+
+    /// The key paths that differ between `old` and `new` and need a restart.
+    static func restartOnlyChanges(from old: AgentConfiguration, to new: AgentConfiguration) -> [String] {
+        var keys: [String] = []
+        if old.runtimeDirectory != new.runtimeDirectory { keys.append("runtimeDirectory") }
+        if old.dataDirectory != new.dataDirectory { keys.append("dataDirectory") }
+        if old.maxEventBytes != new.maxEventBytes { keys.append("maxEventBytes") }
+        if old.log != new.log { keys.append("log") }
+        if old.dedup != new.dedup { keys.append("dedup") }
+        if old.consent != new.consent { keys.append("consent") }
+        if old.mode != new.mode { keys.append("mode") }
+        // The access policy needs a restart until AccessControl can take a new policy (issue 11,
+        // section 2); then it moves to reloadableKeys and is applied in reload(_:).
+        if old.access != new.access { keys.append("access") }
+        if old.sinks.map(\.name) != new.sinks.map(\.name) {
+            keys.append("sinks (names or order)")
+        } else {
+            for (index, (a, b)) in zip(old.sinks, new.sinks).enumerated() where a.settings.anyHashable != b.settings.anyHashable {
+                keys.append("sinks[\(index)] (\(a.name)): settings of type \(a.type)")
+            }
+        }
+        return keys
+    }
+
     /// What recovery found at start, once running.
     public var recoveryReport: RecoveryReport? { running.withLock { $0?.recovery } }
 
     public func run() async throws {
         do {
             try await serve()
+        } catch let error as StorageError where error.code == .unsafePath {
+            let refusal = AgentError(code: .unsafePath, message: error.message, cause: error)
+            settleReadiness(.failure(refusal))
+            throw refusal
         } catch {
             // Waiters must not hang when start-up fails.
             settleReadiness(.failure(error))
@@ -113,11 +184,16 @@ public final class FerryAgent: Service, Sendable {
         defer { io.shutdown() }
         let configuration = self.configuration, logger = self.logger
 
-        // Directories and the single-instance locks.
+        // Directories and the single-instance locks. Both directories, and everything in them,
+        // are checked before anything is created or changed (PathSafety has the rule).
         // A system agent's runtime directory is searchable by every user (its sockets have modes
         // of their own) and its lock readable, so clients can tell whether it runs.
         let system = configuration.mode == .system
         let locks = try await io.run { () throws -> [CInt] in
+            for directory in [configuration.runtimeDirectory, configuration.dataDirectory] {
+                try PathSafety.checkDirectory(directory)
+                try PathSafety.checkContents(of: directory)
+            }
             try FileIO.makeDirectory(configuration.runtimeDirectory, mode: system ? 0o755 : 0o700)
             try FileIO.makeDirectory(configuration.dataDirectory, mode: 0o700)
             return [

@@ -1,6 +1,7 @@
 import FerryProtocol
 import FerryStorage
 import Foundation
+import Logging
 
 extension AgentConfiguration {
     /// Loads a configuration from a JSON file, starting from the defaults: only the fields present
@@ -12,7 +13,7 @@ extension AgentConfiguration {
     public static func load(
         fromFile path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn
     ) throws -> AgentConfiguration {
-        guard let bytes = try FileIO.readFile(path) else {
+        guard let bytes = try FileIO.readFile(path, followSymlinks: true) else {
             throw AgentError(code: .configuration, message: "configuration file \(path) does not exist")
         }
         return try load(json: bytes, path: path, base: base, sinkKinds: sinkKinds)
@@ -49,9 +50,13 @@ extension AgentConfiguration {
             }
         }
         var reader = FieldReader(path: path)
+        // Every key is read even after an error, so one run reports every wrong key path.
+        reader.collectsErrors = true
         // Sinks are read after the rest: their batching and retry default to `delivery`.
         var sinkValue: Any?, sinksValue: Any?
         try reader.apply(root, [
+            // Free text for people (the examples explain themselves with it); ignored.
+            "comment": .string { _ in },
             "mode": .raw { _ in },
             // A scope given in the file replaces the mode's default rule for it entirely.
             "access": .object([
@@ -62,6 +67,7 @@ extension AgentConfiguration {
             "runtimeDirectory": .string { config.runtimeDirectory = $0 },
             "dataDirectory": .string { config.dataDirectory = $0 },
             "maxEventBytes": .int { config.maxEventBytes = $0 },
+            "logLevel": .choice(Logger.Level.allCases.map(\.rawValue)) { config.logLevel = Logger.Level(rawValue: $0)! },
             "log": .object([
                 "segmentMaxBytes": .int { config.log.segmentMaxBytes = Int64($0) },
                 "retentionMaxBytes": .int { config.log.retentionMaxBytes = Int64($0) },
@@ -102,7 +108,13 @@ extension AgentConfiguration {
             for (index, element) in array.enumerated() {
                 let at = "sinks[\(index)]"
                 guard let object = element as? [String: Any] else { throw reader.fail(at, "expected an object") }
-                let sink = try reader.sink(object, at: at, name: "", delivery: config.delivery, kinds: sinkKinds)
+                let sink: SinkConfiguration
+                do {
+                    sink = try reader.sink(object, at: at, name: "", delivery: config.delivery, kinds: sinkKinds)
+                } catch let error as AgentError {
+                    reader.record(error)
+                    continue
+                }
                 if let other = sinks.firstIndex(where: { $0.name == sink.name }) {
                     throw reader.fail(at + ".name", "\"\(sink.name)\" is already the name of sinks[\(other)]; names must be unique")
                 }
@@ -119,6 +131,9 @@ extension AgentConfiguration {
                     config.sinks[i].retry.maxMilliseconds = config.delivery.retryMaxMilliseconds
                 }
             }
+        }
+        if !reader.errors.isEmpty {
+            throw AgentError(code: .configuration, message: reader.errors.map(\.message).joined(separator: "\n"))
         }
         do {
             try config.validate()
@@ -276,6 +291,16 @@ public struct FieldReader {
     /// Keys valid at a key path besides those of the table applied there (a sink object's
     /// shared keys while its type's keys are read), listed in unknown-key errors.
     fileprivate var sharedKeys: [String: [String]] = [:]
+    /// When set, ``apply(_:_:at:)`` records a wrong key in ``errors`` and goes on with the next
+    /// one instead of throwing (the loader sets it, to report every error at once).
+    public var collectsErrors = false
+    /// The errors recorded while ``collectsErrors`` is set, in the order found.
+    public private(set) var errors: [AgentError] = []
+
+    /// Records `error` with the others (for errors a caller finds outside ``apply(_:_:at:)``).
+    public mutating func record(_ error: AgentError) {
+        errors.append(error)
+    }
 
     /// A reader of the file at `path`.
     public init(path: String) {
@@ -327,65 +352,73 @@ public struct FieldReader {
     public mutating func apply(_ object: [String: Any], _ fields: [String: Field], at prefix: String) throws {
         for (key, value) in object.sorted(by: { $0.key < $1.key }) {
             let name = prefix.isEmpty ? key : prefix + "." + key
-            guard let field = fields[key] else {
-                let valid = Set(fields.keys).union(sharedKeys[prefix] ?? [])
-                throw fail(name, "unknown key; valid keys here: \(valid.sorted().joined(separator: ", "))")
+            do {
+                try apply(key: key, value: value, name: name, fields, at: prefix)
+            } catch let error as AgentError where collectsErrors {
+                errors.append(error)
             }
-            switch field {
-            case .string(let set):
-                guard let string = value as? String else { throw fail(name, "expected a string") }
-                set(string)
-            case .int(let set):
-                // On Linux 0 and 1 also cast to Bool; the objCType tells a real boolean ("c").
-                guard let number = value as? NSNumber, String(cString: number.objCType) != "c",
-                      number.doubleValue == number.doubleValue.rounded() else { throw fail(name, "expected an integer") }
-                set(number.intValue)
-            case .bool(let set):
-                guard let number = value as? NSNumber, String(cString: number.objCType) == "c" else {
-                    throw fail(name, "expected true or false")
-                }
-                set(number.boolValue)
-            case .stringMap(let set):
-                guard let map = value as? [String: Any] else { throw fail(name, "expected an object of strings") }
-                var strings: [String: String] = [:]
-                for (key, element) in map {
-                    guard let string = element as? String else { throw fail(name + "." + key, "expected a string") }
-                    strings[key] = string
-                }
-                try checked(name) { try set(strings) }
-            case .custom(let apply):
-                try apply(value, name)
-            case .choice(let valid, let set):
-                guard let string = value as? String, valid.contains(string) else {
-                    throw fail(name, "expected one of: \(valid.joined(separator: ", "))")
-                }
-                set(string)
-            case .object(let nested):
-                guard let child = value as? [String: Any] else { throw fail(name, "expected an object") }
-                try apply(child, nested, at: name)
-            case .strings(let set):
-                guard let strings = value as? [Any], strings.allSatisfy({ $0 is String }) else {
-                    throw fail(name, "expected an array of strings")
-                }
-                try checked(name) { try set(strings.map { $0 as! String }) }
-            case .intMap(let set):
-                guard let map = value as? [String: Any] else { throw fail(name, "expected an object of integers") }
-                var ints: [String: Int] = [:]
-                for (key, raw) in map {
-                    guard let int = integer(raw) else { throw fail(name + "." + key, "expected an integer") }
-                    ints[key] = int
-                }
-                try checked(name) { try set(ints) }
-            case .optionalInt(let set):
-                if value is NSNull {
-                    set(nil)
-                } else {
-                    guard let int = integer(value) else { throw fail(name, "expected an integer or null") }
-                    set(int)
-                }
-            case .raw(let set):
-                set(value)
+        }
+    }
+
+    private mutating func apply(key: String, value: Any, name: String, _ fields: [String: Field], at prefix: String) throws {
+        guard let field = fields[key] else {
+            let valid = Set(fields.keys).union(sharedKeys[prefix] ?? [])
+            throw fail(name, "unknown key; valid keys here: \(valid.sorted().joined(separator: ", "))")
+        }
+        switch field {
+        case .string(let set):
+            guard let string = value as? String else { throw fail(name, "expected a string") }
+            set(string)
+        case .int(let set):
+            // On Linux 0 and 1 also cast to Bool; the objCType tells a real boolean ("c").
+            guard let number = value as? NSNumber, String(cString: number.objCType) != "c",
+                  number.doubleValue == number.doubleValue.rounded() else { throw fail(name, "expected an integer") }
+            set(number.intValue)
+        case .bool(let set):
+            guard let number = value as? NSNumber, String(cString: number.objCType) == "c" else {
+                throw fail(name, "expected true or false")
             }
+            set(number.boolValue)
+        case .stringMap(let set):
+            guard let map = value as? [String: Any] else { throw fail(name, "expected an object of strings") }
+            var strings: [String: String] = [:]
+            for (key, element) in map {
+                guard let string = element as? String else { throw fail(name + "." + key, "expected a string") }
+                strings[key] = string
+            }
+            try checked(name) { try set(strings) }
+        case .custom(let apply):
+            try apply(value, name)
+        case .choice(let valid, let set):
+            guard let string = value as? String, valid.contains(string) else {
+                throw fail(name, "expected one of: \(valid.joined(separator: ", "))")
+            }
+            set(string)
+        case .object(let nested):
+            guard let child = value as? [String: Any] else { throw fail(name, "expected an object") }
+            try apply(child, nested, at: name)
+        case .strings(let set):
+            guard let strings = value as? [Any], strings.allSatisfy({ $0 is String }) else {
+                throw fail(name, "expected an array of strings")
+            }
+            try checked(name) { try set(strings.map { $0 as! String }) }
+        case .intMap(let set):
+            guard let map = value as? [String: Any] else { throw fail(name, "expected an object of integers") }
+            var ints: [String: Int] = [:]
+            for (key, raw) in map {
+                guard let int = integer(raw) else { throw fail(name + "." + key, "expected an integer") }
+                ints[key] = int
+            }
+            try checked(name) { try set(ints) }
+        case .optionalInt(let set):
+            if value is NSNull {
+                set(nil)
+            } else {
+                guard let int = integer(value) else { throw fail(name, "expected an integer or null") }
+                set(int)
+            }
+        case .raw(let set):
+            set(value)
         }
     }
 }

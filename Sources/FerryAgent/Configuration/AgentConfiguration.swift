@@ -1,5 +1,6 @@
 import FerryProtocol
 import FerryStorage
+import Logging
 
 /// Everything `ferryd` can be told. Every field has a default, so `AgentConfiguration()` is a
 /// working agent using the standard directories and the embedded file sink (named `file`).
@@ -21,9 +22,11 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var mode: Mode
     /// Who may use which socket (kernel-verified).
     public var access: AccessPolicy
-    /// Directory for the sockets (`ingest`, `events`, `control`); created 0700.
+    /// Directory for the sockets (`ingest`, `events`, `control`); created 0700. An existing one
+    /// must be safe (daemon/README.md, "Directories"), else the agent refuses to start.
     public var runtimeDirectory: String
-    /// Directory for the log, cursors and dedup snapshot; created 0700, files 0600.
+    /// Directory for the log, cursors and dedup snapshot; created 0700, files 0600; the same
+    /// safety rule as the runtime directory, for it and everything in it.
     public var dataDirectory: String
     /// Largest accepted event frame in bytes; larger events are rejected with `too_large`.
     public var maxEventBytes: Int
@@ -37,6 +40,8 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var sinks: [SinkConfiguration]
     /// The consent state's starting point and policies.
     public var consent: ConsentConfiguration
+    /// The log level (`"logLevel"`; `ferryd --log-level` overrides it). Reloadable.
+    public var logLevel: Logger.Level = .info
 
     /// Duplicate detection: the session table for clients that send a session (protocol 2), and
     /// the id window for those that do not. See docs/PROTOCOL.md, "Exactly once".

@@ -3,7 +3,7 @@ import FerryProtocol
 /// How the agent starts its consent state. See `docs/CONSENT.md`.
 ///
 /// Every field has a default that makes a working agent which delivers everything (the quick
-/// start); `daemon/ferryd.example.json` shows a privacy-first configuration.
+/// start); `daemon/ferryd.consent-optin.example.json` shows a privacy-first configuration.
 public struct ConsentConfiguration: Sendable, Hashable {
     /// The kill switch (Convert's `networkTracking`): `false` means nothing is ever queued for
     /// delivery, for the agent's whole life. Immutable at runtime.

@@ -60,13 +60,19 @@ public struct CircuitChange: Sendable {
 
 /// The circuit breaker's bookkeeping (pure: the loop supplies the time).
 struct CircuitBreaker {
-    let failureThreshold: Int
-    let openMilliseconds: UInt64
+    private(set) var failureThreshold: Int
+    private(set) var openMilliseconds: UInt64
     private(set) var state: DeliveryState.CircuitState = .closed
     private(set) var failures = 0
     private(set) var openUntil: UInt64 = 0
 
     init(_ configuration: AgentConfiguration.SinkConfiguration.Circuit) {
+        failureThreshold = configuration.failureThreshold
+        openMilliseconds = UInt64(max(0, configuration.openMilliseconds))
+    }
+
+    /// New thresholds (a reload); the current state and failure count are kept.
+    mutating func reconfigure(_ configuration: AgentConfiguration.SinkConfiguration.Circuit) {
         failureThreshold = configuration.failureThreshold
         openMilliseconds = UInt64(max(0, configuration.openMilliseconds))
     }
@@ -120,7 +126,9 @@ final class DeliveryLoop: Sendable {
     private let log: SegmentedLog
     private let cursorStore: CursorStore
     private let deadLetters: DeadLetterStore
-    private let configuration: AgentConfiguration.SinkConfiguration
+    /// The sink's configuration; its batch, retry and circuit settings change on reload.
+    private let settings: Mutex<AgentConfiguration.SinkConfiguration>
+    private var configuration: AgentConfiguration.SinkConfiguration { settings.withLock { $0 } }
     private let counters: AgentCounters
     private let logger: Logger
     /// The sink's own thread for blocking work (log reads, cursor and dead-letter writes), shared
@@ -167,7 +175,7 @@ final class DeliveryLoop: Sendable {
         self.log = log
         self.cursorStore = cursorStore
         self.deadLetters = deadLetters
-        self.configuration = configuration
+        settings = Mutex(configuration)
         self.counters = counters
         var logger = logger
         logger[metadataKey: "sink"] = "\(configuration.name)"
@@ -176,6 +184,19 @@ final class DeliveryLoop: Sendable {
         self.io = io ?? BlockingExecutor(name: "ferry-sink-" + configuration.name)
         breaker = Mutex(CircuitBreaker(configuration.circuit))
         state = Mutex(DeliveryState(sink: configuration.name))
+    }
+
+    /// Takes new batch, retry and circuit settings (a configuration reload); they apply from the
+    /// next batch, retry pause or breaker decision on.
+    func reconfigure(batch: AgentConfiguration.SinkConfiguration.Batch, retry: AgentConfiguration.SinkConfiguration.Retry,
+                     circuit: AgentConfiguration.SinkConfiguration.Circuit) {
+        settings.withLock {
+            $0.batch = batch
+            $0.retry = retry
+            $0.circuit = circuit
+        }
+        breaker.withLock { $0.reconfigure(circuit) }
+        wakeup.signal()
     }
 
     /// Runs until the task is cancelled. A batch being delivered when cancellation comes is

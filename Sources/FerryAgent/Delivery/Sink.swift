@@ -69,6 +69,14 @@ public protocol Sink: Sendable {
     func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]?
     /// Releases resources.
     func shutdown() async throws
+    /// Called on a configuration reload (SIGHUP): credentials read from files or the
+    /// environment (tokens) are read again before the next request. The default does nothing.
+    func reloadCredentials() async
+}
+
+extension Sink {
+    /// Nothing to re-read.
+    public func reloadCredentials() async {}
 }
 
 /// What the send-time gate decided for one batch.

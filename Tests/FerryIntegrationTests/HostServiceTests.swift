@@ -1,0 +1,178 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import FerryProtocol
+import FerryTestKit
+import Testing
+
+/// Issue 11, section 3: ferryd under a service manager (sd_notify over a real datagram socket,
+/// SIGHUP reloads), `ferryd validate`, `--version`, and ferryd under the unit's hardening.
+@Suite("ferryd as a host service")
+struct HostServiceTests {
+    /// ferryd with a configuration file, directories in `dir`, and `environment` added.
+    private func startFerryd(in dir: TemporaryDirectory, config: String, environment: [String: String] = [:],
+                             label: String = "ferryd") throws -> ChildProcess {
+        let path = dir.appending("ferryd.json")
+        try Data(config.utf8).write(to: URL(fileURLWithPath: path))
+        return try ChildProcess(
+            executable: try FerryBinaries.ferryd(),
+            arguments: ["--config", path, "--data-dir", dir.appending("data"), "--runtime-dir", dir.appending("rt")],
+            environment: environment, outputDirectory: dir.path, label: label)
+    }
+
+    private func rewrite(_ dir: TemporaryDirectory, _ config: String) throws {
+        try Data(config.utf8).write(to: URL(fileURLWithPath: dir.appending("ferryd.json")))
+    }
+
+    @Test("READY=1 after recovery with the ingest socket bound, WATCHDOG=1, RELOADING=1/READY=1 on SIGHUP, STOPPING=1 on SIGTERM")
+    func notifySequence() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let notify = try NotifySocket(path: dir.appending("notify"))
+        defer { notify.close() }
+        let ferryd = try startFerryd(in: dir, config: #"{"logLevel": "info"}"#,
+                                     environment: ["NOTIFY_SOCKET": notify.path, "WATCHDOG_USEC": "400000"])
+        defer { ferryd.cleanup() }
+
+        let first = try await notify.next(timeout: .seconds(30))
+        #expect(first == "READY=1\nSTATUS=serving", "\(ferryd.standardError)")
+        // At READY=1 the log is recovered and the ingest socket is bound and served.
+        var st = stat()
+        #expect(lstat(dir.appending("rt/ingest"), &st) == 0 && st.st_mode & S_IFMT == S_IFSOCK)
+        #expect(ferryd.standardError.contains("recovered the queue"))
+        let emit = try await runCLI(["emit", "ready", "--wait"], environment: ["FERRY_RUNTIME_DIR": dir.appending("rt")])
+        #expect(emit.status == .exited(0), "\(emit)")
+
+        // The watchdog: WATCHDOG_USEC is 400 ms, pings every 200 ms.
+        _ = try await notify.waitFor("WATCHDOG=1", timeout: .seconds(10))
+        _ = try await notify.waitFor("WATCHDOG=1", timeout: .seconds(10))
+
+        try rewrite(dir, #"{"logLevel": "debug"}"#)
+        ferryd.signal(SIGHUP)
+        let reload: [String]
+        do {
+            reload = try await notify.waitFor("READY=1", timeout: .seconds(20)).filter { $0 != "WATCHDOG=1" }
+        } catch {
+            throw FerryTestKitError("\(error); ferryd \(ferryd.exitStatus.map { "exited \($0)" } ?? "runs"):\n\(ferryd.standardError)")
+        }
+        #expect(reload == ["RELOADING=1\nSTATUS=reloading", "READY=1\nSTATUS=serving"])
+        try await eventually("the reload logged") { ferryd.standardError.contains("configuration reloaded") }
+        #expect(ferryd.standardError.contains("changed=logLevel"), "\(ferryd.standardError)")
+
+        ferryd.signal(SIGTERM)
+        _ = try await notify.waitFor("STOPPING=1", timeout: .seconds(10))
+        #expect(try await ferryd.waitForExit(timeout: .seconds(20)) == .exited(0))
+        #expect(ferryd.standardError.contains("ferryd stopped"))
+    }
+
+    @Test("SIGHUP: a bad file and a restart-only change are refused with the old configuration kept; reloadable keys apply")
+    func reloadRefusesAndApplies() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let ferryd = try startFerryd(in: dir, config: #"{"sinks": [{"name": "file", "type": "file", "retry": {"initialMilliseconds": 100}}]}"#)
+        defer { ferryd.cleanup() }
+        let runtime = dir.appending("rt")
+        try await eventually("ferryd ready") { (try? await controlStatus(runtimeDirectory: runtime, timeout: .milliseconds(500)))?.ok == true }
+
+        func hangUp(expecting line: String) async throws {
+            ferryd.signal(SIGHUP)
+            try await eventually("log line \"\(line)\"") { ferryd.standardError.contains(line) }
+            #expect(ferryd.isRunning)
+            #expect(try await controlStatus(runtimeDirectory: runtime).ok)
+        }
+        try rewrite(dir, #"{"sinks": [ not json"#)
+        try await hangUp(expecting: "reload refused: the configuration is invalid; keeping the running one")
+        try rewrite(dir, #"{"maxEventBytes": 1024, "log": {"segmentMaxBytes": 65536}}"#)
+        try await hangUp(expecting: "reload refused: these keys need a restart: maxEventBytes, log; the running configuration is kept")
+        try rewrite(dir, #"{"logLevel": "notice", "sinks": [{"name": "file", "type": "file", "retry": {"initialMilliseconds": 50}, "batch": {"maxEvents": 10}}]}"#)
+        try await hangUp(expecting: "changed=logLevel,sinks[0].batch,sinks[0].retry")
+        // Reloaded, not restarted: the same process, still accepting.
+        let emit = try await runCLI(["emit", "after-reload", "--wait"], environment: ["FERRY_RUNTIME_DIR": runtime])
+        #expect(emit.status == .exited(0), "\(emit)")
+        ferryd.signal(SIGTERM)
+        #expect(try await ferryd.waitForExit(timeout: .seconds(20)) == .exited(0))
+    }
+
+    @Test("ferryd validate: the summary for a valid file, every wrong key path for a bad one")
+    func validate() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        for example in ["ferryd.example.json", "ferryd.consent-optin.example.json", "ferryd.http.example.json", "ferryd.jetstream.example.json"] {
+            let result = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/" + example])
+            #expect(result.status == .exited(0), "\(example): \(result)")
+            #expect(result.stdout.contains("daemon/\(example): valid (ferryd \(FerryVersion.current))"), "\(result)")
+        }
+        let good = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/ferryd.example.json"])
+        #expect(good.stdout.contains("sinks: 1\n  file (file)"), "\(good)")
+        #expect(good.stdout.contains("reloadable on SIGHUP: logLevel"), "\(good)")
+
+        let bad = dir.appending("bad.json")
+        try Data(#"""
+            {"maxEventBytes": "big", "log": {"fullPolicy": "maybe", "bogus": 1},
+             "sinks": [{"name": "a", "type": "nope"}, {"name": "b", "type": "file", "batch": {"maxEvents": true}}]}
+            """#.utf8).write(to: URL(fileURLWithPath: bad))
+        let result = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", bad])
+        #expect(result.status == .exited(1), "\(result)")
+        for keyPath in ["log.bogus: unknown key", "log.fullPolicy: expected one of", "maxEventBytes: expected an integer",
+                        "sinks[0].type: expected one of", "sinks[1].batch.maxEvents: expected an integer", "5 errors"] {
+            #expect(result.stderr.contains(keyPath), "missing \(keyPath): \(result.stderr)")
+        }
+        #expect(result.stdout.isEmpty)
+    }
+
+    @Test("--version on ferryd and ferry is FerryVersion.current")
+    func version() async throws {
+        for binary in [try FerryBinaries.ferryd(), try FerryBinaries.ferry()] {
+            let result = try await runProcess(binary, ["--version"])
+            #expect(result.status == .exited(0))
+            #expect(result.stdout == FerryVersion.current + "\n", "\(binary): \(result)")
+        }
+    }
+
+    @Test("ferryd runs under the unit's restrictions: another uid, no capabilities, no new privileges, read-only / (needs root)",
+          .enabled(if: geteuid() == 0, "needs root for unshare, mount and setpriv"))
+    func hardened() async throws {
+        let user = try otherUser()
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        #expect(chmod(dir.path, 0o755) == 0)
+        let home = try dir.subdirectory("svc")
+        #expect(chown(home, user.uid, user.gid) == 0)
+        #expect(chmod(home, 0o700) == 0)
+        let data = home + "/data", runtime = home + "/rt"
+        // ProtectSystem=strict: / read-only but for the state directory (a bind mount of its own);
+        // User=, CapabilityBoundingSet= and AmbientCapabilities= empty, NoNewPrivileges=yes.
+        let script = """
+            mount --bind "$1" "$1" && mount -o remount,bind,ro / || exit 97
+            if touch /ferry-ro-probe 2>/dev/null; then rm -f /ferry-ro-probe; exit 98; fi
+            shift
+            exec setpriv --reuid=\(user.uid) --regid=\(user.gid) --clear-groups --no-new-privs \
+                --inh-caps=-all --bounding-set=-all -- "$@"
+            """
+        let ferryd = try ChildProcess(
+            executable: "/usr/bin/unshare",
+            arguments: ["--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh", home,
+                        try FerryBinaries.ferryd(), "--data-dir", data, "--runtime-dir", runtime],
+            outputDirectory: dir.path, label: "ferryd-hardened")
+        defer { ferryd.cleanup() }
+        try await eventually("hardened ferryd ready", timeout: .seconds(30)) {
+            if let exit = ferryd.exitStatus { throw FerryTestKitError("exited \(exit): \(ferryd.standardError)") }
+            return (try? await controlStatus(runtimeDirectory: runtime, timeout: .milliseconds(500)))?.ok == true
+        }
+        var st = stat()
+        #expect(stat(data, &st) == 0 && st.st_uid == user.uid)
+        let emit = try await runCLI(["emit", "hardened", "--wait"], environment: ["FERRY_RUNTIME_DIR": runtime])
+        #expect(emit.status == .exited(0), "\(emit)")
+        try await eventually("delivered") { (try? deliveredEvents(in: data + "/delivered"))?.contains { $0.name == "hardened" } == true }
+        ferryd.signal(SIGTERM)
+        #expect(try await ferryd.waitForExit(timeout: .seconds(20)) == .exited(0), "\(ferryd.standardError)")
+    }
+}
+
+/// The repository's root directory (this file is Tests/FerryIntegrationTests/…).
+let repositoryRoot: String = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }
+    return url.path
+}()
