@@ -113,6 +113,17 @@ struct SystemModeTests {
             // whoami tells each what it may do.
             let who = try await Self.ferry(as: accounts.outsider, binary, ["whoami", "--json"] + runtime)
             #expect(who.stdout.contains("\"ingest\":false"), "\(who)")
+
+            // A reload (SIGHUP) that lets the outsider in applies to its next message.
+            let opened = """
+                {"mode": "system", "access": {"ingest": {"groups": ["\(accounts.group)"], "users": ["\(accounts.outsider)"]},
+                 "control": {"users": ["root"]}, "events": {"groups": ["\(accounts.group)"]}}}
+                """
+            _ = try AgentProcess.configurationArguments(opened, in: dir)
+            agent.kill(signal: SIGHUP)
+            try await eventually("the reload", timeout: .seconds(20)) { agent.logs.contains("changed=access") }
+            let admitted = try await Self.ferry(as: accounts.outsider, binary, ["emit", "late-event", "--source", "sys-outsider-late", "--wait"] + runtime)
+            #expect(admitted.status == .exited(0), "\(admitted)")
         } catch {
             await accounts.remove()
             throw error

@@ -100,7 +100,7 @@ public final class FerryAgent: Service, Sendable {
     /// The keys a reload (``reload(_:)``, `ferryd` on SIGHUP) applies without a restart.
     /// HTTP sink tokens (`tokenFile`, `tokenEnvironment`) are read again on every reload.
     public static let reloadableKeys = [
-        "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit",
+        "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit", "access.ingest", "access.control",
     ]
 
     /// Applies the reloadable parts of `newConfiguration` (see ``reloadableKeys``) to the running
@@ -115,9 +115,15 @@ public final class FerryAgent: Service, Sendable {
         guard restartOnly.isEmpty else {
             throw AgentError(code: .configuration, message: "these keys need a restart: \(restartOnly.joined(separator: ", ")); the running configuration is kept")
         }
-        // The access policy (issue 11, section 2): once AccessControl can take a new policy,
-        // apply newConfiguration.access here and drop it from restartOnlyChanges.
         var changed: [String] = []
+        if newConfiguration.access != current.access {
+            // Resolved off the caller's thread like at start; checks switch to it at once.
+            let policy = newConfiguration.access
+            if let access = running.withLock({ $0?.access }) {
+                try await BlockingExecutor.runDetached(name: "ferry-access-reload") { access.update(policy) }
+            }
+            changed.append("access")
+        }
         if newConfiguration.logLevel != current.logLevel { changed.append("logLevel") }
         if newConfiguration.delivery != current.delivery { changed.append("delivery") }
         let deliveries = running.withLock { $0?.deliveries } ?? []
@@ -145,9 +151,9 @@ public final class FerryAgent: Service, Sendable {
         if old.dedup != new.dedup { keys.append("dedup") }
         if old.consent != new.consent { keys.append("consent") }
         if old.mode != new.mode { keys.append("mode") }
-        // The access policy needs a restart until AccessControl can take a new policy (issue 11,
-        // section 2); then it moves to reloadableKeys and is applied in reload(_:).
-        if old.access != new.access { keys.append("access") }
+        // The ingest and control rules reload; the bus is guarded by its socket file's group and
+        // mode, set when it is bound.
+        if old.access.events != new.access.events { keys.append("access.events") }
         if old.sinks.map(\.name) != new.sinks.map(\.name) {
             keys.append("sinks (names or order)")
         } else {
