@@ -62,6 +62,9 @@ struct FerryDaemonCommand: ParsableCommand {
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: Logger.Level = .info
 
+    @Option(name: .long, help: "Log line format: text, json (one object per line, for log shippers) or journal (syslog priority prefixes such as <6>, for journald). Default: journal when $JOURNAL_STREAM names standard error, else text.")
+    var logFormat: LogFormat?
+
     /// The configuration the arguments describe: the file (or the defaults), then the flags.
     func agentConfiguration(sinkKinds: SinkRegistry) throws -> AgentConfiguration {
         var configuration = AgentConfiguration(mode: system ? .system : .user)
@@ -87,8 +90,9 @@ struct FerryDaemonCommand: ParsableCommand {
     func run(sinkKinds: SinkRegistry) async throws {
         let configuration = try agentConfiguration(sinkKinds: sinkKinds)
         let logLevel = self.logLevel
+        let logFormat = self.logFormat ?? .automatic()
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler = FerryLogHandler(label: label, format: logFormat)
             handler.logLevel = logLevel
             return handler
         }
