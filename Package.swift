@@ -25,6 +25,9 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/apple/swift-nio", from: "2.81.0"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.29.0"),
+        // `swift package generate-documentation --target Ferry` (the DocC catalog); a command
+        // plugin only, nothing of it is linked.
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     ],
     targets: [
         // C module: libzmq from the system (Debian: libzmq3-dev).
@@ -148,6 +151,7 @@ let package = Package(
             dependencies: ["FerryAgent", "FerryStorage", "FerryHTTPSink", "FerryJetStreamSink", "FerryTestKit", "Ferry", "NATS"]
         ),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
+        .testTarget(name: "FerryDaemonTests", dependencies: ["FerryDaemon", "FerryTestKit"]),
         .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "FerryStorage", "NATS"]),
     ],
     swiftLanguageModes: [.v6]

@@ -73,7 +73,7 @@ public struct FerryControl: Sendable, Hashable {
 
     /// Turns the runtime tracking toggle on or off (`set_tracking`). While off, new events are
     /// dropped; events already queued keep draining. It is AND-gated with the configured kill
-    /// switch (``ConsentSnapshot/networkTracking``). Returns the new state.
+    /// switch (`ConsentSnapshot.networkTracking`). Returns the new state.
     @discardableResult
     public func setTracking(_ enabled: Bool) async throws -> ConsentSnapshot {
         try await send(.setTracking(enabled)).decode(ConsentUpdate.self).consent
@@ -107,8 +107,8 @@ public struct FerryControl: Sendable, Hashable {
     /// try await control.setGDPR(["subject_to_gdpr": .granted, "data_usage": .denied])
     /// ```
     ///
-    /// Names are those of ``GDPRRecord/fieldNames``; the agent refuses others. Data usage denied
-    /// for a GDPR subject stops delivery and purges the queue (``ConsentUpdate/purged``).
+    /// Names are those of `GDPRRecord.fieldNames`; the agent refuses others. Data usage denied
+    /// for a GDPR subject stops delivery and purges the queue (`ConsentUpdate.purged`).
     @discardableResult
     public func setGDPR(_ fields: [String: GDPRValue]) async throws -> ConsentUpdate {
         try await send(.setGDPR(fields)).decode(ConsentUpdate.self)
@@ -145,7 +145,7 @@ public struct FerryControl: Sendable, Hashable {
 
     /// Disables feature categories (`disable_features`); `["all"]` disables every category (no-op
     /// mode: nothing stored, nothing sent). The pending events of the disabled categories are
-    /// erased (``ConsentUpdate/purged``).
+    /// erased (`ConsentUpdate.purged`).
     @discardableResult
     public func disableFeatures(_ features: [String]) async throws -> ConsentUpdate {
         try await send(.disableFeatures(features)).decode(ConsentUpdate.self)
@@ -337,7 +337,7 @@ public struct FerryControl: Sendable, Hashable {
 }
 
 /// One consent audit entry, as ``FerryControl/consentLog(limit:)`` returns it: the protocol's
-/// ``AuditEntry``, the type the agent writes its audit log with.
+/// `AuditEntry` (FerryProtocol), the type the agent writes its audit log with.
 public typealias ConsentAuditEntry = AuditEntry
 
 extension FerryValue: Decodable {

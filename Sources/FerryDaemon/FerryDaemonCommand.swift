@@ -91,6 +91,9 @@ struct FerryDaemonCommand: ParsableCommand {
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical. Overrides the file's logLevel (default info).")
     var logLevel: Logger.Level?
 
+    @Option(name: .long, help: "Log line format: text, json (one object per line, for log shippers) or journal (syslog priority prefixes such as <6>, for journald). Default: journal when $JOURNAL_STREAM names standard error, else text.")
+    var logFormat: LogFormat?
+
     /// The configuration the arguments describe: the file (or the defaults), then the flags.
     func agentConfiguration(sinkKinds: SinkRegistry) throws -> AgentConfiguration {
         var configuration = AgentConfiguration(mode: system ? .system : .user)
@@ -120,8 +123,9 @@ struct FerryDaemonCommand: ParsableCommand {
         // are set right after bind).
         umask(0o077)
         let level = SharedLogLevel(configuration.logLevel)
+        let logFormat = self.logFormat ?? .automatic()
         LoggingSystem.bootstrap { label in
-            ReloadableLogHandler(inner: StreamLogHandler.standardError(label: label), level: level)
+            ReloadableLogHandler(inner: FerryLogHandler(label: label, format: logFormat), level: level)
         }
         let logger = Logger(label: "ferryd")
         let agent = FerryAgent(configuration: configuration, logger: logger)

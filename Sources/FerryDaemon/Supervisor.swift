@@ -87,11 +87,11 @@ final class SharedLogLevel: Sendable {
 
 /// A stream handler whose level is the process's ``SharedLogLevel`` (unless set on one logger).
 struct ReloadableLogHandler: LogHandler {
-    var inner: StreamLogHandler
+    var inner: FerryLogHandler
     let level: SharedLogLevel
     private var override: Logger.Level?
 
-    init(inner: StreamLogHandler, level: SharedLogLevel) {
+    init(inner: FerryLogHandler, level: SharedLogLevel) {
         self.inner = inner
         self.level = level
     }
