@@ -1,5 +1,7 @@
 import ArgumentParser
 import FerryAgent
+import FerryMetrics
+import FerryMetricsHTTP
 import Logging
 import ServiceLifecycle
 
@@ -88,9 +90,22 @@ struct FerryDaemonCommand: ParsableCommand {
             return handler
         }
         let logger = Logger(label: "ferryd")
-        let agent = FerryAgent(configuration: configuration, logger: logger)
+        // The Prometheus backend: set up here and only here. The agent records into it through
+        // swift-metrics with this factory (no global bootstrap), and reads its status counters
+        // back from it.
+        let metrics = PrometheusBackend()
+        let agent = FerryAgent(configuration: configuration, metrics: metrics.agentBackend, logger: logger)
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: agent)]
+        if let address = try configuration.metrics.listenAddress() {
+            let server = MetricsHTTPServer(host: address.host, port: address.port, logger: logger) { [agent] in
+                agent.metricsExposition()
+            }
+            // Losing the endpoint (a port taken) stops the agent rather than running unwatched.
+            services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup,
+                                  failureTerminationBehavior: .gracefullyShutdownGroup))
+        }
         let group = ServiceGroup(
-            configuration: .init(services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         )
         do {
             try await group.run()

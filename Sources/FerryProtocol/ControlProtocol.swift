@@ -37,6 +37,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public enum Operation: Sendable, Hashable {
         /// `status`: the status document (``StatusReply``).
         case status
+        /// `metrics`: the agent's metrics in the Prometheus text exposition (``MetricsReply``).
+        case metrics
         /// `consent_state`: the consent state (``ConsentUpdate``).
         case consentState
         /// `consent_log`: the newest `limit` audit entries (all when nil), ``ConsentAuditLog``.
@@ -66,6 +68,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         public var name: String {
             switch self {
             case .status: "status"
+            case .metrics: "metrics"
             case .consentState: "consent_state"
             case .consentLog: "consent_log"
             case .setTracking: "set_tracking"
@@ -85,7 +88,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     /// Every `op` the agent answers, in the order its refusal of an unknown op lists them.
     public static let ops = [
         "status", "deadletter_replay", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
-        "enable_features", "disable_features", "purge", "forget", "start",
+        "enable_features", "disable_features", "purge", "forget", "start", "metrics",
     ]
 
     /// The `op` string of ``operation``.
@@ -95,6 +98,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
 
     /// `status`.
     public static func status() -> Self { .init(.status) }
+    /// `metrics`.
+    public static func metrics() -> Self { .init(.metrics) }
     /// `consent_state`.
     public static func consentState() -> Self { .init(.consentState) }
     /// `consent_log`, the newest `limit` entries (all when nil).
@@ -134,7 +139,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         var fields: [String: Value] = ["op": .string(op)]
         if let actor { fields["actor"] = .string(actor) }
         switch operation {
-        case .status, .consentState, .start:
+        case .status, .metrics, .consentState, .start:
             break
         case .consentLog(let limit):
             if let limit { fields["limit"] = .int(limit) }
@@ -250,6 +255,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         switch op {
         case "status":
             return .status
+        case "metrics":
+            return .metrics
         case "consent_state":
             return .consentState
         case "consent_log":
@@ -323,25 +330,44 @@ public struct ControlRefusal: Error, Sendable, Hashable, Codable, CustomStringCo
     public var message: String
     /// The accepted values, when the refusal is about a value with a fixed set (may be empty).
     public var valid: [String]
+    /// A machine-readable kind of refusal (`code` on the wire), when there is one:
+    /// ``accessDeniedCode`` for a caller the access policy turns away.
+    public var code: String?
 
-    /// A refusal with `message` and the accepted values.
-    public init(_ message: String, valid: [String] = []) {
+    /// A refusal with `message`, the accepted values and an optional `code`.
+    public init(_ message: String, valid: [String] = [], code: String? = nil) {
         self.message = message
         self.valid = valid
+        self.code = code
     }
 
     /// The refusal of a request that is not a JSON object with a string field `op`.
     public static let notARequest = ControlRefusal("request must be a JSON object with a string field \"op\"")
 
+    /// The `code` of a refusal by the access policy (`access_denied`).
+    public static let accessDeniedCode = "access_denied"
+
+    /// A refusal by the access policy: `{"ok":false,"error":"access denied: …","code":"access_denied"}`.
+    public static func accessDenied(_ detail: String) -> ControlRefusal {
+        ControlRefusal("access denied: \(detail)", code: accessDeniedCode)
+    }
+
+    /// Whether the access policy turned the caller away: `code` is `access_denied`, or (from an
+    /// agent that sends no code) the message starts with "access denied".
+    public var isAccessDenied: Bool {
+        code == Self.accessDeniedCode || message.lowercased().hasPrefix("access denied")
+    }
+
     public var description: String { message }
 
-    private enum CodingKeys: String, CodingKey { case ok, error, valid }
+    private enum CodingKeys: String, CodingKey { case ok, error, valid, code }
 
     /// Decodes a refusal; a missing `error` reads as "no reason given", a missing `valid` as [].
     public init(from decoder: any Decoder) throws {
         let object = try decoder.container(keyedBy: CodingKeys.self)
         message = try object.decodeIfPresent(String.self, forKey: .error) ?? "no reason given"
         valid = try object.decodeIfPresent([String].self, forKey: .valid) ?? []
+        code = try? object.decodeIfPresent(String.self, forKey: .code)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -349,6 +375,43 @@ public struct ControlRefusal: Error, Sendable, Hashable, Codable, CustomStringCo
         try object.encode(false, forKey: .ok)
         try object.encode(message, forKey: .error)
         if !valid.isEmpty { try object.encode(valid, forKey: .valid) }
+        try object.encodeIfPresent(code, forKey: .code)
+    }
+}
+
+/// The reply to `metrics`: `{"ok":true,"content_type":"text/plain; version=0.0.4","text":"…"}`,
+/// the agent's metrics in the Prometheus text exposition (read them with ``MetricSamples``).
+public struct MetricsReply: Sendable, Hashable, Codable {
+    /// The exposition.
+    public var text: String
+    /// Its media type, `text/plain; version=0.0.4`.
+    public var contentType: String
+
+    /// The media type of the Prometheus text exposition.
+    public static let prometheusContentType = "text/plain; version=0.0.4"
+
+    /// A reply carrying `text`.
+    public init(text: String, contentType: String = MetricsReply.prometheusContentType) {
+        self.text = text
+        self.contentType = contentType
+    }
+
+    /// The samples of ``text``.
+    public var samples: MetricSamples { MetricSamples(parsing: Array(text.utf8)) }
+
+    private enum CodingKeys: String, CodingKey { case ok, text, contentType = "content_type" }
+
+    public init(from decoder: any Decoder) throws {
+        let object = try decoder.container(keyedBy: CodingKeys.self)
+        text = try object.decode(String.self, forKey: .text)
+        contentType = try object.decodeIfPresent(String.self, forKey: .contentType) ?? Self.prometheusContentType
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var object = encoder.container(keyedBy: CodingKeys.self)
+        try object.encode(true, forKey: .ok)
+        try object.encode(text, forKey: .text)
+        try object.encode(contentType, forKey: .contentType)
     }
 }
 

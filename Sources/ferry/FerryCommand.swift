@@ -7,7 +7,7 @@ struct FerryCommand: AsyncParsableCommand {
         commandName: "ferry",
         abstract: "Emit events to, watch, inspect and control consent of the local Ferry agent (ferryd).",
         subcommands: [
-            Emit.self, Tail.self, Status.self, Queue.self, DeadLetterCommand.self, Consent.self, Tracking.self,
+            Emit.self, Tail.self, Status.self, Metrics.self, Health.self, Queue.self, DeadLetterCommand.self, Consent.self, Tracking.self,
             Features.self, Purge.self, Forget.self, Start.self,
         ]
     )
