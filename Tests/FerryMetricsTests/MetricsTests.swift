@@ -77,7 +77,7 @@ struct MetricsTests {
         #expect(histogram.count == 5 && histogram.buckets.count == 3 && histogram.buckets.last?.upperBound == .infinity)
         #expect(histogram.quantileUpperBound(0.5) == 0.01)
         #expect(samples.value("g")?.isNaN == true)
-        #expect(samples.samples.count == 7)
+        #expect(samples.samples.count == 8)
     }
 
     @Test("GET /metrics: 200 with the exposition, 404 elsewhere, 405 for POST, HEAD without a body")
