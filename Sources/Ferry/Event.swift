@@ -71,6 +71,10 @@ public struct Receipt: Sendable, Hashable {
         case droppedFromOutbox
         /// The client was shut down before the agent acked it.
         case clientClosed
+        /// The agent refused the whole message it travelled in (an error reply, such as
+        /// `access_denied` from a system agent whose policy does not let this user send events);
+        /// nothing of it was stored.
+        case refusedByAgent(ErrorCode)
     }
 
     /// Creates a receipt.

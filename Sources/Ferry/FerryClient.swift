@@ -59,7 +59,7 @@ public final class FerryClient: Sendable {
         var nextRequestID: UInt32 = 1
         /// Falls to 1 (no extensions, no session) if the agent answers `unsupported_version`.
         var protocolVersion = ferryProtocolVersion
-        var receipts: [UInt64: CheckedContinuation<Receipt, Never>] = [:]
+        var receipts: [UInt64: @Sendable (Receipt) -> Void] = [:]
         var flushWaiters: [Int: (target: UInt64, continuation: CheckedContinuation<Bool, Never>)] = [:]
         var nextWaiterID = 0
         var statistics = FerryClientStatistics()
@@ -147,11 +147,25 @@ public final class FerryClient: Sendable {
     /// long as it takes for the agent to come up; combine with a timeout if that matters.
     public func send(_ event: Event) async -> Receipt {
         await withCheckedContinuation { continuation in
-            _ = enqueue(event, receipt: continuation)
+            _ = enqueue(event) { continuation.resume(returning: $0) }
         }
     }
 
-    private func enqueue(_ event: Event, receipt: CheckedContinuation<Receipt, Never>?) -> EventID {
+    /// Queues an event at once, in call order like ``enqueue(_:)``, and calls `onReceipt` once
+    /// with its final status (on the client's I/O thread, or on the caller's when the event is
+    /// refused at once). `onReceipt` must be quick and must not call back into the client.
+    ///
+    /// ```swift
+    /// for line in lines {   // one receipt per line, the events sent in line order
+    ///     ferry.enqueue(event(line)) { receipt in report(line, receipt.status) }
+    /// }
+    /// ```
+    @discardableResult
+    public func enqueue(_ event: Event, onReceipt: @escaping @Sendable (Receipt) -> Void) -> EventID {
+        enqueue(event, receipt: onReceipt)
+    }
+
+    private func enqueue(_ event: Event, receipt: (@Sendable (Receipt) -> Void)?) -> EventID {
         let id = ids.next()
         let wire = WireEvent(
             id: id, timestamp: WallClock.unixMilliseconds(),
@@ -189,7 +203,7 @@ public final class FerryClient: Sendable {
         }
         if refused {
             let closed = state.withLock { $0.closed }
-            receipt?.resume(returning: Receipt(id: id, status: closed ? .clientClosed : .droppedFromOutbox))
+            receipt?(Receipt(id: id, status: closed ? .clientClosed : .droppedFromOutbox))
             return id
         }
         if wakeIO { wake.wake() }
@@ -197,8 +211,8 @@ public final class FerryClient: Sendable {
     }
 
     private func resolve(index: UInt64, _ receipt: Receipt) {
-        let continuation = state.withLock { $0.receipts.removeValue(forKey: index) }
-        continuation?.resume(returning: receipt)
+        let onReceipt = state.withLock { $0.receipts.removeValue(forKey: index) }
+        onReceipt?(receipt)
         resumeFlushWaiters()
     }
 
@@ -286,8 +300,8 @@ public final class FerryClient: Sendable {
             return (state.receipts, state.flushWaiters.values.map(\.continuation), entries)
         }
         let idsByIndex = Dictionary(uniqueKeysWithValues: entries.map { ($0.index, $0.id) })
-        for (index, continuation) in receipts {
-            continuation.resume(returning: Receipt(id: idsByIndex[index] ?? .zero, status: .clientClosed))
+        for (index, onReceipt) in receipts {
+            onReceipt(Receipt(id: idsByIndex[index] ?? .zero, status: .clientClosed))
         }
         waiters.forEach { $0.resume(returning: false) }
         await BlockingExecutor.shared.run { [context, wake] in
@@ -409,7 +423,8 @@ public final class FerryClient: Sendable {
                 logger.error("ferry agent refused a message", metadata: [
                     "code": "\(reply?.code.description ?? "?")", "message": "\(reply?.message ?? "")",
                 ])
-                complete(requestID: header.requestID) { _ in .rejected(.malformed) }
+                let code = reply?.code ?? .malformedMessage
+                complete(requestID: header.requestID) { _ in .refusedByAgent(code) }
             case .events:
                 continue
             }
@@ -447,7 +462,7 @@ public final class FerryClient: Sendable {
     /// Resolves every event of an in-flight batch (a late ack for a batch already resolved, e.g.
     /// after a re-send, is ignored).
     private func complete(requestID: UInt32, status: (Int) -> Receipt.Status) {
-        let resolved = state.withLock { state -> [(Receipt, CheckedContinuation<Receipt, Never>?)]? in
+        let resolved = state.withLock { state -> [(Receipt, (@Sendable (Receipt) -> Void)?)]? in
             guard let batch = state.inFlight.removeValue(forKey: requestID) else { return nil }
             state.inFlightEvents -= batch.entries.count
             return batch.entries.enumerated().map { offset, entry in
@@ -465,7 +480,7 @@ public final class FerryClient: Sendable {
             }
         }
         guard let resolved else { return }
-        for (receipt, continuation) in resolved { continuation?.resume(returning: receipt) }
+        for (receipt, onReceipt) in resolved { onReceipt?(receipt) }
         resumeFlushWaiters()
     }
 }

@@ -29,7 +29,7 @@ public struct FerryClientConfiguration: Sendable, Hashable {
     /// Creates a configuration.
     public init(
         source: String = FerryClientConfiguration.processName(),
-        runtimeDirectory: String = FerryPaths.runtimeDirectory(),
+        runtimeDirectory: String = FerryPaths.agentRuntimeDirectory(),
         outboxCapacity: Int = 10_000,
         overflowPolicy: OverflowPolicy = .dropOldest,
         batchMaxEvents: Int = 256,

@@ -45,7 +45,7 @@ public struct FerryControl: Sendable, Hashable {
 
     /// A control client for the agent in `runtimeDirectory` (the same default as the agent's:
     /// `$FERRY_RUNTIME_DIR`, `$XDG_RUNTIME_DIR/ferry` or `/tmp/ferry-<uid>`).
-    public init(runtimeDirectory: String = FerryPaths.runtimeDirectory(), timeout: Duration = .seconds(60), actor: String? = nil) {
+    public init(runtimeDirectory: String = FerryPaths.agentRuntimeDirectory(), timeout: Duration = .seconds(60), actor: String? = nil) {
         self.runtimeDirectory = runtimeDirectory
         self.timeout = timeout
         self.actor = actor

@@ -46,6 +46,9 @@ struct FerryDaemonCommand: ParsableCommand {
     @Option(name: .long, help: "JSON configuration file (see daemon/ferryd.example.json).")
     var config: String?
 
+    @Flag(name: .long, help: "Run as the host's system agent: sockets in /run/ferry, data in /var/lib/ferry, every local user may send events; control and the bus for root and the ferry-admin group (same as \"mode\": \"system\" in the file).")
+    var system = false
+
     @Option(name: .long, help: "Data directory (queue, cursors). Overrides the file. Default: $XDG_STATE_HOME/ferry or ~/.local/state/ferry.")
     var dataDir: String?
 
@@ -63,9 +66,11 @@ struct FerryDaemonCommand: ParsableCommand {
 
     /// The configuration the arguments describe: the file (or the defaults), then the flags.
     func agentConfiguration(sinkKinds: SinkRegistry) throws -> AgentConfiguration {
-        var configuration = AgentConfiguration()
+        var configuration = AgentConfiguration(mode: system ? .system : .user)
         do {
-            if let config { configuration = try AgentConfiguration.load(fromFile: config, sinkKinds: sinkKinds) }
+            if let config {
+                configuration = try AgentConfiguration.load(fromFile: config, base: configuration, sinkKinds: sinkKinds)
+            }
             if let dataDir { configuration.dataDirectory = dataDir }
             if let runtimeDir { configuration.runtimeDirectory = runtimeDir }
             if let maxEventBytes { configuration.maxEventBytes = maxEventBytes }

@@ -91,6 +91,7 @@ enum HTTPBatchBody {
         if !event.onceKey.isEmpty { ferry.field("once_key", event.onceKey) }
         if event.flags.contains(.localOnly) { ferry.field("local_only", true) }
         if let rawProperties { ferry.field("properties_raw", rawProperties) }
+        if let origin = EventOrigin(metadata: stored.metadata) { ferry.rawField("origin", JSONWriter.originObject(origin)) }
         var context = JSONWriter()
         context.rawField("ferry", ferry.finish())
         json.rawField("context", context.finish())

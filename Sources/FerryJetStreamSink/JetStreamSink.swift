@@ -13,6 +13,8 @@ import Synchronization
 /// - `Nats-Msg-Id`: the event id, so the stream drops a re-sent event within its duplicate window;
 /// - `Ferry-Batch`: the batch's idempotency key;
 /// - `Ferry-Consent-<field>`: one header per entry of the batch's consent stamp;
+/// - `Ferry-Origin-Uid`, `-Gid`, `-Pid`, `-Comm`, `-Exe`, `-Unit`: the sender as the kernel told
+///   the agent (each only when known);
 /// - the body: the event as the same JSON object the file sink writes (one line of it).
 ///
 /// ``deliver(_:)`` returns only when every event of the batch has a PubAck from the stream (a
@@ -191,6 +193,15 @@ public final class JetStreamSink: Sink {
         return batch.events.map { stored in
             // The object of the file sink's line for the event (without the newline).
             let body = JSONWriter.storedEventObject(stored)
+            var headers = headers
+            if let origin = EventOrigin(metadata: stored.metadata) {
+                // The sender as the kernel told the agent (absent fields are unknown).
+                let fields: [(String, String?)] = [
+                    ("Uid", origin.uid.map(String.init)), ("Gid", origin.gid.map(String.init)), ("Pid", origin.pid.map(String.init)),
+                    ("Comm", origin.comm), ("Exe", origin.exe), ("Unit", origin.unit),
+                ]
+                for case let (name, value?) in fields { headers.append(("Ferry-Origin-" + name, headerValue(value))) }
+            }
             let subject: String
             if let event = try? stored.decoded() {
                 subject = template.render(type: event.type.description, category: event.category, source: event.source)

@@ -63,6 +63,9 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         case start
         /// `deadletter_replay` {`id`, `sink` (optional when one sink holds `id`)}.
         case deadLetterReplay(id: String, sink: String?)
+        /// `whoami`: the caller as the kernel reports it and what the access policy lets it do
+        /// (``WhoAmIReply``). Answered to everyone.
+        case whoami
 
         /// The `op` string.
         public var name: String {
@@ -81,6 +84,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             case .forget: "forget"
             case .start: "start"
             case .deadLetterReplay: "deadletter_replay"
+            case .whoami: "whoami"
             }
         }
     }
@@ -88,7 +92,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     /// Every `op` the agent answers, in the order its refusal of an unknown op lists them.
     public static let ops = [
         "status", "deadletter_replay", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
-        "enable_features", "disable_features", "purge", "forget", "start", "metrics",
+        "enable_features", "disable_features", "purge", "forget", "start", "whoami", "metrics",
     ]
 
     /// The `op` string of ``operation``.
@@ -124,6 +128,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public static func forget(userID: String) -> Self { .init(.forget(userID: userID)) }
     /// `start`.
     public static func start() -> Self { .init(.start) }
+    /// `whoami`.
+    public static func whoami() -> Self { .init(.whoami) }
     /// `deadletter_replay` of dead letter `id` (of `sink`, needed only when several sinks hold `id`).
     public static func deadLetterReplay(id: String, sink: String? = nil) -> Self { .init(.deadLetterReplay(id: id, sink: sink)) }
 
@@ -139,7 +145,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         var fields: [String: Value] = ["op": .string(op)]
         if let actor { fields["actor"] = .string(actor) }
         switch operation {
-        case .status, .metrics, .consentState, .start:
+        case .status, .metrics, .consentState, .start, .whoami:
             break
         case .consentLog(let limit):
             if let limit { fields["limit"] = .int(limit) }
@@ -305,6 +311,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             return .forget(userID: user)
         case "start":
             return .start
+        case "whoami":
+            return .whoami
         default:
             throw ControlRefusal("unknown op \"\(op)\"", valid: ops)
         }
@@ -330,11 +338,13 @@ public struct ControlRefusal: Error, Sendable, Hashable, Codable, CustomStringCo
     public var message: String
     /// The accepted values, when the refusal is about a value with a fixed set (may be empty).
     public var valid: [String]
-    /// A machine-readable kind of refusal (`code` on the wire), when there is one:
-    /// ``accessDeniedCode`` for a caller the access policy turns away.
+    /// A machine-readable reason, when there is one: ``accessDenied`` (`"access_denied"`).
     public var code: String?
 
-    /// A refusal with `message`, the accepted values and an optional `code`.
+    /// The ``code`` of a refusal by the access policy.
+    public static let accessDenied = "access_denied"
+
+    /// A refusal with `message`, the accepted values and a code.
     public init(_ message: String, valid: [String] = [], code: String? = nil) {
         self.message = message
         self.valid = valid
@@ -344,18 +354,11 @@ public struct ControlRefusal: Error, Sendable, Hashable, Codable, CustomStringCo
     /// The refusal of a request that is not a JSON object with a string field `op`.
     public static let notARequest = ControlRefusal("request must be a JSON object with a string field \"op\"")
 
-    /// The `code` of a refusal by the access policy (`access_denied`).
-    public static let accessDeniedCode = "access_denied"
-
-    /// A refusal by the access policy: `{"ok":false,"error":"access denied: …","code":"access_denied"}`.
-    public static func accessDenied(_ detail: String) -> ControlRefusal {
-        ControlRefusal("access denied: \(detail)", code: accessDeniedCode)
-    }
 
     /// Whether the access policy turned the caller away: `code` is `access_denied`, or (from an
     /// agent that sends no code) the message starts with "access denied".
     public var isAccessDenied: Bool {
-        code == Self.accessDeniedCode || message.lowercased().hasPrefix("access denied")
+        code == Self.accessDenied || message.lowercased().hasPrefix("access denied")
     }
 
     public var description: String { message }
@@ -375,7 +378,61 @@ public struct ControlRefusal: Error, Sendable, Hashable, Codable, CustomStringCo
         try object.encode(false, forKey: .ok)
         try object.encode(message, forKey: .error)
         if !valid.isEmpty { try object.encode(valid, forKey: .valid) }
-        try object.encodeIfPresent(code, forKey: .code)
+        if let code { try object.encode(code, forKey: .code) }
+    }
+}
+
+/// The reply to `whoami`: the caller as the kernel reported it when it connected (`SO_PEERCRED`)
+/// and what the agent's access policy lets it do (`{"ok":true,"uid":1000,"gid":1000,"pid":4242,
+/// "mode":"system","ingest":true,"control":false,"events":false}`).
+public struct WhoAmIReply: Sendable, Hashable, Codable {
+    /// The caller's uid, gid and pid; nil when the kernel did not say.
+    public var uid: UInt32?
+    public var gid: UInt32?
+    public var pid: Int32?
+    /// `user` or `system`.
+    public var mode: String
+    /// Whether the caller may send events, make changes over the control socket, and subscribe
+    /// to the bus.
+    public var ingest: Bool
+    public var control: Bool
+    public var events: Bool
+
+    /// Creates a reply.
+    public init(uid: UInt32?, gid: UInt32?, pid: Int32?, mode: String, ingest: Bool, control: Bool, events: Bool) {
+        self.uid = uid
+        self.gid = gid
+        self.pid = pid
+        self.mode = mode
+        self.ingest = ingest
+        self.control = control
+        self.events = events
+    }
+
+    private enum CodingKeys: String, CodingKey { case ok, uid, gid, pid, mode, ingest, control, events }
+
+    public init(from decoder: any Decoder) throws {
+        let object = try decoder.container(keyedBy: CodingKeys.self)
+        uid = try object.decodeIfPresent(UInt32.self, forKey: .uid)
+        gid = try object.decodeIfPresent(UInt32.self, forKey: .gid)
+        pid = try object.decodeIfPresent(Int32.self, forKey: .pid)
+        mode = try object.decode(String.self, forKey: .mode)
+        ingest = try object.decode(Bool.self, forKey: .ingest)
+        control = try object.decode(Bool.self, forKey: .control)
+        events = try object.decode(Bool.self, forKey: .events)
+
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var object = encoder.container(keyedBy: CodingKeys.self)
+        try object.encode(true, forKey: .ok)
+        try object.encodeIfPresent(uid, forKey: .uid)
+        try object.encodeIfPresent(gid, forKey: .gid)
+        try object.encodeIfPresent(pid, forKey: .pid)
+        try object.encode(mode, forKey: .mode)
+        try object.encode(ingest, forKey: .ingest)
+        try object.encode(control, forKey: .control)
+        try object.encode(events, forKey: .events)
     }
 }
 

@@ -21,6 +21,40 @@ public enum FerryPaths {
         return home + "/.local/state/ferry"
     }
 
+    /// The system agent's runtime directory (`ferryd --system`).
+    public static let systemRuntimeDirectory = "/run/ferry"
+    /// The system agent's data directory (`ferryd --system`).
+    public static let systemDataDirectory = "/var/lib/ferry"
+    /// The lock file a running agent holds in its runtime directory.
+    public static let lockFileName = "ferryd.lock"
+
+    /// Whether an agent is running with `runtimeDirectory`: it holds the lock file there (socket
+    /// files alone prove nothing: they survive a kill -9). A lock file the caller may not read
+    /// (another user's per-user agent) counts as not running for this caller.
+    public static func isAgentRunning(in runtimeDirectory: String) -> Bool {
+        let fd = open(runtimeDirectory + "/" + lockFileName, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { return false }
+        defer { close(fd) }
+        // The agent holds an exclusive lock; a shared one can be had only if it is gone.
+        if flock(fd, LOCK_SH | LOCK_NB) == 0 {
+            flock(fd, LOCK_UN)
+            return false
+        }
+        return errno == EWOULDBLOCK
+    }
+
+    /// The runtime directory of the agent a client or the CLI should talk to, decided once at
+    /// start: `$FERRY_RUNTIME_DIR` if set; else the per-user agent's directory if that agent
+    /// runs; else the system agent's (`/run/ferry`) if it runs; else the per-user directory
+    /// (where a per-user agent started later will be found).
+    public static func agentRuntimeDirectory(environment: [String: String] = currentEnvironment()) -> String {
+        if let explicit = environment["FERRY_RUNTIME_DIR"], !explicit.isEmpty { return explicit }
+        let personal = runtimeDirectory(environment: environment)
+        if isAgentRunning(in: personal) { return personal }
+        if isAgentRunning(in: systemRuntimeDirectory) { return systemRuntimeDirectory }
+        return personal
+    }
+
     /// The ingest (ROUTER) endpoint in `runtimeDirectory`.
     public static func ingestEndpoint(_ runtimeDirectory: String) -> String { "ipc://\(runtimeDirectory)/ingest" }
     /// The event bus (PUB) endpoint in `runtimeDirectory`.

@@ -188,6 +188,8 @@ public enum ErrorCode: UInt16, Sendable, CustomStringConvertible {
     case unknownKind = 3
     case messageTooLarge = 4
     case shuttingDown = 5
+    /// The sender's uid may not send events to this agent (its access policy); nothing was stored.
+    case accessDenied = 6
 
     public var description: String {
         switch self {
@@ -196,6 +198,7 @@ public enum ErrorCode: UInt16, Sendable, CustomStringConvertible {
         case .unknownKind: "unknown_kind"
         case .messageTooLarge: "message_too_large"
         case .shuttingDown: "shutting_down"
+        case .accessDenied: "access_denied"
         }
     }
 }

@@ -160,6 +160,38 @@ package struct DeadLetterStore: Sendable {
         return try DeadLetter(decoding: bytes, path: path)
     }
 
+    /// Every dead letter (by sink and id) holding events for which `matches` is true, with the
+    /// ids of those events. A dead letter that cannot be read is skipped.
+    package func letters(holding matches: (StoredEvent) -> Bool) throws -> [(sink: String, id: String, events: [EventID])] {
+        var found: [(sink: String, id: String, events: [EventID])] = []
+        for sink in try sinks() {
+            for id in try ids(sink: sink) {
+                guard let letter = try? load(sink: sink, id: id) else { continue }
+                let covered = letter.events.filter(matches).map(\.decodedID)
+                if !covered.isEmpty { found.append((sink, id, covered)) }
+            }
+        }
+        return found
+    }
+
+    /// Removes the events whose ids are in `events` from dead letter `id` of `sink`: the file is
+    /// rewritten atomically without them, or deleted durably if nothing else is left. Returns how
+    /// many events were removed (0 when none is there any more, so calling it again is harmless).
+    @discardableResult
+    package func remove(events: Set<EventID>, sink: String, id: String) throws -> Int {
+        guard let letter = try load(sink: sink, id: id) else { return 0 }
+        var kept = letter
+        kept.events.removeAll { events.contains($0.decodedID) }
+        let removed = letter.events.count - kept.events.count
+        guard removed > 0 else { return 0 }
+        if kept.events.isEmpty {
+            try remove(sink: sink, id: id)
+        } else {
+            try write(kept)
+        }
+        return removed
+    }
+
     /// Deletes dead letter `id` of `sink` durably; false if it did not exist.
     @discardableResult
     package func remove(sink: String, id: String) throws -> Bool {

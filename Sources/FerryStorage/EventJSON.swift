@@ -63,9 +63,10 @@ package struct JSONWriter {
 extension JSONWriter {
     /// The JSON object of a stored event, one line (no raw newline), shared by the file sink's
     /// lines and the HTTP sink's `envelope` body: id, type, name, source, pid, seq, timestamp,
-    /// accepted_at, category when not 0, user_id/once_key when set, local_only when set, and
+    /// accepted_at, category when not 0, user_id/once_key when set, local_only when set,
     /// properties (as sent; a body that is not a JSON object is kept as a string under
-    /// `properties_raw`). An undecodable frame gives `{"id":…,"undecodable":true}`.
+    /// `properties_raw`) and origin (the sender as the kernel told the agent, or `null`). An
+    /// undecodable frame gives `{"id":…,"undecodable":true}`.
     package static func storedEventObject(_ stored: StoredEvent, consent: [UInt8]? = nil) -> [UInt8] {
         guard let event = try? stored.decoded() else {
             var json = JSONWriter()
@@ -87,6 +88,9 @@ extension JSONWriter {
         } else {
             json.field("properties_raw", String(decoding: event.properties, as: UTF8.self))
         }
+        // The sender as the kernel told the agent; `null` for events stored before origins were
+        // recorded and for those the agent made itself.
+        json.rawField("origin", EventOrigin(metadata: stored.metadata).map(originObject) ?? Array("null".utf8))
         if let consent { json.rawField("consent", consent) }
         return json.finish()
     }

@@ -80,25 +80,47 @@ package enum FileIO {
         try fsync(fd, path: path)
     }
 
-    /// Creates `path` (and parents) with `mode` if missing; fixes the mode if it exists.
+    /// Creates `path` (and parents) with `mode` if missing; fixes the mode if it exists. Each
+    /// directory it creates is made durable by an fsync of its parent: a power cut must not take
+    /// away a directory whose files were synced (docs/FAULTS.md section 8).
     package static func makeDirectory(_ path: String, mode: mode_t) throws {
         var current = path.hasPrefix("/") ? "" : "."
         for component in path.split(separator: "/") {
+            let parentPath = current.isEmpty ? "/" : current
             current += "/" + component
-            if mkdir(current, mode) != 0 && errno != EEXIST {
+            if mkdir(current, mode) == 0 {
+                try syncDirectory(parentPath)
+            } else if errno != EEXIST {
                 throw StorageError.system("mkdir", path: current, errno: errno)
             }
         }
         if chmod(path, mode) != 0 { throw StorageError.system("chmod", path: path, errno: errno) }
     }
 
-    /// Appends `bytes` to the file at `path` (created 0600 if missing) and `fdatasync`s it.
+    /// Appends `bytes` to the file at `path` (created 0600 if missing) and `fdatasync`s it; a file
+    /// it creates is made durable by an fsync of its directory too.
     package static func appendDurably(_ bytes: [UInt8], to path: String) throws {
-        let fd = try open(path, O_WRONLY | O_CREAT)
+        let (fd, created) = try openCreating(path, O_WRONLY)
         defer { close(fd) }
         let size = try fileSize(fd, path: path)
         try bytes.withUnsafeBytes { try pwriteAll(fd, $0, at: size, path: path) }
         try fdatasync(fd, path: path)
+        if created { try syncDirectory(parent(of: path)) }
+    }
+
+    /// Opens `path` with `O_CREAT` added to `flags`; says whether this call created it.
+    package static func openCreating(_ path: String, _ flags: CInt, mode: mode_t = 0o600) throws -> (fd: CInt, created: Bool) {
+        while true {
+            let fd = Glibc.open(path, flags | O_CREAT | O_EXCL | O_CLOEXEC, mode)
+            if fd >= 0 { return (fd, true) }
+            if errno == EINTR { continue }
+            guard errno == EEXIST else { throw StorageError.system("open", path: path, errno: errno) }
+            do {
+                return (try open(path, flags), false)
+            } catch let error as StorageError where error.errno == ENOENT {
+                continue  // removed in between: create it after all
+            }
+        }
     }
 
     /// Atomically replaces `path` with `bytes`: temp file, fsync, rename, fsync of the directory.
@@ -107,12 +129,17 @@ package enum FileIO {
         let fd = try open(temporary, O_WRONLY | O_CREAT | O_TRUNC)
         do {
             try bytes.withUnsafeBytes { raw in try pwriteAll(fd, raw, at: 0, path: temporary) }
+            if PlantedBug.active == .renameBeforeFsync {
+                _ = try call("rename", path) { rename(temporary, path) }
+                try syncDirectory(parent(of: path))
+            }
             try fsync(fd, path: temporary)
         } catch {
             Glibc.close(fd)
             throw error
         }
         Glibc.close(fd)
+        if PlantedBug.active == .renameBeforeFsync { return }
         _ = try call("rename", path) { rename(temporary, path) }
         try syncDirectory(parent(of: path))
     }

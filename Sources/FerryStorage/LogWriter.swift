@@ -43,7 +43,7 @@ package final class LogWriter {
         } else {
             active = Open(index: 0, path: "", fd: -1, written: 0, records: 0)
             active = try Self.create(log: log)
-            try FileIO.syncDirectory(log.directory)
+            if PlantedBug.active != .noDirFsyncOnSegmentCreate { try FileIO.syncDirectory(log.directory) }
             log.publish([(active.index, active.written, active.records)])
         }
         groupStart = (active.index, active.written)
@@ -79,14 +79,20 @@ package final class LogWriter {
     /// Bytes appended in the current group.
     package var pendingBytes: Int { buffer.count + rotatedOut.reduce(0) { $0 + Int($1.open.written - $1.startSize) } }
 
-    /// Buffers one event record, rotating to a new segment first if it would overflow this one.
-    package func append(frame: [UInt8], acceptedAt: UInt64) throws {
-        let size = Int64(LogRecord.framedSize(frameSize: frame.count))
+    /// Buffers one event record (with what the agent recorded about it), rotating to a new
+    /// segment first if it would overflow this one.
+    package func append(frame: [UInt8], acceptedAt: UInt64, metadata: RecordMetadata = .init()) throws {
+        try append(frame: frame, acceptedAt: acceptedAt, encodedMetadata: metadata.encoded)
+    }
+
+    /// ``append(frame:acceptedAt:metadata:)`` with the metadata already encoded.
+    package func append(frame: [UInt8], acceptedAt: UInt64, encodedMetadata meta: [UInt8]) throws {
+        let size = Int64(LogRecord.framedSize(frameSize: frame.count, metadataSize: meta.count))
         let fill = active.written + Int64(buffer.count)
         if fill + size > log.configuration.segmentMaxBytes && fill > SegmentedLog.segmentHeaderSize {
             try rotate()
         }
-        LogRecord.appendEvent(frame, acceptedAt: acceptedAt, to: &buffer)
+        LogRecord.appendEvent(frame, acceptedAt: acceptedAt, encodedMetadata: meta, to: &buffer)
         bufferRecords += 1
         totalBytes += size
     }
@@ -118,7 +124,9 @@ package final class LogWriter {
             let syncStart = MonotonicClock.nanoseconds()
             for (open, _) in rotatedOut { try FileIO.fdatasync(open.fd, path: open.path) }
             try FileIO.fdatasync(active.fd, path: active.path)
-            if !createdInGroup.isEmpty { try FileIO.syncDirectory(log.directory) }
+            if !createdInGroup.isEmpty && PlantedBug.active != .noDirFsyncOnSegmentCreate {
+                try FileIO.syncDirectory(log.directory)
+            }
             lastSyncNanoseconds = MonotonicClock.nanoseconds() &- syncStart
         } catch {
             rollback()
@@ -130,6 +138,12 @@ package final class LogWriter {
         rotatedOut.removeAll()
         createdInGroup.removeAll()
         groupStart = (active.index, active.written)
+    }
+
+    /// Drops the group appended since the last commit without writing it (files are rolled back
+    /// to where it started if part of it was flushed).
+    package func discardGroup() {
+        rollback()
     }
 
     private func rollback() {

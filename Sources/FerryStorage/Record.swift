@@ -87,7 +87,13 @@ public enum LogRecord {
 
     /// Appends a framed data format 2 event record (``Kind/eventWithMetadata``) to `buffer`.
     public static func appendEvent(_ frame: [UInt8], acceptedAt: UInt64, metadata: RecordMetadata = .init(), to buffer: inout [UInt8]) {
-        let meta = metadata.encoded
+        appendEvent(frame, acceptedAt: acceptedAt, encodedMetadata: metadata.encoded, to: &buffer)
+    }
+
+    /// ``appendEvent(_:acceptedAt:metadata:to:)`` with the metadata already encoded (one encoding
+    /// for every event of a message). At most ``maxMetadataSize`` bytes.
+    public static func appendEvent(_ frame: [UInt8], acceptedAt: UInt64, encodedMetadata meta: [UInt8], to buffer: inout [UInt8]) {
+        precondition(meta.count <= maxMetadataSize, "record metadata is limited to \(maxMetadataSize) bytes")
         let length = UInt32(bodyPrefixSize + 2 + meta.count + frame.count)
         let start = buffer.count
         appendLE(magic, to: &buffer)
@@ -264,6 +270,19 @@ package struct RecordBody {
         return String(decoding: body[start..<(start + length)], as: UTF8.self)
     }
 
+    /// The sender's uid recorded in the metadata of `body` (this record's body), if any.
+    package func senderUID(in body: UnsafeRawBufferPointer) -> UInt32? {
+        var offset = metadata.lowerBound
+        while metadata.upperBound - offset >= 3 {
+            let tag = body[offset]
+            let length = Int(body.loadLE(at: offset + 1, as: UInt16.self))
+            guard offset + 3 + length <= metadata.upperBound else { return nil }
+            if tag == 1 /* EventOrigin.Tag.uid */ && length == 4 { return body.loadLE(at: offset + 3, as: UInt32.self) }
+            offset += 3 + length
+        }
+        return nil
+    }
+
     /// Reads a validated body.
     package init(_ body: UnsafeRawBufferPointer) {
         kind = LogRecord.Kind(rawValue: body[0]) ?? .erased
@@ -370,4 +389,76 @@ public struct LogPosition: Hashable, Comparable, Sendable, CustomStringConvertib
 extension StoredEvent {
     /// The event id, read from the frame's first 16 bytes.
     public var decodedID: EventID { EventID(bytes: frame) }
+}
+
+/// An erased record to write at a recorded place: where it goes, its size, and the facts an
+/// erased record keeps (acceptedAt, the event id, its session and sequence). It is taken once
+/// from the live record and recorded before anything is erased, so writing it again is idempotent
+/// and needs nothing from the record on disk, which a power cut may have torn half-way through an
+/// earlier overwrite. The one way the log builds an erased record (``bytes``).
+public struct ErasedRecord: Sendable, Hashable, Codable {
+    /// Where the record starts.
+    public var position: LogPosition
+    /// Framed size on disk.
+    public var size: Int
+    /// When the event was accepted.
+    public var acceptedAt: UInt64
+    /// The erased event's id.
+    public var eventID: EventID
+    /// The event's client session and sequence number, if it had a session.
+    public var session: EventID?
+    public var sequence: UInt64
+
+    /// The erased form of `event`, read from the log.
+    public init(_ event: StoredEvent) {
+        let header = try? event.header()
+        position = event.position
+        size = event.size
+        acceptedAt = event.acceptedAt
+        eventID = event.decodedID
+        session = header?.session
+        // Only an event with a session has a sequence an erased record keeps.
+        sequence = session == nil ? 0 : header?.sequence ?? 0
+    }
+
+    /// The whole framed record (``LogRecord/erasedRecord(size:acceptedAt:id:session:sequence:)``).
+    public var bytes: [UInt8] {
+        LogRecord.erasedRecord(size: size, acceptedAt: acceptedAt, id: eventID, session: session, sequence: sequence)
+    }
+
+    private enum CodingKeys: String, CodingKey {
+        case segment = "s", offset = "o", size = "n", acceptedAt = "a", eventID = "i", session = "e", sequence = "q"
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        position = LogPosition(segment: try container.decode(UInt64.self, forKey: .segment),
+                               offset: try container.decode(Int64.self, forKey: .offset))
+        size = try container.decode(Int.self, forKey: .size)
+        acceptedAt = try container.decode(UInt64.self, forKey: .acceptedAt)
+        func id(_ text: String?, _ key: CodingKeys) throws -> EventID? {
+            guard let text else { return nil }
+            guard let id = EventID(text) else {
+                throw DecodingError.dataCorruptedError(forKey: key, in: container, debugDescription: "not an event id")
+            }
+            return id
+        }
+        eventID = try id(try container.decode(String.self, forKey: .eventID), .eventID)!
+        session = try id(try container.decodeIfPresent(String.self, forKey: .session), .session)
+        sequence = try container.decodeIfPresent(UInt64.self, forKey: .sequence) ?? 0
+        guard size >= LogRecord.headerSize + LogRecord.bodyPrefixSize + 16 else {
+            throw DecodingError.dataCorruptedError(forKey: .size, in: container, debugDescription: "too small for an erased record")
+        }
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(position.segment, forKey: .segment)
+        try container.encode(position.offset, forKey: .offset)
+        try container.encode(size, forKey: .size)
+        try container.encode(acceptedAt, forKey: .acceptedAt)
+        try container.encode(eventID.description, forKey: .eventID)
+        try container.encodeIfPresent(session?.description, forKey: .session)
+        if session != nil { try container.encode(sequence, forKey: .sequence) }
+    }
 }

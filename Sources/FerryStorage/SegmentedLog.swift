@@ -15,6 +15,10 @@ public struct LogConfiguration: Sendable, Hashable {
     public var retentionMaxBytes: Int64
     /// What happens to new events once ``retentionMaxBytes`` is reached.
     public var fullPolicy: FullPolicy
+    /// The most of ``retentionMaxBytes``, in percent, the events of one sender uid may hold, so
+    /// one user's flood cannot fill the queue for everyone (answered `full` for that uid alone).
+    /// `nil`: the agent's mode decides (50 for a system agent, 100 — no limit — per user).
+    public var uidSharePercent: Int?
 
     /// What to do when the queue is full.
     public enum FullPolicy: String, Sendable, Hashable, Codable, CaseIterable {
@@ -25,10 +29,12 @@ public struct LogConfiguration: Sendable, Hashable {
     }
 
     /// Creates a configuration; the defaults suit a desktop or small server.
-    public init(segmentMaxBytes: Int64 = 16 << 20, retentionMaxBytes: Int64 = 1 << 30, fullPolicy: FullPolicy = .reject) {
+    public init(segmentMaxBytes: Int64 = 16 << 20, retentionMaxBytes: Int64 = 1 << 30, fullPolicy: FullPolicy = .reject,
+                uidSharePercent: Int? = nil) {
         self.segmentMaxBytes = segmentMaxBytes
         self.retentionMaxBytes = retentionMaxBytes
         self.fullPolicy = fullPolicy
+        self.uidSharePercent = uidSharePercent
     }
 }
 
@@ -105,6 +111,9 @@ package struct SegmentInfo: Sendable {
     /// Whether ``records`` is known: a sealed segment left out of start-up recovery is counted
     /// (and CRC-checked) later by ``SegmentedLog/verifySealedSegments(shouldStop:)``.
     package var verified = true
+    /// Framed bytes of the segment's events by the sender's uid (events with an origin), for the
+    /// per-uid share of the retention cap.
+    package var uidBytes: [UInt32: Int64] = [:]
 
     /// Records some consumer has not passed yet (the most any registered consumer lacks).
     package func undelivered(consumers: some Collection<String>) -> Int {
@@ -135,6 +144,15 @@ package final class SegmentedLog: Sendable {
         var droppedRecords: Int = 0
         /// Per consumer: erased records it has not passed yet (they hold no event).
         var erasedPending: [String: Int] = [:]
+        /// Bytes on disk by sender uid: the sum of the segments' ``SegmentInfo/uidBytes``.
+        var uidBytes: [UInt32: Int64] = [:]
+
+        mutating func forget(_ segment: SegmentInfo) {
+            for (uid, bytes) in segment.uidBytes {
+                uidBytes[uid, default: 0] -= bytes
+                if uidBytes[uid]! <= 0 { uidBytes[uid] = nil }
+            }
+        }
     }
 
     /// The cursors recovery started from, for counting delivered records of segments verified later.
@@ -219,8 +237,10 @@ package final class SegmentedLog: Sendable {
             }
             var ids: [(EventID, UInt64)] = []
             var sessions: [SessionRecord] = []
+            var uidBytes: [UInt32: Int64] = [:]
             let scan = try SegmentScanner.scan(path: path, truncateTornTail: isLast) { offset, size, body in
                 let record = RecordBody(body)
+                if let uid = record.senderUID(in: body) { uidBytes[uid, default: 0] += Int64(size) }
                 let position = LogPosition(segment: index, offset: offset)
                 if record.kind == .erased {
                     Self.countErased(at: position, cursors: cursors, into: &erasedPending)
@@ -236,7 +256,8 @@ package final class SegmentedLog: Sendable {
             sessionSeeds.append(sessions)
             report.add(scan)
             segments.append(SegmentInfo(index: index, path: path, size: scan.size, records: scan.records.count,
-                                        deliveredRecords: Self.delivered(scan.records, segment: index, before: cursors)))
+                                        deliveredRecords: Self.delivered(scan.records, segment: index, before: cursors),
+                                        uidBytes: uidBytes))
         }
         for records in sessionSeeds.reversed() {
             for record in records { seedSession(record) }
@@ -252,8 +273,10 @@ package final class SegmentedLog: Sendable {
         let first = segments.first?.index ?? 1
         let oldest = LogPosition(segment: first, offset: Self.segmentHeaderSize)
         let starts = cursors.mapValues { cursor in cursor.map { $0.segment < first ? oldest : $0 } ?? oldest }
+        var totals: [UInt32: Int64] = [:]
+        for segment in segments { totals.merge(segment.uidBytes, uniquingKeysWith: +) }
         state = Mutex(State(segments: segments, cursors: starts, nextIndex: (indices.last ?? 0) + 1,
-                            erasedPending: erasedPending))
+                            erasedPending: erasedPending, uidBytes: totals))
     }
 
     /// How many of a segment's records (by offset) lie before each consumer's cursor.
@@ -299,7 +322,9 @@ package final class SegmentedLog: Sendable {
         let cursors = recoveredCursors
         for segment in pending where !shouldStop() {
             var erased: [String: Int] = [:]
-            guard let scan = try? SegmentScanner.scan(path: segment.path, truncateTornTail: false, visit: { offset, _, body in
+            var uidBytes: [UInt32: Int64] = [:]
+            guard let scan = try? SegmentScanner.scan(path: segment.path, truncateTornTail: false, visit: { offset, size, body in
+                if let uid = RecordBody(body).senderUID(in: body) { uidBytes[uid, default: 0] += Int64(size) }
                 if body[0] == LogRecord.Kind.erased.rawValue {
                     Self.countErased(at: LogPosition(segment: segment.index, offset: offset), cursors: cursors, into: &erased)
                 }
@@ -311,6 +336,8 @@ package final class SegmentedLog: Sendable {
                 // Deliveries since start were already counted by markDelivered.
                 state.segments[i].deliveredRecords.merge(delivered) { $0 + $1 }
                 state.segments[i].verified = true
+                state.segments[i].uidBytes.merge(uidBytes, uniquingKeysWith: +)
+                state.uidBytes.merge(uidBytes, uniquingKeysWith: +)
                 state.erasedPending.merge(erased) { $0 + $1 }
                 return true
             }
@@ -415,9 +442,7 @@ package final class SegmentedLog: Sendable {
                     file = (try FileIO.open(segment.path, O_WRONLY), segment.path)
                     touched[event.position.segment] = file
                 }
-                let header = try? event.header()
-                let record = LogRecord.erasedRecord(size: event.size, acceptedAt: event.acceptedAt, id: event.decodedID,
-                                                    session: header?.session, sequence: header?.sequence ?? 0)
+                let record = ErasedRecord(event).bytes
                 try record.withUnsafeBytes { try FileIO.pwriteAll(file.fd, $0, at: event.position.offset, path: file.path) }
                 erased.append(event)
             }
@@ -433,6 +458,72 @@ package final class SegmentedLog: Sendable {
             }
         }
         return erased
+    }
+
+    /// Writes each of `records` (erased records computed earlier, ``ErasedRecord``) at its
+    /// recorded position, then `fdatasync`s the touched segments; `afterEach` runs after each
+    /// write. The record on disk is not read to decide what to write, so a record torn by an
+    /// earlier interrupted overwrite is erased whole too. A record whose segment is gone
+    /// (delivered and deleted) or that lies past its segment's end (a torn tail that recovery cut
+    /// off) has no bytes left and is skipped; one already erased is left as it is. Returns how
+    /// many records were erased by this call.
+    ///
+    /// Call it where nothing else writes the log (the commit thread, between groups).
+    @discardableResult
+    package func erase(at records: [ErasedRecord], afterEach: () throws -> Void = {}) throws -> Int {
+        var touched: [UInt64: (fd: CInt, path: String)] = [:]
+        defer { for (_, file) in touched { close(file.fd) } }
+        var erased: [LogPosition] = []
+        var repaired: [UInt64: Int] = [:]
+        for record in records {
+            guard let segment = state.withLock({ $0.segments.first { $0.index == record.position.segment } }),
+                  record.position.offset >= Self.segmentHeaderSize,
+                  record.position.offset + Int64(record.size) <= segment.size else { continue }
+            let file: (fd: CInt, path: String)
+            if let open = touched[segment.index] {
+                file = open
+            } else {
+                file = (try FileIO.open(segment.path, O_RDWR), segment.path)
+                touched[segment.index] = file
+            }
+            let current = try FileIO.pread(file.fd, count: record.size, at: record.position.offset, path: file.path)
+            let parsed = current.withUnsafeBytes { LogRecord.parse($0, at: 0) }
+            if case .record(let body, let size) = parsed, size == record.size, current[body.lowerBound] == LogRecord.Kind.erased.rawValue {
+                continue
+            }
+            let image = record.bytes
+            try image.withUnsafeBytes { try FileIO.pwriteAll(file.fd, $0, at: record.position.offset, path: file.path) }
+            erased.append(record.position)
+            if case .record(_, let size) = parsed, size == record.size {} else {
+                // Torn before: recovery did not count it as a record; now it is a valid one.
+                repaired[segment.index, default: 0] += 1
+            }
+            try afterEach()
+        }
+        for (_, file) in touched { try FileIO.fdatasync(file.fd, path: file.path) }
+        if !erased.isEmpty {
+            state.withLock { state in
+                for (consumer, cursor) in state.cursors {
+                    state.erasedPending[consumer, default: 0] += erased.count { $0 >= cursor }
+                }
+                for (index, count) in repaired {
+                    if let i = state.segments.firstIndex(where: { $0.index == index }) { state.segments[i].records += count }
+                }
+            }
+        }
+        return erased.count
+    }
+
+    /// The record at `position` if a valid one of `size` bytes is there (`nil` if its segment is
+    /// gone, or the bytes there are not such a record).
+    package func record(at position: LogPosition, size: Int) throws -> StoredEvent? {
+        guard let segment = state.withLock({ $0.segments.first { $0.index == position.segment } }),
+              position.offset + Int64(size) <= segment.size else { return nil }
+        let bytes = try readChunk(segment: segment, at: position.offset, count: size)
+        return bytes.withUnsafeBytes { raw -> StoredEvent? in
+            guard case .record(let body, let parsedSize) = LogRecord.parse(raw, at: 0), parsedSize == size else { return nil }
+            return StoredEvent(position: position, size: size, body: UnsafeRawBufferPointer(rebasing: raw[body]))
+        }
     }
 
     private func readChunk(segment: SegmentInfo, at offset: Int64, count: Int) throws -> [UInt8] {
@@ -553,13 +644,34 @@ package final class SegmentedLog: Sendable {
 
     /// Forgets a deleted segment.
     func removeSegment(_ index: UInt64) {
-        state.withLock { state in state.segments.removeAll { $0.index == index } }
+        state.withLock { state in
+            if let segment = state.segments.first(where: { $0.index == index }) { state.forget(segment) }
+            state.segments.removeAll { $0.index == index }
+        }
     }
+
+    /// Counts committed events' bytes by sender uid, by segment (the commit thread, after a
+    /// group commit: `usage[segment][uid]`).
+    package func recordUsage(_ usage: [UInt64: [UInt32: Int64]]) {
+        guard !usage.isEmpty else { return }
+        state.withLock { state in
+            for (index, byUID) in usage {
+                guard let i = state.segments.firstIndex(where: { $0.index == index }) else { continue }
+                state.segments[i].uidBytes.merge(byUID, uniquingKeysWith: +)
+                state.uidBytes.merge(byUID, uniquingKeysWith: +)
+            }
+        }
+    }
+
+    /// Bytes on disk of events sent by `uid` (sealed segments not yet verified after start count
+    /// once they are).
+    package func bytes(ofUID uid: UInt32) -> Int64 { state.withLock { $0.uidBytes[uid] ?? 0 } }
 
     /// Forgets the dropped segment `dropped` (deleted by the drop-oldest policy with `lost`
     /// undelivered events) and moves every cursor that was inside it to the next segment.
     func dropSegment(_ dropped: UInt64, lost: Int) {
         state.withLock { state in
+            if let segment = state.segments.first(where: { $0.index == dropped }) { state.forget(segment) }
             state.segments.removeAll { $0.index == dropped }
             state.droppedRecords += lost
             if let next = state.segments.first {

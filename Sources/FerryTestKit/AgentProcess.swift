@@ -91,14 +91,16 @@ public final class AgentProcess: Sendable {
         return args + extraArguments
     }
 
-    /// Starts `ferryd`. Throws if this agent's process is already running.
-    public func start() throws {
+    /// Starts `ferryd`, with `extraEnvironment` added to its environment for this run only (e.g.
+    /// `FERRY_CRASH_AT`). Throws if this agent's process is already running.
+    public func start(extraEnvironment: [String: String] = [:]) throws {
         try current.withLock { current in
             if let running = current, running.isRunning {
                 throw FerryTestKitError("ferryd (pid \(running.pid)) is already running")
             }
             let process = try ChildProcess(executable: try FerryBinaries.ferryd(), arguments: arguments,
-                                           environment: environment, outputDirectory: logDirectory, label: "ferryd")
+                                           environment: environment.merging(extraEnvironment) { $1 },
+                                           outputDirectory: logDirectory, label: "ferryd")
             current = process
             runs.withLock { $0.append(process) }
         }

@@ -199,12 +199,13 @@ public final class ZMQSocket {
                 let data = zmq_msg_data(&message)!
                 frame = Array(UnsafeRawBufferPointer(start: data, count: size))
             }
-            if wantPeer && peer == nil {
-                // ZMQ_SRCFD is deprecated in libzmq but still the only way to reach the socket
-                // a message came from; the fd is only read here, never kept. A ROUTER's routing
-                // id frame is made locally and carries none, so look at each frame.
-                let fd = zmq_msg_get(&message, ZMQ_SRCFD)
-                if fd >= 0 { peer = PeerCredentials(socket: fd) }
+            if wantPeer && peer == nil, let address = zmq_msg_gets(&message, "Peer-Address") {
+                // libzmq reads SO_PEERCRED once, when the connection is made, and appends
+                // ":uid:gid:pid" to an IPC peer's address; every message of that connection
+                // carries it. (Not ZMQ_SRCFD + getsockopt per message: after a disconnect that fd
+                // number can belong to another connection.) A ROUTER's routing id frame is made
+                // locally and carries no metadata, so look at each frame.
+                peer = PeerCredentials(peerAddress: String(cString: address))
             }
             frames.append(frame)
             // Read "more" before the next recv reuses the message.
@@ -234,17 +235,14 @@ public struct PeerCredentials: Sendable, Hashable {
         self.gid = gid
     }
 
-    /// Reads `SO_PEERCRED` of a connected Unix-domain socket; `nil` if unavailable.
-    init?(socket fd: CInt) {
-        #if os(Linux)
-        // Glibc's `struct ucred` (pid_t, uid_t, gid_t) is only declared under _GNU_SOURCE.
-        struct UCred { var pid: Int32 = 0; var uid: UInt32 = 0; var gid: UInt32 = 0 }
-        var credentials = UCred()
-        var length = socklen_t(MemoryLayout<UCred>.size)
-        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0, credentials.pid > 0 else { return nil }
-        self.init(pid: credentials.pid, uid: credentials.uid, gid: credentials.gid)
-        #else
-        return nil
-        #endif
+    /// Parses libzmq's `Peer-Address` message property of an IPC connection: the peer's
+    /// address, then `:uid:gid:pid` as the kernel reported them (`SO_PEERCRED`) when the
+    /// connection was made. `nil` when the property carries no credentials (other transports,
+    /// platforms without `SO_PEERCRED`).
+    public init?(peerAddress: String) {
+        let parts = peerAddress.split(separator: ":", omittingEmptySubsequences: false)
+        guard parts.count >= 4, let uid = UInt32(parts[parts.count - 3]), let gid = UInt32(parts[parts.count - 2]),
+              let pid = Int32(parts[parts.count - 1]), pid > 0 else { return nil }
+        self.init(pid: pid, uid: uid, gid: gid)
     }
 }

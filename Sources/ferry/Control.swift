@@ -33,7 +33,7 @@ enum Control {
 
 extension AgentOptions {
     /// The runtime directory: `--runtime-dir`, else the agent's default.
-    var runtimeDirectory: String { runtimeDir ?? FerryPaths.runtimeDirectory() }
+    var runtimeDirectory: String { runtimeDir ?? FerryPaths.agentRuntimeDirectory() }
 
     /// Runs one or more control calls against the agent, turning client errors into messages for
     /// people (not running → how to start it; refused → the agent's reason and the valid values).

@@ -151,7 +151,7 @@ struct DeadLetterCommand: ParsableCommand {
 
         func run() throws {
             guard DeadLetterStore.isValidID(id) else { throw ValidationError("'\(id)' is not a dead-letter id") }
-            let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
+            let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
             let reply = try Control.request(.deadLetterReplay(id: id, sink: sink), runtimeDirectory: runtime,
                                             timeout: .milliseconds(Int(timeout * 1000)))
             if json {

@@ -9,11 +9,33 @@ struct Emit: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send one event, or one per JSON line on standard input.",
         discussion: """
-            Without --wait, ferry emit still waits (up to --timeout) until the agent has the events \
-            durably, but prints nothing. With --wait it prints `accepted=N duplicate=N rejected=N` and \
-            exits non-zero if anything was rejected or the timeout passed. Events the consent state             blocks or that are local-only are counted as `blocked=N` and `suppressed=N` (printed when             non-zero); they are not errors.
+            ferry emit always waits (up to --timeout) until the agent has acked the events. With \
+            --wait it prints `accepted=N duplicate=N rejected=N` (and `blocked=N`, `suppressed=N`, \
+            `invalid=N`, `unacknowledged=N` when not zero). Blocked and suppressed events are acked \
+            by the consent state; they are not errors.
 
-            --stdin reads objects such as {"name":"Signed Up","type":"track","properties":{"plan":"pro"},"userId":"u1"},             with optional "onceKey", "category" (a name or code) and "localOnly" (true/false).
+            --stdin reads one JSON object per line, sending each line as soon as it arrives (so \
+            `tail -f app.log | ferry emit --stdin` works): \
+            {"name":"Signed Up","type":"track","properties":{"plan":"pro"},"userId":"u1"}, with \
+            optional "onceKey", "category" (a name or code 1-254) and "localOnly" (true/false); null \
+            means absent. Any other field is an error. Blank lines are skipped; line numbers count \
+            every line.
+
+            Every line gets an outcome: accepted, duplicate, blocked, suppressed, rejected (by the \
+            agent, with a reason), invalid (not sent: the line is not a valid event) or \
+            unacknowledged (no ack before --timeout: it may or may not be stored). An invalid line \
+            does not stop the run: the lines after it are still sent. In text, each line that is \
+            rejected, invalid or unacknowledged is named on standard error (`stdin line 2: …`); \
+            every line not named was acked. With --json, standard output gets one object per line, \
+            in input order, as soon as its outcome is known: \
+            {"line":1,"status":"accepted","id":"…"}, {"line":2,"status":"invalid","error":"…"}, \
+            {"line":3,"status":"rejected","id":"…","reason":"too_large"}, then one summary object \
+            {"summary":{"accepted":N,…},"exitCode":N}.
+
+            Exit status: 0 every line acked (accepted, duplicate, blocked or suppressed); 2 some \
+            line unacknowledged (timeout, agent unreachable); 65 some line invalid; 1 some line \
+            rejected by the agent; 74 standard input could not be read (the first that applies, in \
+            this order); 64 bad arguments.
             """
     )
 
@@ -44,10 +66,13 @@ struct Emit: AsyncParsableCommand {
     @Flag(name: .long, help: "Read one JSON object per line from standard input.")
     var stdin = false
 
-    @Flag(name: .long, help: "Wait for the durable acks and print accepted/duplicate/rejected counts.")
+    @Flag(name: .long, help: "Print the accepted/duplicate/rejected counts once every event is acked.")
     var wait = false
 
-    @Option(name: .long, help: "Seconds to wait for the acks.")
+    @Flag(name: .long, help: "Print each line's outcome as a JSON object on standard output, then a summary object.")
+    var json = false
+
+    @Option(name: .long, help: "Seconds to wait for the acks once the input has ended.")
     var timeout: Double = 30
 
     @OptionGroup var agent: AgentOptions
@@ -70,65 +95,99 @@ struct Emit: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
+        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
+        let single = try stdin ? nil : singleEvent()
         var logger = Logger(label: "ferry")
         logger.logLevel = .warning
         let client = try FerryClient(configuration: .init(source: source, runtimeDirectory: runtime), logger: logger)
-        var count = 0
-        do {
-            if stdin {
-                var lineNumber = 0
-                while let line = readLine(strippingNewline: true) {
-                    lineNumber += 1
-                    if line.allSatisfy(\.isWhitespace) { continue }
+        let reporter = EmitReporter(json: json)
+        var readError: (any Error)?
+        // Events are queued in input order; each one's receipt is reported when it comes.
+        if let single {
+            let position = reporter.expect(line: nil)
+            client.enqueue(single) { reporter.resolve(position, LineOutcome($0)) }
+        } else {
+            do {
+                try await sendLines(client, reporter)
+            } catch {
+                readError = error
+            }
+        }
+        // The input is over: give the acks --timeout, then close the client, which reports the
+        // events still waiting as unacknowledged.
+        try? await client.flush(timeout: .milliseconds(Int(timeout * 1000)))
+        await client.shutdown()
+        try finish(reporter, runtime: runtime, readError: readError)
+    }
+
+    /// Reads standard input line by line as it arrives and sends each valid line at once;
+    /// invalid lines are reported and skipped.
+    private func sendLines(_ client: FerryClient, _ reporter: EmitReporter) async throws {
+        let reader = LineReader()
+        var lineNumber = 0
+        while let lines = try await reader.next() {
+            for line in lines {
+                lineNumber += 1
+                if line.allSatisfy({ $0 == UInt8(ascii: " ") || $0 == UInt8(ascii: "\t") }) { continue }
+                let position = reporter.expect(line: lineNumber)
+                switch EmitLine.event(line, defaultType: type) {
+                case .failure(let error):
+                    reporter.resolve(position, .invalid(error.description))
+                case .success(let event):
                     // Back-pressure instead of overflow: a script's events are never dropped by
                     // the outbox; reading stdin pauses while the agent is slow or away.
                     while client.statistics.pending >= client.configuration.outboxCapacity {
                         try await Task.sleep(for: .milliseconds(5))
                     }
-                    client.enqueue(try Self.event(fromJSONLine: line, lineNumber: lineNumber, defaultType: type))
-                    count += 1
+                    client.enqueue(event) { reporter.resolve(position, LineOutcome($0)) }
                 }
-            } else {
-                var properties: [String: FerryValue] = [:]
-                for prop in props {
-                    guard let equals = prop.firstIndex(of: "="), equals != prop.startIndex else {
-                        throw ValidationError("--prop expects KEY=VALUE, got '\(prop)'")
-                    }
-                    properties[String(prop[..<equals])] = Self.value(String(prop[prop.index(after: equals)...]))
-                }
-                client.enqueue(Event(type: EventType(name: type)!, name: name!, properties: properties, userID: user ?? "",
-                                     onceKey: onceKey ?? "", category: try category.map(Self.categoryCode) ?? 0,
-                                     localOnly: localOnly))
-                count = 1
             }
-        } catch {
-            await client.shutdown()
-            throw error
         }
+    }
 
-        var timedOut = false
-        do {
-            try await client.flush(timeout: .milliseconds(Int(timeout * 1000)))
-        } catch {
-            timedOut = true
+    /// The event of the command line (without --stdin).
+    private func singleEvent() throws -> Event {
+        var properties: [String: FerryValue] = [:]
+        for prop in props {
+            guard let equals = prop.firstIndex(of: "="), equals != prop.startIndex else {
+                throw ValidationError("--prop expects KEY=VALUE, got '\(prop)'")
+            }
+            properties[String(prop[..<equals])] = Self.value(String(prop[prop.index(after: equals)...]))
         }
-        let stats = client.statistics
-        await client.shutdown()
-        if wait || timedOut {
-            var line = "accepted=\(stats.accepted) duplicate=\(stats.duplicate) rejected=\(stats.rejected - stats.blocked + stats.droppedFromOutbox)"
-            if stats.blocked > 0 { line += " blocked=\(stats.blocked)" }
-            if stats.suppressed > 0 { line += " suppressed=\(stats.suppressed)" }
+        return Event(type: EventType(name: type)!, name: name!, properties: properties, userID: user ?? "",
+                     onceKey: onceKey ?? "", category: try category.map(Self.categoryCode) ?? 0, localOnly: localOnly)
+    }
+
+    /// Prints the summary and ends with the documented exit status.
+    private func finish(_ reporter: EmitReporter, runtime: String, readError: (any Error)?) throws {
+        let count = reporter.count
+        let exitCode: Int32 =
+            count(.unacknowledged) > 0 ? 2
+            : count(.invalid) > 0 ? 65
+            : count(.rejected) > 0 ? 1
+            : readError != nil ? 74
+            : 0
+        if json {
+            let fields = LineOutcome.Status.allCases.map { "\"\($0.rawValue)\":\(count($0))" }.joined(separator: ",")
+            print("{\"summary\":{\(fields)},\"exitCode\":\(exitCode)}")
+        } else if wait || count(.unacknowledged) > 0 {
+            var line = "accepted=\(count(.accepted)) duplicate=\(count(.duplicate)) rejected=\(count(.rejected))"
+            for status in [LineOutcome.Status.blocked, .suppressed, .invalid, .unacknowledged] where count(status) > 0 {
+                line += " \(status.rawValue)=\(count(status))"
+            }
             print(line)
         }
-        if timedOut {
+        if let readError {
+            FileHandle.standardError.write(Data("ferry emit: stopped reading at an error: \(readError)\n".utf8))
+        }
+        if count(.unacknowledged) > 0 {
             let reason = Control.isRunning(runtimeDirectory: runtime)
                 ? "the agent did not acknowledge them"
                 : CLIError.notRunning(runtime).description
-            FileHandle.standardError.write(Data("ferry emit: timed out after \(timeout)s with \(stats.pending) of \(count) events unacknowledged: \(reason)\n".utf8))
-            throw ExitCode(2)
+            FileHandle.standardError.write(Data(
+                "ferry emit: timed out after \(timeout)s with \(count(.unacknowledged)) of \(reporter.total - count(.invalid)) events unacknowledged: \(reason)\n".utf8))
         }
-        if stats.rejected - stats.blocked + stats.droppedFromOutbox > 0 { throw ExitCode(1) }
+        if exitCode != 0 { throw ExitCode(exitCode) }
     }
 
     /// Parses a property value: JSON if it is a JSON scalar/array/object, else a plain string.
@@ -152,37 +211,5 @@ struct Emit: AsyncParsableCommand {
         case let object as [String: Any]: return .object(object.mapValues(ferryValue))
         default: return .null
         }
-    }
-
-    /// One `--stdin` line: `{"name":…, "type":…, "properties":{…}, "userId":…, "onceKey":…}`.
-    static func event(fromJSONLine line: String, lineNumber: Int, defaultType: String) throws -> Event {
-        guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else {
-            throw ValidationError("stdin line \(lineNumber): not a JSON object")
-        }
-        guard let name = object["name"] as? String else {
-            throw ValidationError("stdin line \(lineNumber): missing string field \"name\"")
-        }
-        let typeName = object["type"] as? String ?? defaultType
-        guard let type = EventType(name: typeName) else {
-            throw ValidationError("stdin line \(lineNumber): unknown type '\(typeName)'; valid: \(EventType.allCases.map(\.description).joined(separator: ", "))")
-        }
-        var properties: [UInt8] = []
-        if let props = object["properties"] {
-            guard props is [String: Any] else { throw ValidationError("stdin line \(lineNumber): \"properties\" must be an object") }
-            properties = Array(try JSONSerialization.data(withJSONObject: props, options: [.sortedKeys]))
-        }
-        var category: UInt8 = 0
-        if let raw = object["category"] {
-            if let text = raw as? String {
-                category = try categoryCode(text)
-            } else if let number = raw as? Int, (1...254).contains(number) {
-                category = UInt8(number)
-            } else {
-                throw ValidationError("stdin line \(lineNumber): \"category\" must be a category name or a code 1-254")
-            }
-        }
-        return Event(type: type, name: name, propertiesJSON: properties,
-                     userID: object["userId"] as? String ?? "", onceKey: object["onceKey"] as? String ?? "",
-                     category: category, localOnly: object["localOnly"] as? Bool ?? false)
     }
 }

@@ -8,13 +8,13 @@ struct FerryCommand: AsyncParsableCommand {
         abstract: "Emit events to, watch, inspect and control consent of the local Ferry agent (ferryd).",
         subcommands: [
             Emit.self, Tail.self, Status.self, Metrics.self, Health.self, Queue.self, DeadLetterCommand.self, Consent.self, Tracking.self,
-            Features.self, Purge.self, Forget.self, Start.self,
+            Features.self, Purge.self, Forget.self, Start.self, WhoAmI.self,
         ]
     )
 }
 
 /// Options shared by every command that talks to a running agent.
 struct AgentOptions: ParsableArguments {
-    @Option(name: .long, help: "Runtime directory of the agent. Default: $FERRY_RUNTIME_DIR, $XDG_RUNTIME_DIR/ferry or /tmp/ferry-<uid>.")
+    @Option(name: .long, help: "Runtime directory of the agent. Default: $FERRY_RUNTIME_DIR; else the per-user agent's ($XDG_RUNTIME_DIR/ferry or /tmp/ferry-<uid>) if it runs; else the system agent's (/run/ferry) if it runs; else the per-user one.")
     var runtimeDir: String?
 }

@@ -7,7 +7,7 @@ import Foundation
 struct Queue: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Inspect the agent's on-disk queue.",
-        subcommands: [Inspect.self]
+        subcommands: [Inspect.self, Migrate.self]
     )
 
     /// `ferry queue inspect`: offline dump of the segments with CRC verification.

@@ -14,7 +14,7 @@ struct Status: ParsableCommand {
     @OptionGroup var agent: AgentOptions
 
     func run() throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
+        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
         let reply = try Control.request(.status(), runtimeDirectory: runtime)
         if json {
             print(reply.text)

@@ -22,15 +22,28 @@ struct Tail: ParsableCommand {
     @Option(name: .long, help: "Exit with status 3 if this many seconds pass without a message.")
     var idleTimeout: Double?
 
+    @Option(name: .long, help: "Only events sent by this uid (the kernel's word: the event's origin).")
+    var uid: UInt32?
+
+    @Option(name: .long, help: "Only events sent from this systemd unit (e.g. nginx.service; the event's origin).")
+    var unit: String?
+
     @OptionGroup var agent: AgentOptions
 
     func validate() throws {
         if let count, count <= 0 { throw ValidationError("--count must be positive") }
+        if let unit, unit.isEmpty { throw ValidationError("--unit must not be empty") }
     }
 
     func run() throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.runtimeDirectory()
+        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
         guard Control.isRunning(runtimeDirectory: runtime) else { throw CLIError.notRunning(runtime) }
+        // The bus is guarded by its socket file's permissions, which would leave a refused
+        // subscriber waiting in silence: ask first.
+        if let reply = try? Control.request(.whoami(), runtimeDirectory: runtime),
+           let who = try? JSONDecoder().decode(WhoAmIReply.self, from: Data(reply.json)), !who.events {
+            throw CLIError.message("access denied: uid \(who.uid.map(String.init) ?? "?") may not subscribe to the event bus of the agent in \(runtime) (its \"access.events\" policy)")
+        }
         let context = try ZMQContext()
         defer { context.terminate() }
         let socket = try ZMQSocket(context: context, type: .sub)
@@ -48,13 +61,24 @@ struct Tail: ParsableCommand {
             let ready = try ZMQPoller.poll([.socket(socket, .readable)], timeout: timeout)
             guard ready[0].contains(.readable) else { throw ExitCode(3) }
             guard let message = try socket.receive(dontWait: true), message.count == 2 else { continue }
+            if (uid != nil || unit != nil) && !matchesOrigin(message[1]) { continue }
             seen += 1
             let line = json ? String(decoding: message[1], as: UTF8.self) : Self.readable(topic: message[0], body: message[1])
             output.write(Data((line + "\n").utf8))
         }
     }
 
-    /// `12:00:01.123 accepted   track "Signed Up" source=app pid=42 seq=7 id=…`
+    /// Whether a bus message's `origin` matches `--uid` and `--unit` (messages without an origin,
+    /// such as `circuit`, do not).
+    func matchesOrigin(_ body: [UInt8]) -> Bool {
+        guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any],
+              let origin = object["origin"] as? [String: Any] else { return false }
+        if let uid, (origin["uid"] as? NSNumber)?.uint32Value != uid { return false }
+        if let unit, origin["unit"] as? String != unit { return false }
+        return true
+    }
+
+    /// `12:00:01.123 accepted   track "Signed Up" source=app pid=42 seq=7 id=… uid=1000 unit=app.service`
     static func readable(topic: [UInt8], body: [UInt8]) -> String {
         let topicName = String(decoding: topic, as: UTF8.self)
         guard let object = try? JSONSerialization.jsonObject(with: Data(body)) as? [String: Any] else {
@@ -75,6 +99,11 @@ struct Tail: ParsableCommand {
         }
         for key in ["reason", "sink", "source", "pid", "seq", "id", "consecutive_failures", "error"] {
             if let value = object[key] { parts.append("\(key)=\(value)") }
+        }
+        if let origin = object["origin"] as? [String: Any] {
+            for key in ["uid", "comm", "unit"] {
+                if let value = origin[key], !(value is NSNull) { parts.append("\(key)=\(value)") }
+            }
         }
         return parts.joined(separator: " ")
     }

@@ -322,15 +322,19 @@ struct DeliveryTests {
         defer { scratch.remove() }
         let waiting = ScriptedSink(name: "waiting"), patient = ScriptedSink(name: "patient")
         let configuration = multiSinkConfiguration(scratch, [
-            // 4 s: three sequential commits fit well inside it even on a loaded 2-core machine.
-            scriptedSinkConfiguration("waiting", scratch, batch: .init(maxEvents: 10, maxBytes: 1 << 20, maxWaitMilliseconds: 4000)),
+            // 10 s: three commits on one connection fit inside it even on a 2-core machine running
+            // the whole suite beside other builds (4 s did not, once).
+            scriptedSinkConfiguration("waiting", scratch, batch: .init(maxEvents: 10, maxBytes: 1 << 20, maxWaitMilliseconds: 10_000)),
             // Would wait a minute for a partial batch: only full batches can arrive within the test.
             scriptedSinkConfiguration("patient", scratch, batch: .init(maxEvents: 5, maxBytes: 1 << 20, maxWaitMilliseconds: 60_000)),
         ])
         let running = try await RunningAgent(configuration, sinks: ["waiting": waiting, "patient": patient])
         let frames = Events.frames(3)
-        for (index, frame) in frames.enumerated() { try await running.send([frame], requestID: UInt32(index + 1)) }
-        try await waitUntil("the partial batch sent after its wait") { !waiting.batches.isEmpty }
+        // Three messages on one connection, each acked before the next goes.
+        let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory,
+                                         frames.enumerated().map { [eventsHeader(UInt32($0.offset + 1)), $0.element] })
+        #expect(replies.compactMap(\.entries).flatMap { $0 }.map(\.status) == [.accepted, .accepted, .accepted])
+        try await waitUntil("the partial batch sent after its wait", timeout: .seconds(30)) { !waiting.batches.isEmpty }
         #expect(waiting.batches.map(\.events.count) == [3], "three separate messages, one batch")
 
         let five = Events.frames(5)

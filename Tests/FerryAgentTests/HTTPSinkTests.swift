@@ -105,7 +105,7 @@ struct HTTPSinkTests {
             #expect(events.map { $0["id"] as? String } == Self.ids(batch))
             for (index, event) in events.enumerated() {
                 let i = index + 1
-                let expectedKeys: Set<String> = ["id", "type", "name", "source", "pid", "seq", "timestamp", "accepted_at", "properties"]
+                let expectedKeys: Set<String> = ["id", "type", "name", "source", "pid", "seq", "timestamp", "accepted_at", "properties", "origin"]
                 #expect(Set(event.keys) == (i % 2 == 0 ? expectedKeys.union(["user_id"]) : expectedKeys))
                 #expect(event["type"] as? String == "track")
                 #expect(event["name"] as? String == "e-\(i)")

@@ -177,6 +177,8 @@ struct DataFormatTests {
             return lines.count == 5 ? lines : nil
         }
         #expect(delivered.map(\.id) == events.map(\.id.description))
+        // Stored before origins existed: the line says so with null, it does not guess.
+        #expect(delivered.allSatisfy { $0.line.contains(#""origin":null"#) }, "\(delivered.first?.line ?? "")")
         #expect(try DataFormat.recorded(in: data) == DataFormat.current)
         // A re-send of one of them is still a duplicate (its id came back from the old records).
         let acks = try await SessionDedupTests.send([events[0].encoded()], to: agent, version: 1)

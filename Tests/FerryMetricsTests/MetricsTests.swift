@@ -146,7 +146,7 @@ struct HealthReportTests {
         #expect(HealthReport(state: .notRunning).exitCode == 2)
         #expect(HealthReport(state: .accessDenied, reasons: ["access denied: no"]).exitCode == 3)
         #expect(HealthReport(state: .accessDenied, reasons: ["access denied: no"]).line == "access denied: no")
-        #expect(ControlRefusal.accessDenied("uid 5").isAccessDenied)
+        #expect(ControlRefusal("access denied: uid 5", code: ControlRefusal.accessDenied).isAccessDenied)
         #expect(ControlRefusal("Access denied by policy").isAccessDenied)
         #expect(!ControlRefusal("unknown op").isAccessDenied)
     }

@@ -46,6 +46,7 @@ struct ControlProtocolTests {
         (ControlRequest(.setConsent(category: "advertising", status: .denied), actor: "ops"),
          #"{"actor":"ops","category":"advertising","op":"set_consent","status":"denied"}"#),
         (ControlRequest(.status, actor: "settings-ui"), #"{"actor":"settings-ui","op":"status"}"#),
+        (ControlRequest(.whoami), #"{"op":"whoami"}"#),
     ]
 
     @Test("every op encodes to the documented JSON object (sorted keys, as clients have always sent it)")
@@ -59,7 +60,7 @@ struct ControlProtocolTests {
     func opNames() {
         let names = Set(Self.requests.map(\.0.op))
         #expect(names == Set(ControlRequest.ops))
-        #expect(ControlRequest.ops.count == 14)
+        #expect(ControlRequest.ops.count == 15)
         #expect(ControlRequest.ops.first == "status" && ControlRequest.ops[1] == "deadletter_replay")
     }
 
@@ -68,7 +69,7 @@ struct ControlProtocolTests {
         let reply = MetricsReply(text: "ferry_events_accepted_total 3\n")
         let decoded = try JSONDecoder().decode(MetricsReply.self, from: JSONEncoder().encode(reply))
         #expect(decoded == reply && decoded.samples.value("ferry_events_accepted_total") == 3)
-        let refusal = ControlRefusal.accessDenied("uid 1000")
+        let refusal = ControlRefusal("access denied: uid 1000", code: ControlRefusal.accessDenied)
         let json = try JSONEncoder().encode(refusal)
         let object = try JSONSerialization.jsonObject(with: json) as? [String: Any]
         #expect(object?["code"] as? String == "access_denied" && object?["error"] as? String == "access denied: uid 1000")

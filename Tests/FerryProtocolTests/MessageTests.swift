@@ -152,7 +152,7 @@ enum AckExample {
 
 @Suite("ErrorReply")
 struct ErrorReplyTests {
-    static let codes: [ErrorCode] = [.malformedMessage, .unsupportedVersion, .unknownKind, .messageTooLarge, .shuttingDown]
+    static let codes: [ErrorCode] = [.malformedMessage, .unsupportedVersion, .unknownKind, .messageTooLarge, .shuttingDown, .accessDenied]
 
     @Test("round trip", arguments: codes, ["", "protocol version 2 is not supported", "défaut ⚠️ 🚫"])
     func roundTrip(code: ErrorCode, message: String) throws {
@@ -166,7 +166,7 @@ struct ErrorReplyTests {
     func layout() {
         #expect(hex(ErrorReply(code: .unsupportedVersion, message: "v2").encoded()) == "02007632")
         #expect(Self.codes.map { "\($0.rawValue)=\($0)" } == [
-            "1=malformed_message", "2=unsupported_version", "3=unknown_kind", "4=message_too_large", "5=shutting_down",
+            "1=malformed_message", "2=unsupported_version", "3=unknown_kind", "4=message_too_large", "5=shutting_down", "6=access_denied",
         ])
     }
 
@@ -175,7 +175,7 @@ struct ErrorReplyTests {
         expectProtocolError(.truncated("")) { try ErrorReply(decoding: [UInt8](repeating: 1, count: length)) }
     }
 
-    @Test("unknown codes are malformed", arguments: [0, 6, 0x0100, 0xFFFF] as [UInt16])
+    @Test("unknown codes are malformed", arguments: [0, 7, 0x0100, 0xFFFF] as [UInt16])
     func unknownCode(code: UInt16) {
         let frame = withUnsafeBytes(of: code.littleEndian, Array.init) + Array("x".utf8)
         expectProtocolError(.malformed("")) { try ErrorReply(decoding: frame) }

@@ -4,6 +4,7 @@ import FerryProtocol
 import FerryTestKit
 import Foundation
 import Logging
+import Synchronization
 import Testing
 
 /// The client library in this process against a real `ferryd` process.
@@ -51,6 +52,38 @@ struct FerryClientTests {
         #expect(events.allSatisfy { $0.source == "send-test" && $0.pid == Int(getpid()) })
         #expect((events[0].properties["total"] as? NSNumber)?.doubleValue == 42.5)
         #expect((events[0].properties["items"] as? NSNumber)?.intValue == 3)
+    }
+
+    @Test("enqueue(_:onReceipt:) queues in call order and reports each event's receipt once; shutdown() reports the rest")
+    func enqueueWithReceipts() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try AgentProcess(in: dir)
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        let client = try Self.makeClient(agent, source: "receipts")
+        let receipts = Mutex<[Int: [Receipt]]>([:])
+        var ids: [EventID] = []
+        for index in 0..<50 {
+            ids.append(client.enqueue(Event(name: "r-\(index)")) { receipt in receipts.withLock { $0[index, default: []].append(receipt) } })
+        }
+        try await client.flush(timeout: .seconds(20))
+        let acked = receipts.withLock { $0 }
+        #expect(acked.count == 50 && acked.values.allSatisfy { $0.count == 1 }, "one receipt per event, before flush returns")
+        #expect((0..<50).allSatisfy { acked[$0]?.first == Receipt(id: ids[$0], status: .accepted) })
+        // The events went out in call order: the sequence numbers follow it.
+        let delivered = try await waitForValue("50 events delivered") {
+            let events = try agent.deliveredEvents().filter { $0.source == "receipts" }
+            return events.count == 50 ? events : nil
+        }
+        #expect(delivered.sorted { $0.seq < $1.seq }.map(\.name) == (0..<50).map { "r-\($0)" })
+
+        // With no agent, shutdown() resolves what is still queued as .clientClosed.
+        _ = agent.kill9()
+        let late = Mutex<Receipt?>(nil)
+        client.enqueue(Event(name: "late")) { receipt in late.withLock { $0 = receipt } }
+        await client.shutdown()
+        #expect(late.withLock { $0?.status } == .clientClosed)
     }
 
     @Test("flush(timeout:) throws timeout with no agent, then succeeds once the agent starts")

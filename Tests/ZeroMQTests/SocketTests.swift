@@ -108,4 +108,35 @@ struct SocketTests {
             #expect(reply == [[UInt8(index) + 100]])
         }
     }
+
+    @Test("the kernel's credentials of an IPC peer come with every message (libzmq's Peer-Address)")
+    func peerCredentials() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent("zmq-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let endpoint = "ipc://\(directory.path)/s"
+        let context = try ZMQContext()
+        defer { context.terminate() }
+        let router = try ZMQSocket(context: context, type: .router)
+        defer { router.close() }
+        try router.bind(endpoint)
+        let dealer = try ZMQSocket(context: context, type: .dealer)
+        defer { dealer.close() }
+        try dealer.connect(endpoint)
+        for round in 0..<3 {
+            try dealer.send([[UInt8(round)]])
+            let (frames, peer) = try #require(try router.receiveWithPeer())
+            #expect(frames.count == 2)
+            #expect(peer == PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid()))
+        }
+    }
+
+    @Test("Peer-Address parsing", arguments: [
+        (":1000:100:4242", PeerCredentials(pid: 4242, uid: 1000, gid: 100)),
+        ("/run/ferry/ingest:0:0:1", PeerCredentials(pid: 1, uid: 0, gid: 0)),
+        ("127.0.0.1", nil), ("", nil), (":x:1:2", nil), (":1:2:0", nil), (":1:2", nil),
+    ] as [(String, PeerCredentials?)])
+    func peerAddressParsing(text: String, expected: PeerCredentials?) {
+        #expect(PeerCredentials(peerAddress: text) == expected)
+    }
 }

@@ -90,14 +90,50 @@ def format_id(event_id):
     return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
 
 
-def runtime_dir(environ=None):
-    """$FERRY_RUNTIME_DIR, else $XDG_RUNTIME_DIR/ferry, else /tmp/ferry-<uid>."""
+SYSTEM_RUNTIME_DIR = "/run/ferry"
+
+
+def personal_runtime_dir(environ=None):
+    """The per-user agent's directory: $XDG_RUNTIME_DIR/ferry, else /tmp/ferry-<uid>."""
     env = os.environ if environ is None else environ
-    if env.get("FERRY_RUNTIME_DIR"):
-        return env["FERRY_RUNTIME_DIR"]
     if env.get("XDG_RUNTIME_DIR"):
         return env["XDG_RUNTIME_DIR"] + "/ferry"
     return "/tmp/ferry-%d" % os.getuid()
+
+
+def agent_running(directory):
+    """Whether an agent holds <directory>/ferryd.lock (socket files survive a kill -9; the lock
+    does not). An unreadable lock counts as not running for this caller."""
+    import fcntl
+    try:
+        fd = os.open(directory + "/ferryd.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def runtime_dir(environ=None):
+    """The agent to talk to, as docs/PROTOCOL.md ("Where the agent is") says: $FERRY_RUNTIME_DIR;
+    else the per-user agent's directory if it runs; else /run/ferry if the system agent runs;
+    else the per-user directory."""
+    env = os.environ if environ is None else environ
+    if env.get("FERRY_RUNTIME_DIR"):
+        return env["FERRY_RUNTIME_DIR"]
+    personal = personal_runtime_dir(env)
+    if agent_running(personal):
+        return personal
+    if agent_running(SYSTEM_RUNTIME_DIR):
+        return SYSTEM_RUNTIME_DIR
+    return personal
 
 
 def ingest_endpoint(directory):
@@ -309,8 +345,9 @@ def selftest():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runtime-dir", default=None,
-                        help="agent runtime directory (default: $FERRY_RUNTIME_DIR, $XDG_RUNTIME_DIR/ferry, "
-                             "/tmp/ferry-<uid>)")
+                        help="agent runtime directory (default: $FERRY_RUNTIME_DIR; else the per-user agent's "
+                             "($XDG_RUNTIME_DIR/ferry or /tmp/ferry-<uid>) if it runs; else /run/ferry if the "
+                             "system agent runs)")
     parser.add_argument("--count", type=int, default=1)
     parser.add_argument("--name", default="python example")
     parser.add_argument("--type", default="track", choices=sorted(TYPES))

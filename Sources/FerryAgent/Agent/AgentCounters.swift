@@ -63,6 +63,9 @@ public final class AgentCounters: Sendable {
     let dropped: Counter
     /// `ferry_messages_refused_total`: whole messages refused with an error reply.
     let messagesRefused: Counter
+    /// `ferry_messages_denied_total`: messages refused because the sender may not send events
+    /// (access policy).
+    let accessDenied: Counter
     /// `ferry_ack_latency_seconds`: message received → ack sent (socket thread, per message).
     let ackLatency: Timer
     /// `ferry_commit_events`: events per group commit (its `_count` is the number of commits).
@@ -132,6 +135,7 @@ public final class AgentCounters: Sendable {
         heldTotal = Counter(label: "ferry_events_held_total", factory: factory)
         dropped = Counter(label: "ferry_events_dropped_total", factory: factory)
         messagesRefused = Counter(label: "ferry_messages_refused_total", factory: factory)
+        accessDenied = Counter(label: "ferry_messages_denied_total", factory: factory)
         ackLatency = Timer(label: "ferry_ack_latency_seconds", factory: factory)
         commitEvents = Recorder(label: "ferry_commit_events", factory: factory)
         fsync = Timer(label: "ferry_fsync_seconds", factory: factory)
@@ -212,6 +216,7 @@ public final class AgentCounters: Sendable {
             "held": total("ferry_events_held_total"),
             "blocked_at_send": Int(blocked["send"] ?? 0),
             "client_events_lost": total("ferry_client_events_lost_total"),
+            "access_denied": total("ferry_messages_denied_total"),
         ]
     }
 

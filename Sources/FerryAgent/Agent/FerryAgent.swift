@@ -50,6 +50,7 @@ public final class FerryAgent: Service, Sendable {
         var pipeline: CommitPipeline
         var consent: ConsentEngine
         var auditLog: AuditLog
+        var access: AccessControl
     }
 
     /// Creates an agent. Nothing starts until ``run()``. `sink`, if given, replaces the first
@@ -117,18 +118,22 @@ public final class FerryAgent: Service, Sendable {
 
     private func serve() async throws {
         try configuration.validate()
+        CrashPoints.configureFromEnvironment()
         // Start-up and shutdown file work of this run: a thread of its own, shared with nothing.
         let io = BlockingExecutor(name: "ferry-agent-io")
         defer { io.shutdown() }
         let configuration = self.configuration, logger = self.logger
 
         // Directories and the single-instance locks.
+        // A system agent's runtime directory is searchable by every user (its sockets have modes
+        // of their own) and its lock readable, so clients can tell whether it runs.
+        let system = configuration.mode == .system
         let locks = try await io.run { () throws -> [CInt] in
-            try FileIO.makeDirectory(configuration.runtimeDirectory, mode: 0o700)
+            try FileIO.makeDirectory(configuration.runtimeDirectory, mode: system ? 0o755 : 0o700)
             try FileIO.makeDirectory(configuration.dataDirectory, mode: 0o700)
             return [
-                try Self.lock(configuration.runtimeDirectory + "/ferryd.lock"),
-                try Self.lock(configuration.dataDirectory + "/ferryd.lock"),
+                try Self.lock(configuration.runtimeDirectory + "/" + FerryPaths.lockFileName, mode: system ? 0o644 : 0o600),
+                try Self.lock(configuration.dataDirectory + "/ferryd.lock", mode: 0o600),
             ]
         }
         defer { locks.forEach { close($0) } }
@@ -262,7 +267,8 @@ public final class FerryAgent: Service, Sendable {
                 guard mailbox.wants(.delivered) else { return }
                 let now = WallClock.unixMilliseconds()
                 for event in batch.events {
-                    if let json = BusMessage.event(topic: .delivered, frame: event.frame, at: now, sink: sinkName) {
+                    if let json = BusMessage.event(topic: .delivered, frame: event.frame, at: now, sink: sinkName,
+                                                   origin: EventOrigin(metadata: event.metadata)) {
                         mailbox.publish(.delivered, json)
                     }
                 }
@@ -271,9 +277,13 @@ public final class FerryAgent: Service, Sendable {
         let pipeline = CommitPipeline(
             log: log, configuration: configuration, counters: counters, mailbox: mailbox,
             committedSignals: deliveries.map(\.wakeup), logger: logger)
+        // The access policy, resolved against the user and group databases here (never on a
+        // socket thread) and refreshed in the background.
+        let access = await io.run { AccessControl(policy: configuration.access, logger: logger) }
+        access.startRefreshing()
         running.withLock {
             $0 = Running(sinks: configuredSinks, log: log, deliveries: deliveries, recovery: report, pipeline: pipeline,
-                         consent: engine, auditLog: auditLog)
+                         consent: engine, auditLog: auditLog, access: access)
         }
 
         // Control requests are answered on a thread of their own: status, the audit log and
@@ -283,7 +293,7 @@ public final class FerryAgent: Service, Sendable {
         let context = try ZMQContext()
         let server = IngestServer(
             context: context, configuration: configuration, pipeline: pipeline, mailbox: mailbox, counters: counters,
-            logger: logger, controlThread: controlThread
+            logger: logger, controlThread: controlThread, access: access
         ) { [weak self] request, peer, reply in
             guard let self else { return reply(Self.json(ControlRefusal("agent stopping"))) }
             self.handleControl(request, peer: peer, reply: reply)
@@ -321,6 +331,7 @@ public final class FerryAgent: Service, Sendable {
         await server.stop()
         for sink in sinks { try? await sink.shutdown() }
         await verifier.stop()
+        await access.stop()
         await io.run { context.terminate() }
         logger.info("ferryd stopped", metadata: ["accepted": "\(counters.snapshot["accepted"] ?? 0)"])
     }
@@ -357,10 +368,19 @@ public final class FerryAgent: Service, Sendable {
         let directory = configuration.dataDirectory + "/consent"
         try FileIO.makeDirectory(directory, mode: 0o700)
         let stateFile = ConsentStateFile(path: directory + "/state.json")
+        // A change interrupted by a crash: it happened (its journal is durable), so its state is
+        // the state, and its effects are finished below before anything is accepted or delivered.
+        let journalFile = ConsentJournalFile(path: directory + "/pending")
+        var pending = try journalFile.load()
         // A damaged state file stops the agent: falling back to the configured defaults could
         // deliver what a user refused.
-        let stored = try stateFile.load()
-        var persisted = stored ?? ConsentEngine.initialState(consentConfiguration)
+        let stored: PersistedConsent?
+        if pending?.state == nil {
+            stored = try stateFile.load()
+        } else {
+            stored = try? stateFile.load()  // replaced by the journal's state below anyway
+        }
+        var persisted = pending?.state ?? stored ?? ConsentEngine.initialState(consentConfiguration)
         // Categories added to or removed from the configuration since the state was written.
         for name in consentConfiguration.categories.keys where persisted.consent[name] == nil {
             persisted.consent[name] = consentConfiguration.initialConsent[name] ?? consentConfiguration.defaultConsent
@@ -370,9 +390,12 @@ public final class FerryAgent: Service, Sendable {
         if consentConfiguration.resetEnabledFeatures { persisted.enabledFeatures = consentConfiguration.enabledFeatures.sorted() }
         let anonymousID = persisted.anonymousID ?? EventIDGenerator().next().description
         if persisted.persistence == .granted { persisted.anonymousID = anonymousID }
+        let auditLog = AuditLog(path: directory + "/audit.log")
+        if pending?.state != nil { pending?.state = persisted }
+        // The audit entry before the state that names it as its head.
+        if let entry = pending?.entry { try auditLog.appendOnce(entry) }
         if stored != persisted { try stateFile.save(persisted) }
 
-        let auditLog = AuditLog(path: directory + "/audit.log")
         let verification = try auditLog.verify(expectedHead: (persisted.auditSeq, persisted.auditHead))
         if let problem = verification.problem {
             logger.warning("the consent audit log fails verification", metadata: ["problem": "\(problem)", "path": "\(auditLog.path)"])
@@ -395,7 +418,12 @@ public final class FerryAgent: Service, Sendable {
         let engine = ConsentEngine(configuration: consentConfiguration, persisted: persisted, anonymousID: anonymousID)
         let worker = try ConsentWorker(
             engine: engine, heldLog: heldLog, onceKeys: onceKeys, mainLog: log, stateFile: stateFile,
-            auditLog: auditLog, mailbox: mailbox, logger: logger)
+            auditLog: auditLog, journalFile: journalFile, deadLetters: DeadLetterStore(dataDirectory: configuration.dataDirectory),
+            pending: pending, mailbox: mailbox, logger: logger)
+        if worker.pending != nil {
+            // A writer of its own for the queue, closed before the commit thread opens its own.
+            try worker.finishPendingAtStart(writer: try LogWriter(log: log))
+        }
         return (engine, UncheckedBox(worker), dedup)
     }
 
@@ -430,8 +458,9 @@ public final class FerryAgent: Service, Sendable {
         }
     }
 
-    private static func lock(_ path: String) throws -> CInt {
-        let fd = try FileIO.open(path, O_RDWR | O_CREAT)
+    private static func lock(_ path: String, mode: mode_t) throws -> CInt {
+        let fd = try FileIO.open(path, O_RDWR | O_CREAT, mode: mode)
+        fchmod(fd, mode)
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             close(fd)
             throw AgentError(code: .alreadyRunning, message: "another ferryd holds \(path)")
@@ -454,6 +483,17 @@ public final class FerryAgent: Service, Sendable {
             return fail(error)
         }
         guard let running = running.withLock({ $0 }) else { return fail(ControlRefusal("agent starting")) }
+        // Reading ops are open to whoever may send events; changes (and the audit log, which
+        // names callers) need the control policy. `whoami` is answered to everyone.
+        let scope: AccessControl.Scope? = switch decoded.operation {
+        case .whoami: nil
+        case .status, .metrics, .consentState: running.access.allows(.ingest, peer) ? nil : .control
+        default: .control
+        }
+        if let scope, !running.access.allows(scope, peer) {
+            counters.accessDenied.increment()
+            return fail(ControlRefusal(running.access.refusal(scope, peer), code: ControlRefusal.accessDenied))
+        }
         let engine = running.consent
         // The ops that read are answered here; the ones that change the consent state (or start
         // delivery) go to the commit thread, between two groups.
@@ -463,6 +503,11 @@ public final class FerryAgent: Service, Sendable {
             return reply(status().map { Self.json($0) } ?? Self.json(ControlRefusal("agent starting")))
         case .metrics:
             return reply(Self.json(MetricsReply(text: String(decoding: metricsExposition(), as: UTF8.self))))
+        case .whoami:
+            let rights = running.access.rights(of: peer)
+            return reply(Self.json(WhoAmIReply(
+                uid: peer?.uid, gid: peer?.gid, pid: peer?.pid, mode: configuration.mode.rawValue,
+                ingest: rights[.ingest] ?? false, control: rights[.control] ?? false, events: rights[.events] ?? false)))
         case .consentState:
             return reply(Self.json(ConsentUpdate(consent: engine.snapshot())))
         case .deadLetterReplay(let id, let sink):

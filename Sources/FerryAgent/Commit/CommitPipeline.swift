@@ -10,6 +10,10 @@ struct IngestBatch: Sendable {
     var requestID: UInt32
     /// The protocol version of the message (the ack is sent in it).
     var version: UInt8 = ferryProtocolVersion
+    /// The sender's origin as encoded record metadata (empty when unknown), stored with each event.
+    var origin: [UInt8] = []
+    /// The sender's uid (the kernel's word), for its share of the queue; nil when unknown.
+    var uid: UInt32?
     var items: [Item]
     /// When the socket thread received the message (``MonotonicClock`` ns), for the ack latency.
     var receivedAt: UInt64 = 0
@@ -27,6 +31,8 @@ struct CommittedBatch: Sendable {
     var peer: [UInt8]
     var requestID: UInt32
     var version: UInt8
+    /// The sender's origin (encoded record metadata), for the bus.
+    var origin: [UInt8] = []
     var entries: [AckEntry]
     /// The frames, for bus publications (same order as `entries`).
     var frames: [[UInt8]]
@@ -176,18 +182,22 @@ final class CommitPipeline: Sendable {
                 lastLossCheck = now
                 reportLosses(dedup.sessions.collectLosses(now: now), at: now)
             }
-            deleteDeliveredSegments(writer: writer, dedup: dedup)
-            consent.expireHeld(now: now)
+            // An unfinished consent change looks for what it appended after a recorded position:
+            // keep every segment until it is done.
+            if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
+            consent.tick(now: now, writer: writer)
             // Keep arrival order: a consent change applies after the events that came before it
             // and before those that came after it.
             var batches: [IngestBatch] = []
             func flush() {
                 guard !batches.isEmpty else { return }
-                let results = commit(batches, writer: writer, dedup: &dedup, consent: consent, now: WallClock.unixMilliseconds())
+                var acked = false
+                let results = commit(batches, writer: writer, dedup: &dedup, consent: consent,
+                                     now: WallClock.unixMilliseconds(), acked: &acked)
                 snapshotSessionsAfterRotation(writer: writer, dedup: &dedup)
                 pendingBytes.subtract(batches.reduce(0) { $0 + Self.weight(of: $1) }, ordering: .relaxed)
                 batches.removeAll()
-                mailbox.deliverAcks(results)
+                if !acked { mailbox.deliverAcks(results) }
                 if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { committedEvents() }
             }
             for item in work {
@@ -209,7 +219,7 @@ final class CommitPipeline: Sendable {
             }
             flush()
         }
-        deleteDeliveredSegments(writer: writer, dedup: dedup)
+        if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
         do {
             try persistSessions(dedup.sessions, pending: [:])
         } catch {
@@ -218,10 +228,14 @@ final class CommitPipeline: Sendable {
     }
 
     private func commit(
-        _ batches: [IngestBatch], writer: LogWriter, dedup: inout Dedup, consent: ConsentWorker, now: UInt64
+        _ batches: [IngestBatch], writer: LogWriter, dedup: inout Dedup, consent: ConsentWorker, now: UInt64,
+        acked: inout Bool
     ) -> [CommittedBatch] {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
+        // This group's bytes by segment and sender uid, counted into the log once committed.
+        var usage: [UInt64: [UInt32: Int64]] = [:]
+        var groupUIDBytes: [UInt32: Int64] = [:]
         var appended: [EventID] = []
         var heldIDs: [EventID] = []
         /// (session, sequence) of the events in `appended` and `heldIDs`, to undo a failed commit.
@@ -284,7 +298,7 @@ final class CommitPipeline: Sendable {
                             continue
                         }
                         do {
-                            try consent.hold(frame: frame, acceptedAt: now)
+                            try consent.hold(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
                             remember(header, frame: frame)
                             heldIDs.append(id)
                             notes[entries.count] = .init(topic: .held, reason: "consent_undetermined")
@@ -296,13 +310,24 @@ final class CommitPipeline: Sendable {
                     case .store:
                         break
                     }
-                    if !makeRoom(for: frame.count, writer: writer, dedup: dedup, pending: appended, pendingSessions: sessionKeys) {
+                    let recordSize = Int64(LogRecord.framedSize(frameSize: frame.count, metadataSize: batch.origin.count))
+                    if let uid = batch.uid, let share = uidShareBytes,
+                       log.bytes(ofUID: uid) + (groupUIDBytes[uid] ?? 0) + recordSize > share {
+                        // This sender has its share of the queue: it alone is answered `full`.
+                        entries.append(AckEntry(id: id, status: .rejected, reason: .full))
+                        continue
+                    }
+                    if !makeRoom(for: frame.count + batch.origin.count, writer: writer, dedup: dedup, pending: appended, pendingSessions: sessionKeys) {
                         entries.append(AckEntry(id: id, status: .rejected, reason: .full))
                         continue
                     }
                     do {
-                        try writer.append(frame: frame, acceptedAt: now)
+                        try writer.append(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
                         remember(header, frame: frame)
+                        if let uid = batch.uid, !batch.origin.isEmpty {
+                            usage[writer.activeIndex, default: [:]][uid, default: 0] += recordSize
+                            groupUIDBytes[uid, default: 0] += recordSize
+                        }
                         appended.append(id)
                         entries.append(AckEntry(id: id, status: .accepted))
                     } catch {
@@ -310,7 +335,7 @@ final class CommitPipeline: Sendable {
                     }
                 }
             }
-            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, entries: entries,
+            results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, origin: batch.origin, entries: entries,
                                           frames: frames, acceptedAt: now, notes: notes, receivedAt: batch.receivedAt))
         }
         var failed = Set<EventID>()
@@ -326,10 +351,16 @@ final class CommitPipeline: Sendable {
             }
         }
         if !appended.isEmpty {
+            if PlantedBug.active == .ackBeforeFdatasync {
+                // Planted on purpose (docs/FAULTS.md section 8): the acks leave before the sync.
+                mailbox.deliverAcks(results)
+                acked = true
+            }
             do {
                 try writer.commit()
                 counters.commitEvents.record(appended.count)
                 counters.fsync.recordNanoseconds(Int64(clamping: writer.lastSyncNanoseconds))
+                log.recordUsage(usage)
             } catch {
                 // Nothing of the group is kept: every event of it, and any duplicate of one of
                 // them, is rejected so the client knows to keep or resend it.
@@ -376,6 +407,14 @@ final class CommitPipeline: Sendable {
         return results
     }
 
+    /// The most bytes one sender uid's events may hold (``LogConfiguration/uidSharePercent`` of
+    /// the retention cap), or nil without a limit.
+    private var uidShareBytes: Int64? {
+        let percent = configuration.effectiveUIDSharePercent
+        guard percent < 100 else { return nil }
+        return configuration.log.retentionMaxBytes / 100 * Int64(percent)
+    }
+
     /// Undoes ``commit``'s dedup entries for events whose group failed.
     private func forget(_ ids: [EventID], keys: [EventID: (session: EventID, sequence: UInt64)], from dedup: inout Dedup) {
         dedup.window.remove(ids)
@@ -410,7 +449,8 @@ final class CommitPipeline: Sendable {
         }
     }
 
-    /// Applies the retention cap before an append. Returns false if the event must be rejected.
+    /// Applies the retention cap before an append of `frameSize` bytes (the frame and its record
+    /// metadata). Returns false if the event must be rejected.
     private func makeRoom(
         for frameSize: Int, writer: LogWriter, dedup: Dedup, pending: [EventID],
         pendingSessions: [EventID: (session: EventID, sequence: UInt64)]

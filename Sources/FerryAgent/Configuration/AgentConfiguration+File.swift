@@ -15,6 +15,16 @@ extension AgentConfiguration {
         guard let bytes = try FileIO.readFile(path) else {
             throw AgentError(code: .configuration, message: "configuration file \(path) does not exist")
         }
+        return try load(json: bytes, path: path, base: base, sinkKinds: sinkKinds)
+    }
+
+    /// Loads a configuration from the contents of a configuration file (what
+    /// ``load(fromFile:base:sinkKinds:)`` does once it has read the file); `path` names the file
+    /// in errors. Throws ``AgentError`` with code ``AgentError/Code/configuration`` for anything
+    /// it refuses.
+    public static func load(
+        json bytes: [UInt8], path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn
+    ) throws -> AgentConfiguration {
         let object: Any
         do {
             object = try JSONSerialization.jsonObject(with: Data(bytes))
@@ -24,17 +34,38 @@ extension AgentConfiguration {
         guard let root = object as? [String: Any] else {
             throw AgentError(code: .configuration, message: "configuration file \(path) must hold a JSON object")
         }
+        // The mode comes first: it picks the defaults of the directories and the access policy
+        // that the rest of the file may override.
         var config = base
+        if let modeName = root["mode"] {
+            guard let name = modeName as? String, let mode = Mode(rawValue: name) else {
+                throw AgentError(code: .configuration, message: "\(path): mode: expected one of \(Mode.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            if mode != base.mode {
+                var switched = AgentConfiguration(mode: mode)
+                switched.sinks = base.sinks
+                switched.consent = base.consent
+                config = switched
+            }
+        }
         var reader = FieldReader(path: path)
         // Sinks are read after the rest: their batching and retry default to `delivery`.
         var sinkValue: Any?, sinksValue: Any?
         try reader.apply(root, [
+            "mode": .raw { _ in },
+            // A scope given in the file replaces the mode's default rule for it entirely.
+            "access": .object([
+                "ingest": .custom { value, at in config.access.ingest = try Self.accessRule(value, at: at, file: path) },
+                "control": .custom { value, at in config.access.control = try Self.accessRule(value, at: at, file: path) },
+                "events": .custom { value, at in config.access.events = try Self.accessRule(value, at: at, file: path) },
+            ]),
             "runtimeDirectory": .string { config.runtimeDirectory = $0 },
             "dataDirectory": .string { config.dataDirectory = $0 },
             "maxEventBytes": .int { config.maxEventBytes = $0 },
             "log": .object([
                 "segmentMaxBytes": .int { config.log.segmentMaxBytes = Int64($0) },
                 "retentionMaxBytes": .int { config.log.retentionMaxBytes = Int64($0) },
+                "uidSharePercent": .int { config.log.uidSharePercent = $0 },
                 "fullPolicy": .choice(LogConfiguration.FullPolicy.allCases.map(\.rawValue)) {
                     config.log.fullPolicy = LogConfiguration.FullPolicy(rawValue: $0)!
                 },
@@ -98,6 +129,23 @@ extension AgentConfiguration {
             throw AgentError(code: error.code, message: "\(path): \(error.message)")
         }
         return config
+    }
+
+    /// One scope of the `access` section: `users` and `groups` (names or numeric ids, `"*"`
+    /// among the users for everyone); what it leaves out is empty.
+    private static func accessRule(_ value: Any, at path: String, file: String) throws -> AccessPolicy.Rule {
+        // A reader of its own: the file's reader is busy applying the section this is in.
+        var reader = FieldReader(path: file)
+        guard let object = value as? [String: Any] else { throw reader.fail(path, "expected an object with \"users\" and/or \"groups\"") }
+        var rule = AccessPolicy.Rule()
+        try reader.apply(object, [
+            "users": .strings { rule.users = $0 },
+            "groups": .strings { rule.groups = $0 },
+        ], at: path)
+        for (key, names) in [("users", rule.users), ("groups", rule.groups)] where names.contains(where: \.isEmpty) {
+            throw reader.fail(path + "." + key, "names must not be empty")
+        }
+        return rule
     }
 
     /// The `consent` section. `update` applies one change to the configuration being loaded.

@@ -7,6 +7,20 @@ import FerryStorage
 /// Load it from a JSON file with ``AgentConfiguration/load(fromFile:)``; see
 /// `daemon/ferryd.example.json` for every field.
 public struct AgentConfiguration: Sendable, Hashable {
+    /// A per-user agent or the host's system agent (docs/PROTOCOL.md, "Where the agent is").
+    public enum Mode: String, Sendable, Hashable, CaseIterable {
+        /// One agent per user: sockets in the user's runtime directory, data in their home.
+        case user
+        /// One agent for the host: sockets in `/run/ferry`, data in `/var/lib/ferry`, shared by
+        /// every local user under ``AgentConfiguration/access``.
+        case system
+    }
+
+    /// Per-user or system agent. Changing it with ``init(mode:)`` picks the mode's directories
+    /// and access defaults.
+    public var mode: Mode
+    /// Who may use which socket (kernel-verified).
+    public var access: AccessPolicy
     /// Directory for the sockets (`ingest`, `events`, `control`); created 0700.
     public var runtimeDirectory: String
     /// Directory for the log, cursors and dedup snapshot; created 0700, files 0600.
@@ -104,11 +118,14 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
     }
 
-    /// Creates a configuration; every argument has a default. `sinks` defaults to the file sink
-    /// `file` with `delivery`'s batching and retry.
+    /// Creates a configuration; every argument has a default. `mode` picks the default
+    /// directories (`/run/ferry` and `/var/lib/ferry` for ``Mode/system``) and access policy.
+    /// `sinks` defaults to the file sink `file` with `delivery`'s batching and retry.
     public init(
-        runtimeDirectory: String = FerryPaths.runtimeDirectory(),
-        dataDirectory: String = FerryPaths.dataDirectory(),
+        mode: Mode = .user,
+        access: AccessPolicy? = nil,
+        runtimeDirectory: String? = nil,
+        dataDirectory: String? = nil,
         maxEventBytes: Int = 64 << 10,
         log: LogConfiguration = LogConfiguration(),
         dedup: Dedup = Dedup(),
@@ -119,14 +136,21 @@ public struct AgentConfiguration: Sendable, Hashable {
     ) {
         self.consent = consent
         self.metrics = metrics
+        self.mode = mode
+        self.access = access ?? AccessPolicy.defaults(for: mode)
         self.runtimeDirectory = runtimeDirectory
-        self.dataDirectory = dataDirectory
+            ?? (mode == .system ? FerryPaths.systemRuntimeDirectory : FerryPaths.runtimeDirectory())
+        self.dataDirectory = dataDirectory ?? (mode == .system ? FerryPaths.systemDataDirectory : FerryPaths.dataDirectory())
         self.maxEventBytes = maxEventBytes
         self.log = log
         self.dedup = dedup
         self.delivery = delivery
         self.sinks = sinks ?? [.defaultFile(delivery: delivery)]
     }
+
+    /// ``LogConfiguration/uidSharePercent`` with the mode's default applied: 50 for a system
+    /// agent, 100 (no limit) per user.
+    public var effectiveUIDSharePercent: Int { log.uidSharePercent ?? (mode == .system ? 50 : 100) }
 
     /// The first file sink's directory once defaults are applied (`<data dir>/delivered` if none).
     public var fileSinkDirectory: String {
@@ -141,7 +165,9 @@ public struct AgentConfiguration: Sendable, Hashable {
             throw fail("maxEventBytes must be at most \(LogRecord.maxBodySize - LogRecord.bodyPrefixSize)")
         }
         guard log.segmentMaxBytes >= 4096 else { throw fail("log.segmentMaxBytes must be at least 4096") }
-        guard log.retentionMaxBytes >= 2 * log.segmentMaxBytes else {
+        if let share = log.uidSharePercent, !(1...100).contains(share) { throw fail("log.uidSharePercent must be 1 to 100") }
+        // Halving the cap, not doubling the segment size: a huge segmentMaxBytes must not overflow.
+        guard log.segmentMaxBytes <= log.retentionMaxBytes / 2 else {
             throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
         }
         guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0, dedup.sessionIdleSeconds > 0, dedup.maxSessions > 0,

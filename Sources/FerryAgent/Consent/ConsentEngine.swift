@@ -90,11 +90,12 @@ final class ConsentEngine: DeliveryGate, Sendable {
 
     /// True while events can reach the upstream at all (used to decide whether a consent change
     /// enqueues a `consent_updated` event).
-    var upstreamAllowed: Bool {
-        state.withLock { state in
-            configuration.networkTracking && state.persisted.trackingEnabled && !state.persisted.enabledFeatures.isEmpty
-                && !state.persisted.gdpr.forbidsDataUsage
-        }
+    var upstreamAllowed: Bool { upstreamAllowed(persisted) }
+
+    /// Whether events could reach the upstream under `persisted`.
+    func upstreamAllowed(_ persisted: PersistedConsent) -> Bool {
+        configuration.networkTracking && persisted.trackingEnabled && !persisted.enabledFeatures.isEmpty
+            && !persisted.gdpr.forbidsDataUsage
     }
 
     /// True with no feature enabled: the agent stores and sends nothing.

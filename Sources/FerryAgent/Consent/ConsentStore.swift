@@ -119,6 +119,38 @@ struct AuditLog {
     func append(_ entry: AuditEntry) throws {
         try FileIO.appendDurably(entry.line, to: path)
     }
+
+    /// Appends `entry` unless the log already ends with it (a change finished again after a
+    /// crash appends its entry once). A torn last line (no newline: a write cut by a power
+    /// failure) is cut off first. Returns whether it appended.
+    @discardableResult
+    func appendOnce(_ entry: AuditEntry) throws -> Bool {
+        let line = entry.line
+        let fd = try FileIO.open(path, O_RDWR | O_CREAT)
+        defer { close(fd) }
+        var size = try FileIO.fileSize(fd, path: path)
+        // Only the tail matters: the last line, and at most one torn partial line after it.
+        let window = min(size, Int64(2 * line.count + 4096))
+        let tail = try FileIO.pread(fd, count: Int(window), at: size - window, path: path)
+        if let last = tail.lastIndex(of: UInt8(ascii: "\n")) {
+            let torn = tail.count - (last + 1)
+            if torn > 0 {
+                size -= Int64(torn)
+                try FileIO.ftruncate(fd, size, path: path)
+            }
+            if tail[..<(last + 1)].suffix(line.count).elementsEqual(line) {
+                if torn > 0 { try FileIO.fdatasync(fd, path: path) }
+                return false
+            }
+        } else if window == size && size > 0 {
+            // No complete line at all: the first entry's write was torn.
+            size = 0
+            try FileIO.ftruncate(fd, 0, path: path)
+        }
+        try line.withUnsafeBytes { try FileIO.pwriteAll(fd, $0, at: size, path: path) }
+        try FileIO.fdatasync(fd, path: path)
+        return true
+    }
 }
 
 /// Reads and writes `state.json` atomically (temp file, fsync, rename, fsync of the directory).

@@ -23,8 +23,15 @@ struct ConsentOutcome: Sendable {
 }
 
 /// The consent side of the commit thread: it owns the once-key marks, the held area's writer,
-/// the state file and the audit log, and applies every consent change between two groups.
-/// Not `Sendable`: it lives on the commit thread only.
+/// the state file, the audit log and the journal of unfinished changes, and applies every consent
+/// change between two groups. Not `Sendable`: it lives on the commit thread only.
+///
+/// A change and its effects are one durable unit (docs/CONSENT.md, "Durable changes"): the change
+/// is planned first (the new state, its audit entry, the exact records, dead letters and held
+/// events it covers, the `consent_updated` event it queues), the plan is written to
+/// `consent/pending` (the moment the change happens), and only then carried out, every step
+/// idempotent. If anything interrupts it, ``finish(_:writer:)`` completes it: at start before
+/// anything is accepted or delivered, before the next consent request, or on the next tick.
 final class ConsentWorker {
     let engine: ConsentEngine
     let onceKeys: OnceKeyStore
@@ -32,19 +39,25 @@ final class ConsentWorker {
     private let heldWriter: LogWriter
     private let stateFile: ConsentStateFile
     private let auditLog: AuditLog
+    private let journalFile: ConsentJournalFile
+    private let deadLetters: DeadLetterStore
     private let mainLog: SegmentedLog
     private let logger: Logger
     private let ids = EventIDGenerator()
     private var consentSequence: UInt64 = 0
     private var lastExpiryCheck: UInt64 = 0
+    private var lastPendingRetry: UInt64 = 0
     /// When the oldest live held event was accepted (`nil`: the held area is empty), so hold
     /// expiry reads the held area only when something has actually expired.
     private var oldestHeldAt: UInt64?
     /// Where the `consent` and `purged` bus messages go.
     private let mailbox: SocketMailbox
+    /// A change that happened (its journal is on disk) whose effects are not all done yet.
+    private(set) var pending: ConsentJournal?
 
     init(engine: ConsentEngine, heldLog: SegmentedLog, onceKeys: OnceKeyStore, mainLog: SegmentedLog,
-         stateFile: ConsentStateFile, auditLog: AuditLog, mailbox: SocketMailbox, logger: Logger) throws {
+         stateFile: ConsentStateFile, auditLog: AuditLog, journalFile: ConsentJournalFile, deadLetters: DeadLetterStore,
+         pending: ConsentJournal?, mailbox: SocketMailbox, logger: Logger) throws {
         self.mailbox = mailbox
         self.engine = engine
         self.heldLog = heldLog
@@ -52,6 +65,9 @@ final class ConsentWorker {
         self.mainLog = mainLog
         self.stateFile = stateFile
         self.auditLog = auditLog
+        self.journalFile = journalFile
+        self.deadLetters = deadLetters
+        self.pending = pending
         self.logger = logger
         heldWriter = try LogWriter(log: heldLog)
         let live = try liveHeldEvents()
@@ -62,8 +78,8 @@ final class ConsentWorker {
     // MARK: Ingest
 
     /// Appends a held event to the held area's current group.
-    func hold(frame: [UInt8], acceptedAt: UInt64) throws {
-        try heldWriter.append(frame: frame, acceptedAt: acceptedAt)
+    func hold(frame: [UInt8], acceptedAt: UInt64, encodedMetadata: [UInt8] = []) throws {
+        try heldWriter.append(frame: frame, acceptedAt: acceptedAt, encodedMetadata: encodedMetadata)
         if oldestHeldAt == nil { oldestHeldAt = acceptedAt }
     }
 
@@ -80,9 +96,13 @@ final class ConsentWorker {
 
     // MARK: Commands
 
-    /// Applies one command: persist (audit entry, then state file), apply, then side effects
-    /// (purge, release of held events, a `consent_updated` event). Runs on the commit thread.
+    /// Applies one command on the commit thread: plan, journal, then effects (see the type's
+    /// documentation). A change left unfinished by an error is finished first, so repeating a
+    /// request that failed completes it.
     func apply(_ command: ConsentCommand, by actor: ConsentActor, writer: LogWriter) throws -> ConsentOutcome {
+        let unfinished = pending
+        if let unfinished { try finish(unfinished, writer: writer) }
+
         let before = engine.persisted
         var after = before
         let configuration = engine.configuration
@@ -161,92 +181,256 @@ final class ConsentWorker {
         default: newText = Self.describe(after, change: change)
         }
         if !action && oldText == newText && before.persistence == after.persistence {
-            return ConsentOutcome(snapshot: engine.snapshot(), purged: nil)
+            // Nothing changes; a repeated request still reports what finishing its first try erased.
+            return ConsentOutcome(snapshot: engine.snapshot(), purged: unfinished?.purged)
         }
 
-        // Persist: the audit entry first (intent), then the state that reflects it.
         let entry = AuditEntry(seq: before.auditSeq + 1, at: WallClock.unixMilliseconds(), who: actor,
                                change: change, old: oldText, new: newText, prev: before.auditHead)
-        try auditLog.append(entry)
         after.auditSeq = entry.seq
         after.auditHead = entry.hash
-        let anonymousID = engine.snapshot().anonymousID
+        var anonymousID = engine.snapshot().anonymousID
         if after.persistence == .granted {
             after.anonymousID = anonymousID
         } else {
             after.anonymousID = nil
-            if before.persistence == .granted { engine.setAnonymousID(EventIDGenerator().next().description) }
+            if before.persistence == .granted { anonymousID = EventIDGenerator().next().description }
         }
-        try stateFile.save(after)
-        engine.apply(after)
-        if case .start = command { engine.startDelivery() }
 
-        // Side effects.
-        var report: PurgeReport?
-        for scope in purge {
-            let result = try erase(scope, writer: writer)
-            report = PurgeReport(queued: (report?.queued ?? 0) + result.queued, held: (report?.held ?? 0) + result.held)
+        // Plan: every effect, from what the logs hold now (the main log is stable between groups).
+        var journal = ConsentJournal(entry: entry, state: after, change: change, old: oldText, new: newText,
+                                     queueEnd: mainLog.endPosition)
+        try plan(erasing: purge, into: &journal)
+        try plan(releasing: release, into: &journal)
+        if !action && engine.upstreamAllowed(after) {
+            journal.consentUpdated = makeConsentUpdated(journal, state: after, anonymousID: anonymousID)
         }
-        for category in release { try releaseHeld(category: category, writer: writer) }
-        if !action && engine.upstreamAllowed {
-            try enqueueConsentUpdated(change: change, old: oldText, new: newText, writer: writer)
+
+        // The change happens here: once the journal is durable it is finished, whatever happens.
+        try journalFile.write(journal)
+        pending = journal
+        engine.apply(after)
+        engine.setAnonymousID(anonymousID)
+        if case .start = command { engine.startDelivery() }
+        for scope in purge { engine.recordErasure(ConsentEngine.Erasure(scope: scope, upTo: journal.queueEnd)) }
+        do {
+            try CrashPoints.reach("consent.intent")
+            try finish(journal, writer: writer)
+        } catch {
+            throw AgentError(code: .io, message: "the change is recorded but not all its effects are done (\(error)); "
+                + "they are finished by the next consent request, within a second, or at the next start")
         }
-        mailbox.publish(.consent, Self.jsonBytes([
-            "topic": "consent", "change": change, "old": oldText, "new": newText, "at": Int(entry.at), "seq": entry.seq,
-        ]))
-        if let report {
-            var message: [String: Any] = ["topic": "purged", "queued": report.queued, "held": report.held, "total": report.total]
-            message["reason"] = change
-            mailbox.publish(.purged, Self.jsonBytes(message))
-            logger.notice("purged events", metadata: ["reason": "\(change)", "queued": "\(report.queued)", "held": "\(report.held)"])
-        }
-        return ConsentOutcome(snapshot: engine.snapshot(), purged: report)
+        return ConsentOutcome(snapshot: engine.snapshot(), purged: journal.purged)
     }
 
-    // MARK: Purge, release, expiry
+    /// Finishes the change left unfinished at the last run, at start (before anything is accepted
+    /// or delivered). Throws if it cannot: the agent must not start with refused events on disk.
+    func finishPendingAtStart(writer: LogWriter) throws {
+        guard let pending else { return }
+        logger.notice("finishing an interrupted consent change", metadata: ["change": "\(pending.change)"])
+        try finish(pending, writer: writer)
+    }
 
-    /// Erases matching events from the queue and the held area, and tells the send-time gate.
-    private func erase(_ scope: ConsentEngine.Erasure.Scope, writer: LogWriter) throws -> PurgeReport {
-        let engine = self.engine
-        func matches(_ event: StoredEvent) -> Bool {
-            switch scope {
-            case .everything: return true
-            case .category(let name):
-                guard let header = try? event.header() else { return false }
-                return engine.category(of: header) == name
-            case .user(let id):
-                guard let header = try? event.header(), header.userIDLength > 0 else { return false }
-                return header.userID(in: event.frame) == id
+    /// Periodic work on the commit thread: retries an unfinished change and expires held events
+    /// (each about once a second).
+    func tick(now: UInt64, writer: LogWriter) {
+        if let pending, now >= lastPendingRetry + 1000 {
+            lastPendingRetry = now
+            do {
+                try finish(pending, writer: writer)
+            } catch {
+                logger.error("could not finish a consent change; retrying", metadata: ["change": "\(pending.change)", "error": "\(error)"])
             }
         }
-        // The end of the committed log: everything before it is erased now; the gate refuses
-        // matching events read before this moment that are not yet on the wire.
-        let end = mainLog.endPosition
-        engine.recordErasure(ConsentEngine.Erasure(scope: scope, upTo: end))
+        expireHeld(now: now, writer: writer)
+    }
+
+    // MARK: Plan
+
+    /// Whether `scope` covers `event`.
+    private func covers(_ scope: ConsentEngine.Erasure.Scope, _ event: StoredEvent) -> Bool {
+        switch scope {
+        case .everything: return true
+        case .category(let name):
+            guard let header = try? event.header() else { return false }
+            return engine.category(of: header) == name
+        case .user(let id):
+            guard let header = try? event.header(), header.userIDLength > 0 else { return false }
+            return header.userID(in: event.frame) == id
+        }
+    }
+
+    /// Records every event the scopes cover: in the queue (delivered records still on disk
+    /// too), in the held area and in dead letters.
+    private func plan(erasing scopes: [ConsentEngine.Erasure.Scope], into journal: inout ConsentJournal) throws {
+        guard !scopes.isEmpty else { return }
+        let matches = { (event: StoredEvent) in scopes.contains { self.covers($0, event) } }
         let cursor = mainLog.cursor
-        // Delivered records still on disk are erased too: nothing of theirs should remain.
-        let queued = try mainLog.erase(from: mainLog.startPosition, matching: matches)
-        let held = try eraseHeld(matches)
-        return PurgeReport(queued: queued.count { $0.position >= cursor }, held: held)
+        var queued = 0
+        try Self.forEachRecord(of: mainLog) { event in
+            guard !event.isErased, matches(event) else { return }
+            journal.eraseQueued.append(ErasedRecord(event))
+            if event.position >= cursor { queued += 1 }
+        }
+        try Self.forEachRecord(of: heldLog) { event in
+            guard !event.isErased, matches(event) else { return }
+            journal.eraseHeld.append(ErasedRecord(event))
+        }
+        journal.deadLetters = try deadLetters.letters(holding: matches).map {
+            ConsentJournal.DeadLetterErasure(sink: $0.sink, id: $0.id, events: $0.events.map(\.description))
+        }
+        journal.purged = PurgeReport(queued: queued, held: journal.eraseHeld.count)
+    }
+
+    /// Records the held events of `categories` to move to the queue.
+    private func plan(releasing categories: [String], into journal: inout ConsentJournal) throws {
+        guard !categories.isEmpty else { return }
+        let wanted = Set(categories)
+        journal.release = try liveHeldEvents().filter { event in
+            guard let header = try? event.header(), let category = engine.category(of: header) else { return false }
+            return wanted.contains(category)
+        }.map(ErasedRecord.init)
+    }
+
+    /// The `consent_updated` event (category `consent`) a change queues for the upstream.
+    private func makeConsentUpdated(_ journal: ConsentJournal, state: PersistedConsent, anonymousID: String) -> ConsentJournal.QueuedEvent {
+        consentSequence += 1
+        let properties = Self.jsonBytes([
+            "change": journal.change, "old": journal.old, "new": journal.new,
+            "tracking_enabled": state.trackingEnabled, "enabled_features": state.enabledFeatures.sorted(),
+            "consent": state.consent.mapValues(\.rawValue), "gdpr": state.gdpr.stamp,
+            "persistence": state.persistence.rawValue, "anonymous_id": anonymousID,
+        ])
+        let now = WallClock.unixMilliseconds()
+        let id = ids.next(unixMilliseconds: now)
+        let event = WireEvent(
+            id: id, timestamp: now, sequence: consentSequence, pid: UInt32(getpid()),
+            type: .track, category: ConsentCategories.consentCode, source: "ferryd", name: "consent_updated",
+            properties: properties)
+        return ConsentJournal.QueuedEvent(id: id.description, acceptedAt: now, frame: event.encoded())
+    }
+
+    // MARK: Finish
+
+    /// Carries out every effect of `journal` that is not done yet, then deletes it. Each step
+    /// checks what is already done, so running it again after a crash or an error, at any point,
+    /// completes the change exactly once: the audit entry is appended once, recorded records are
+    /// rewritten as erased (whatever their bytes now), released events and `consent_updated` are
+    /// appended only if not found after the recorded end of the queue.
+    private func finish(_ journal: ConsentJournal, writer: LogWriter) throws {
+        if let state = journal.state, engine.persisted != state { engine.apply(state) }
+        if let entry = journal.entry {
+            try auditLog.appendOnce(entry)
+            try CrashPoints.reach("consent.audit")
+        }
+        if let state = journal.state {
+            if (try? stateFile.load()) != state { try stateFile.save(state) }
+            try CrashPoints.reach("consent.state")
+        }
+        if !journal.eraseQueued.isEmpty {
+            try mainLog.erase(at: journal.eraseQueued) { try CrashPoints.reach("consent.erase.queued") }
+        }
+        if !journal.eraseHeld.isEmpty {
+            try heldLog.erase(at: journal.eraseHeld) { try CrashPoints.reach("consent.erase.held") }
+        }
+        for letter in journal.deadLetters {
+            if try deadLetters.remove(events: Set(letter.events.compactMap(EventID.init)), sink: letter.sink, id: letter.id) > 0 {
+                try CrashPoints.reach("consent.deadletter")
+            }
+        }
+        if !journal.release.isEmpty || journal.consentUpdated != nil {
+            do {
+                try appendOnce(journal, writer: writer)
+            } catch {
+                writer.discardGroup()
+                throw error
+            }
+        }
+        if !journal.release.isEmpty {
+            try heldLog.erase(at: journal.release) { try CrashPoints.reach("consent.release.held") }
+        }
+        if !journal.eraseHeld.isEmpty || !journal.release.isEmpty {
+            try compactHeld()
+            try CrashPoints.reach("consent.held.compact")
+        }
+        try CrashPoints.reach("consent.done")
+        try journalFile.delete()
+        pending = nil
+        announce(journal)
+    }
+
+    /// Appends the released held events and `consent_updated`, each unless it is already in the
+    /// queue after the recorded end (a crash after it was committed).
+    private func appendOnce(_ journal: ConsentJournal, writer: LogWriter) throws {
+        var present = Set<EventID>()
+        var position = journal.queueEnd
+        while true {
+            let (batch, next) = try mainLog.read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
+            for event in batch { present.insert(event.decodedID) }
+            if batch.isEmpty || next == position { break }
+            position = next
+        }
+        var appended = 0
+        for record in journal.release where !present.contains(record.eventID) {
+            // Still held: the held copy is erased only after the queued one is committed.
+            guard let event = try heldLog.record(at: record.position, size: record.size), !event.isErased else { continue }
+            // With what the agent recorded about it when it was held (its origin).
+            try writer.append(frame: event.frame, acceptedAt: event.acceptedAt, metadata: event.metadata)
+            present.insert(record.eventID)
+            appended += 1
+            try CrashPoints.reach("consent.release.append")
+        }
+        if appended > 0 {
+            try writer.commit()
+            try CrashPoints.reach("consent.release.commit")
+            logger.info("released held events", metadata: ["events": "\(appended)"])
+        }
+        if let event = journal.consentUpdated, let id = EventID(event.id), !present.contains(id) {
+            try writer.append(frame: event.frame, acceptedAt: event.acceptedAt)
+            try writer.commit()
+            try CrashPoints.reach("consent.updated")
+        }
+    }
+
+    /// Publishes a finished change on the `consent` and `purged` topics.
+    private func announce(_ journal: ConsentJournal) {
+        if let entry = journal.entry {
+            mailbox.publish(.consent, Self.jsonBytes([
+                "topic": "consent", "change": journal.change, "old": journal.old, "new": journal.new,
+                "at": Int(entry.at), "seq": entry.seq,
+            ]))
+        }
+        if let report = journal.purged {
+            mailbox.publish(.purged, Self.jsonBytes([
+                "topic": "purged", "queued": report.queued, "held": report.held, "total": report.total, "reason": journal.change,
+            ]))
+            if journal.entry != nil {
+                logger.notice("purged events", metadata: ["reason": "\(journal.change)", "queued": "\(report.queued)",
+                                                          "held": "\(report.held)", "dead_letters": "\(journal.deadLetters.count)"])
+            } else {
+                logger.info("held events expired", metadata: ["events": "\(report.held)"])
+            }
+        }
+    }
+
+    // MARK: The held area
+
+    /// Calls `body` with every record of `log`, oldest first.
+    private static func forEachRecord(of log: SegmentedLog, _ body: (StoredEvent) throws -> Void) throws {
+        var position = log.startPosition
+        while true {
+            let (batch, next) = try log.read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
+            for event in batch { try body(event) }
+            if batch.isEmpty || next == position { break }
+            position = next
+        }
     }
 
     /// The held events that are not erased, oldest first.
     private func liveHeldEvents() throws -> [StoredEvent] {
         var events: [StoredEvent] = []
-        var position = heldLog.startPosition
-        while true {
-            let (batch, next) = try heldLog.read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
-            events += batch.filter { !$0.isErased }
-            if batch.isEmpty || next == position { break }
-            position = next
-        }
+        try Self.forEachRecord(of: heldLog) { if !$0.isErased { events.append($0) } }
         return events
-    }
-
-    private func eraseHeld(_ matches: (StoredEvent) -> Bool) throws -> Int {
-        let erased = try heldLog.erase(from: heldLog.startPosition, matching: matches)
-        if !erased.isEmpty { try compactHeld() }
-        return erased.count
     }
 
     /// Deletes held segments that hold nothing live any more and refreshes the count.
@@ -258,60 +442,32 @@ final class ConsentWorker {
         oldestHeldAt = live.first?.acceptedAt
     }
 
-    /// Moves held events of `category` to the queue (committed there first, then erased from
-    /// the held area; a crash in between re-queues them once more, and the event ids make that
-    /// harmless upstream).
-    private func releaseHeld(category: String, writer: LogWriter) throws {
-        let engine = self.engine
-        let released = try liveHeldEvents().filter { event in
-            guard let header = try? event.header() else { return false }
-            return engine.category(of: header) == category
-        }
-        guard !released.isEmpty else { return }
-        for event in released { try writer.append(frame: event.frame, acceptedAt: event.acceptedAt) }
-        try writer.commit()
-        let ids = Set(released.map(\.decodedID))
-        _ = try eraseHeld { ids.contains($0.decodedID) }
-        logger.info("released held events", metadata: ["category": "\(category)", "events": "\(released.count)"])
-    }
-
-    /// Purges held events older than the configured maximum hold age (checked about once a second).
-    func expireHeld(now: UInt64) {
-        guard let maxAge = engine.configuration.undetermined.maxHoldAgeSeconds, now >= lastExpiryCheck + 1000 else { return }
+    /// Erases held events older than the configured maximum hold age (checked about once a
+    /// second), through a journal like any change.
+    private func expireHeld(now: UInt64, writer: LogWriter) {
+        guard pending == nil, let maxAge = engine.configuration.undetermined.maxHoldAgeSeconds,
+              now >= lastExpiryCheck + 1000 else { return }
         lastExpiryCheck = now
         let limit = now > UInt64(maxAge) * 1000 ? now - UInt64(maxAge) * 1000 : 0
         guard let oldest = oldestHeldAt, oldest < limit else { return }
         do {
-            let erased = try eraseHeld { $0.acceptedAt < limit }
-            if erased == 0 {
+            let expired = try liveHeldEvents().filter { $0.acceptedAt < limit }
+            guard !expired.isEmpty else {
                 // Only a rolled-back group can leave the mark stale: take it from the disk again.
                 oldestHeldAt = try liveHeldEvents().first?.acceptedAt
-            } else {
-                mailbox.publish(.purged, Self.jsonBytes(["topic": "purged", "queued": 0, "held": erased, "total": erased, "reason": "hold_expired"]))
-                logger.info("held events expired", metadata: ["events": "\(erased)"])
+                return
             }
+            var journal = ConsentJournal(entry: nil, state: nil, change: "hold_expired", old: "null", new: "null",
+                                         queueEnd: mainLog.endPosition)
+            journal.eraseHeld = expired.map(ErasedRecord.init)
+            journal.purged = PurgeReport(queued: 0, held: expired.count)
+            try journalFile.write(journal)
+            pending = journal
+            try CrashPoints.reach("consent.intent")
+            try finish(journal, writer: writer)
         } catch {
             logger.error("could not expire held events", metadata: ["error": "\(error)"])
         }
-    }
-
-    /// Queues a `consent_updated` event (category `consent`) for the upstream.
-    private func enqueueConsentUpdated(change: String, old: String, new: String, writer: LogWriter) throws {
-        consentSequence += 1
-        let snapshot = engine.snapshot()
-        let properties = Self.jsonBytes([
-            "change": change, "old": old, "new": new,
-            "tracking_enabled": snapshot.trackingEnabled, "enabled_features": snapshot.enabledFeatures,
-            "consent": snapshot.consent.mapValues(\.rawValue), "gdpr": snapshot.gdpr.stamp,
-            "persistence": snapshot.persistence.rawValue, "anonymous_id": snapshot.anonymousID,
-        ])
-        let now = WallClock.unixMilliseconds()
-        let event = WireEvent(
-            id: ids.next(unixMilliseconds: now), timestamp: now, sequence: consentSequence, pid: UInt32(getpid()),
-            type: .track, category: ConsentCategories.consentCode, source: "ferryd", name: "consent_updated",
-            properties: properties)
-        try writer.append(frame: event.encoded(), acceptedAt: now)
-        try writer.commit()
     }
 
     // MARK: JSON helpers

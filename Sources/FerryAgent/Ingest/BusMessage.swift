@@ -33,7 +33,7 @@ public enum BusTopic: String, Sendable, CaseIterable {
 /// one small buffer and no Foundation round trip.
 enum BusMessage {
     static func event(
-        topic: BusTopic, frame: [UInt8], at: UInt64, reason: String? = nil, sink: String? = nil
+        topic: BusTopic, frame: [UInt8], at: UInt64, reason: String? = nil, sink: String? = nil, origin: EventOrigin? = nil
     ) -> [UInt8]? {
         guard let event = try? WireEvent(decoding: frame) else {
             // A refused malformed frame: say what little is known.
@@ -50,6 +50,7 @@ enum BusMessage {
         json.field("at", at)
         if let reason { json.field("reason", reason) }
         if let sink { json.field("sink", sink) }
+        if let origin { json.rawField("origin", JSONWriter.originObject(origin)) }
         return json.finish()
     }
 }

@@ -5,6 +5,7 @@ import Darwin
 #endif
 import CZeroMQ
 import FerryProtocol
+import FerryStorage
 import Logging
 import Synchronization
 import ZeroMQ
@@ -49,6 +50,8 @@ final class IngestServer: Sendable {
     private let intakeStopped = Atomic<Bool>(false)
     private let thread = Mutex<DedicatedThread?>(nil)
     private let control: ControlHandler
+    private let access: AccessControl
+    private let origins = OriginResolver()
 
     /// Answers one control request: the request frame, the caller's kernel credentials, and a
     /// function to call exactly once, from any thread, at once or later, with the reply.
@@ -58,8 +61,10 @@ final class IngestServer: Sendable {
     /// called on `controlThread`, never on the socket thread.
     init(
         context: ZMQContext, configuration: AgentConfiguration, pipeline: CommitPipeline, mailbox: SocketMailbox,
-        counters: AgentCounters, logger: Logger, controlThread: BlockingExecutor, control: @escaping ControlHandler
+        counters: AgentCounters, logger: Logger, controlThread: BlockingExecutor, access: AccessControl,
+        control: @escaping ControlHandler
     ) {
+        self.access = access
         self.context = context
         self.configuration = configuration
         self.pipeline = pipeline
@@ -150,9 +155,42 @@ final class IngestServer: Sendable {
             try events.bind(FerryPaths.eventsEndpoint(runtime))
             let control = try ZMQSocket(context: context, type: .router)
             try control.bind(FerryPaths.controlEndpoint(runtime))
+            try setSocketFileModes()
             return Sockets(ingest: ingest, events: events, control: control, monitor: monitor)
+        } catch let error as AgentError {
+            throw error
         } catch {
             throw AgentError(code: .socket, message: "cannot bind in \(runtime): \(error)", cause: error)
+        }
+    }
+
+    /// Gives the socket files explicit modes (not whatever the umask gave). A per-user agent's
+    /// are its user's alone. A system agent's `ingest` and `control` are connectable by every
+    /// local user — the access policy is checked per message, so a refused peer gets an error
+    /// reply instead of a silent `EACCES` — and `events`, which promises no reply, is guarded by
+    /// the kernel: open to all (0666) when the policy says every user, else to one group (0660).
+    private func setSocketFileModes() throws {
+        let runtime = configuration.runtimeDirectory
+        func set(_ name: String, _ mode: mode_t, group: gid_t? = nil) throws {
+            let path = runtime + "/" + name
+            if let group, chown(path, getuid(), group) != 0 {
+                throw AgentError(code: .socket, message: "cannot give \(path) to group \(group): \(String(cString: strerror(errno)))")
+            }
+            if chmod(path, mode) != 0 {
+                throw AgentError(code: .socket, message: "cannot set the mode of \(path): \(String(cString: strerror(errno)))")
+            }
+        }
+        switch configuration.mode {
+        case .user:
+            for name in ["ingest", "events", "control"] { try set(name, 0o600) }
+        case .system:
+            try set("ingest", 0o666)
+            try set("control", 0o666)
+            switch try AccessControl.busGroup(configuration.access.events) {
+            case .everyone: try set("events", 0o666)
+            case .group(let gid): try set("events", 0o660, group: gid)
+            case .owner: try set("events", 0o600)
+            }
         }
     }
 
@@ -217,21 +255,22 @@ final class IngestServer: Sendable {
         let wantsAccepted = wants(.accepted), wantsRejected = wants(.rejected)
         let wantsConsent = !batch.notes.isEmpty && (wants(.blocked) || wants(.suppressed) || wants(.held))
         guard wantsAccepted || wantsRejected || wantsConsent else { return }
+        let origin = batch.origin.withUnsafeBytes { EventOrigin(metadata: RecordMetadata(decoding: $0)) }
         for (index, (entry, frame)) in zip(batch.entries, batch.frames).enumerated() {
             if let note = batch.notes[index] {
-                if wants(note.topic), let json = BusMessage.event(topic: note.topic, frame: frame, at: batch.acceptedAt, reason: note.reason) {
+                if wants(note.topic), let json = BusMessage.event(topic: note.topic, frame: frame, at: batch.acceptedAt, reason: note.reason, origin: origin) {
                     send(sockets.events, [Array(note.topic.rawValue.utf8), json])
                 }
                 continue
             }
             switch entry.status {
             case .accepted where wantsAccepted:
-                if let json = BusMessage.event(topic: .accepted, frame: frame, at: batch.acceptedAt) {
+                if let json = BusMessage.event(topic: .accepted, frame: frame, at: batch.acceptedAt, origin: origin) {
                     send(sockets.events, [Array("accepted".utf8), json])
                 }
             case .rejected where wantsRejected:
                 if let json = BusMessage.event(topic: .rejected, frame: frame, at: batch.acceptedAt,
-                                               reason: entry.reason.description) {
+                                               reason: entry.reason.description, origin: origin) {
                     send(sockets.events, [Array("rejected".utf8), json])
                 }
             default: break
@@ -296,22 +335,22 @@ final class IngestServer: Sendable {
         // must not hold back other clients' acks until they re-send.
         var frames = 0
         for _ in 0..<256 where frames < Self.maxFramesPerRound {
-            let message: [[UInt8]]?
+            let received: (frames: [[UInt8]], peer: PeerCredentials?)?
             do {
-                message = try socket.receive(dontWait: true)
+                received = try socket.receiveWithPeer(dontWait: true)
             } catch {
                 logger.debug("receive failed", metadata: ["error": "\(error)"])
                 return
             }
-            guard let message else { return }
+            guard let (message, credentials) = received else { return }
             frames += message.count
-            handle(message, socket)
+            handle(message, from: credentials, socket)
             if pipeline.backlog >= Self.maxCommitBacklog || pipeline.backlogBytes >= Self.maxCommitBacklogBytes
                 || intakeStopped.load(ordering: .acquiring) { return }
         }
     }
 
-    private func handle(_ message: [[UInt8]], _ socket: ZMQSocket) {
+    private func handle(_ message: [[UInt8]], from credentials: PeerCredentials?, _ socket: ZMQSocket) {
         let receivedAt = MonotonicClock.nanoseconds()
         let peer = message[0]
         guard message.count >= 2 else {
@@ -333,6 +372,14 @@ final class IngestServer: Sendable {
             refuse(peer: peer, requestID: header.requestID, .unknownKind,
                    "message kind \(header.kind.rawValue) is not accepted on the ingest socket; send kind 1 (events)", socket,
                    version: header.version)
+            return
+        }
+        // Who may send is the kernel's word (the connection's credentials), checked before any
+        // event is looked at: a refused sender gets an error reply and nothing is stored.
+        guard access.allows(.ingest, credentials) else {
+            counters.accessDenied.increment()
+            refuse(peer: peer, requestID: header.requestID, .accessDenied, access.refusal(.ingest, credentials), socket,
+                   version: header.version, countAsMalformed: false)
             return
         }
         let count = message.count - 2
@@ -367,15 +414,19 @@ final class IngestServer: Sendable {
                 items.append(.refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: frame))
             }
         }
-        if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, version: header.version, items: items,
-                                        receivedAt: receivedAt)) {
+        let origin = origins.metadata(connection: peer, peer: credentials)
+        if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, version: header.version, origin: origin,
+                                         uid: credentials?.uid, items: items, receivedAt: receivedAt)) {
             refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket,
                    version: header.version)
         }
     }
 
-    private func refuse(peer: [UInt8], requestID: UInt32, _ code: ErrorCode, _ text: String, _ socket: ZMQSocket, version: UInt8) {
-        counters.messagesRefused.increment()
+    private func refuse(
+        peer: [UInt8], requestID: UInt32, _ code: ErrorCode, _ text: String, _ socket: ZMQSocket, version: UInt8,
+        countAsMalformed: Bool = true
+    ) {
+        if countAsMalformed { counters.messagesRefused.increment() }
         logger.notice("refused a message", metadata: ["code": "\(code)", "detail": "\(text)"])
         let header = MessageHeader(version: version, kind: .error, requestID: requestID).encoded()
         send(socket, [peer, header, ErrorReply(code: code, message: text).encoded()])

@@ -1,0 +1,1 @@
+../../Tests/FerryAgentTests/ConfigChecks.swift

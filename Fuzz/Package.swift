@@ -1,0 +1,23 @@
+// swift-tools-version:6.0
+// The libFuzzer target for the agent's configuration loader. A package of its own (as
+// swift-protobuf's FuzzTesting) so that `swift build --sanitize fuzzer` instruments FerryAgent and
+// what it links without changing Ferry's own build. scripts/fuzz builds and runs it:
+//
+//   swift build --package-path Fuzz --build-path .build/fuzz-spm --sanitize fuzzer --product FuzzConfig
+import PackageDescription
+
+let package = Package(
+    name: "FerryFuzz",
+    platforms: [.macOS(.v15)],
+    dependencies: [.package(name: "Ferry", path: "..")],
+    targets: [
+        // LLVMFuzzerTestOneInput over AgentConfiguration.load(json:path:); libFuzzer supplies main.
+        .executableTarget(
+            name: "FuzzConfig",
+            dependencies: [.product(name: "FerryAgent", package: "Ferry")],
+            path: "FuzzConfig",
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

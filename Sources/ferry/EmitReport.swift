@@ -1,0 +1,156 @@
+import Ferry
+import FerryProtocol
+import Foundation
+import Synchronization
+
+/// What became of one input line of `ferry emit --stdin` (or of the one event without it).
+struct LineOutcome: Sendable {
+    /// The outcomes, as printed (`"status"` in `--json`).
+    enum Status: String, Sendable, CaseIterable {
+        /// Durable in the agent's queue.
+        case accepted
+        /// The agent already had it (same id, or an already used once-key): not stored again.
+        case duplicate
+        /// Acked, but the consent state blocks it: not stored.
+        case blocked
+        /// Acked and counted, kept local (local-only, or its category's persistence is off).
+        case suppressed
+        /// The agent refused it (`reason`: `too_large`, `full`, …): not stored.
+        case rejected
+        /// The line is not a valid event (`error` says why): never sent.
+        case invalid
+        /// Sent (or queued to send) but not acked before `--timeout`: it may or may not be stored.
+        case unacknowledged
+    }
+
+    var status: Status
+    /// The event's id, once the agent acked it.
+    var id: EventID?
+    /// The reject reason, or why the line is invalid.
+    var detail: String?
+
+    init(status: Status, id: EventID? = nil, detail: String? = nil) {
+        self.status = status
+        self.id = id
+        self.detail = detail
+    }
+
+    /// The outcome of a receipt from the client library.
+    init(_ receipt: Receipt) {
+        switch receipt.status {
+        case .accepted: self.init(status: .accepted, id: receipt.id)
+        case .duplicate: self.init(status: .duplicate, id: receipt.id)
+        case .blocked: self.init(status: .blocked, id: receipt.id)
+        case .suppressed: self.init(status: .suppressed, id: receipt.id)
+        case .rejected(let reason): self.init(status: .rejected, id: receipt.id, detail: reason.description)
+        // `ferry emit` waits for room in the outbox, so this is only a safety net: never sent.
+        case .droppedFromOutbox: self.init(status: .rejected, detail: "outbox_full")
+        case .clientClosed: self.init(status: .unacknowledged)
+        // The agent refused the whole message (e.g. `access_denied`): nothing of it was stored.
+        case .refusedByAgent(let code): self.init(status: .rejected, detail: code.description)
+        }
+    }
+
+    /// An invalid input line.
+    static func invalid(_ error: String) -> Self { .init(status: .invalid, detail: error) }
+}
+
+/// Prints each line's outcome in input order as soon as it and every line before it are known
+/// (so a stream's report follows the stream), and counts them.
+///
+/// With `--json`, every line is one object on standard output (`{"line":2,"status":"invalid",
+/// "error":"…"}`). In text, the lines that were not acked as sent (`rejected`, `invalid`,
+/// `unacknowledged`) are named on standard error; every other line was acked.
+final class EmitReporter: Sendable {
+    private struct State {
+        /// Line numbers (nil: the event of the command line) by report position.
+        var lines: [Int: Int?] = [:]
+        var ready: [Int: LineOutcome] = [:]
+        var nextPosition = 0
+        var nextToPrint = 0
+        var counts: [LineOutcome.Status: Int] = [:]
+    }
+
+    private let state = Mutex(State())
+    private let json: Bool
+
+    init(json: Bool) {
+        self.json = json
+    }
+
+    /// Reserves the next report position for input line `line` (nil for the single event).
+    func expect(line: Int?) -> Int {
+        state.withLock { state in
+            defer { state.nextPosition += 1 }
+            state.lines[state.nextPosition] = line
+            return state.nextPosition
+        }
+    }
+
+    /// Records the outcome at `position` and prints what is now complete, in order.
+    func resolve(_ position: Int, _ outcome: LineOutcome) {
+        // Printing under the lock keeps the order. This runs on the client's I/O thread (receipt
+        // callbacks): the writes are small and unbuffered, and a reader of standard output that
+        // stops reading slows the acks down, as back-pressure should.
+        state.withLock { state in
+            state.ready[position] = outcome
+            state.counts[outcome.status, default: 0] += 1
+            var out: [UInt8] = []
+            var err: [UInt8] = []
+            while let next = state.ready.removeValue(forKey: state.nextToPrint) {
+                let line = state.lines.removeValue(forKey: state.nextToPrint) ?? nil
+                state.nextToPrint += 1
+                if json {
+                    out += Self.jsonLine(line: line, next)
+                } else if let text = Self.textLine(line: line, next) {
+                    err += Array(text.utf8)
+                }
+            }
+            if !out.isEmpty { FileHandle.standardOutput.write(Data(out)) }
+            if !err.isEmpty { FileHandle.standardError.write(Data(err)) }
+        }
+    }
+
+    /// How many lines ended with `status`.
+    func count(_ status: LineOutcome.Status) -> Int {
+        state.withLock { $0.counts[status, default: 0] }
+    }
+
+    /// How many lines were reported.
+    var total: Int {
+        state.withLock { $0.counts.values.reduce(0, +) }
+    }
+
+    /// `{"line":N,"status":"…","id":"…"|"reason":"…"|"error":"…"}` and a newline.
+    private static func jsonLine(line: Int?, _ outcome: LineOutcome) -> [UInt8] {
+        var out = Array("{".utf8)
+        if let line { out += Array("\"line\":\(line),".utf8) }
+        out += Array("\"status\":".utf8)
+        JSONText.appendString(outcome.status.rawValue, to: &out)
+        if let id = outcome.id {
+            out += Array(",\"id\":".utf8)
+            JSONText.appendString(id.description, to: &out)
+        }
+        if let detail = outcome.detail {
+            out += Array((outcome.status == .invalid ? ",\"error\":" : ",\"reason\":").utf8)
+            JSONText.appendString(detail, to: &out)
+        }
+        out += Array("}\n".utf8)
+        return out
+    }
+
+    /// The stderr line of an outcome that is not an ack, or nil.
+    private static func textLine(line: Int?, _ outcome: LineOutcome) -> String? {
+        let what = line.map { "stdin line \($0)" } ?? "the event"
+        switch outcome.status {
+        case .accepted, .duplicate, .blocked, .suppressed:
+            return nil
+        case .rejected:
+            return "ferry emit: \(what): rejected by the agent (\(outcome.detail ?? "no reason"))\n"
+        case .invalid:
+            return "ferry emit: \(what): invalid, not sent: \(outcome.detail ?? "")\n"
+        case .unacknowledged:
+            return "ferry emit: \(what): unacknowledged (no ack before the timeout; it may or may not be stored)\n"
+        }
+    }
+}
