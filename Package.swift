@@ -10,6 +10,8 @@ let package = Package(
         .library(name: "FerryHTTPSink", targets: ["FerryHTTPSink"]),
         .library(name: "FerryJetStreamSink", targets: ["FerryJetStreamSink"]),
         .library(name: "FerryDaemon", targets: ["FerryDaemon"]),
+        .library(name: "FerryMetrics", targets: ["FerryMetrics"]),
+        .library(name: "FerryMetricsHTTP", targets: ["FerryMetricsHTTP"]),
         .library(name: "FerryStorage", targets: ["FerryStorage"]),
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
         .library(name: "ZeroMQ", targets: ["ZeroMQ"]),
@@ -28,6 +30,8 @@ let package = Package(
         // `swift package generate-documentation --target Ferry` (the DocC catalog); a command
         // plugin only, nothing of it is linked.
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         // C module: libzmq from the system (Debian: libzmq3-dev).
@@ -77,10 +81,13 @@ let package = Package(
         ),
         // Agent core: ingest, commit, consent, delivery, the file sink, configuration and the
         // sink registry. Nothing of NIO, NATS or zlib: those sinks live in modules of their own.
+        // It records metrics through the swift-metrics API (CoreMetrics) with the factory it is
+        // given; the Prometheus backend is FerryMetrics'.
         .target(
             name: "FerryAgent",
             dependencies: [
                 "ZeroMQ", "FerryProtocol", "FerryStorage",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -106,12 +113,35 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
+        // The agent's Prometheus backend (swift-prometheus): one registry per agent, Ferry's
+        // histogram buckets, the text exposition. No NIO.
+        .target(
+            name: "FerryMetrics",
+            dependencies: [
+                "FerryAgent",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+            ]
+        ),
+        // `GET /metrics` over HTTP (SwiftNIO), off by default; knows nothing of the agent but a
+        // function that renders the exposition.
+        .target(
+            name: "FerryMetricsHTTP",
+            dependencies: [
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
         // What `ferryd` does before the agent runs: arguments, configuration, logging, the
-        // service group. The executable only names the sink kinds it links.
+        // metrics backend and its HTTP endpoint, the service group. The executable only names
+        // the sink kinds it links.
         .target(
             name: "FerryDaemon",
             dependencies: [
-                "FerryAgent", "FerryProtocol",
+                "FerryAgent", "FerryProtocol", "FerryMetrics", "FerryMetricsHTTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -123,7 +153,7 @@ let package = Package(
         .target(
             name: "FerryTestKit",
             dependencies: [
-                "Ferry", "FerryAgent", "FerryHTTPSink", "FerryStorage", "FerryProtocol", "ZeroMQ", "NATS",
+                "Ferry", "FerryAgent", "FerryHTTPSink", "FerryMetrics", "FerryStorage", "FerryProtocol", "ZeroMQ", "NATS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -148,8 +178,9 @@ let package = Package(
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),
         .testTarget(
             name: "FerryAgentTests",
-            dependencies: ["FerryAgent", "FerryStorage", "FerryHTTPSink", "FerryJetStreamSink", "FerryTestKit", "Ferry", "NATS"]
+            dependencies: ["FerryAgent", "FerryStorage", "FerryHTTPSink", "FerryJetStreamSink", "FerryMetrics", "FerryTestKit", "Ferry", "NATS"]
         ),
+        .testTarget(name: "FerryMetricsTests", dependencies: ["FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryTestKit"]),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
         .testTarget(name: "FerryDaemonTests", dependencies: ["FerryDaemon", "FerryTestKit"]),
         .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "FerryStorage", "NATS"]),

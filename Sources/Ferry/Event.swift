@@ -120,7 +120,7 @@ public struct FerryClientError: Error, Sendable, Hashable, CustomStringConvertib
     public struct Code: Sendable, Hashable, CustomStringConvertible {
         private enum Base: String, Hashable, Sendable {
             case timeout, closed, socket
-            case agentNotRunning = "agent not running", refused, badReply = "bad reply"
+            case agentNotRunning = "agent not running", refused, badReply = "bad reply", accessDenied = "access denied"
         }
         private let base: Base
 
@@ -136,6 +136,8 @@ public struct FerryClientError: Error, Sendable, Hashable, CustomStringConvertib
         public static let refused = Code(base: .refused)
         /// The agent's control reply could not be read.
         public static let badReply = Code(base: .badReply)
+        /// The agent's access policy refused the caller (a refusal with `code` `access_denied`).
+        public static let accessDenied = Code(base: .accessDenied)
 
         public var description: String { base.rawValue }
     }
@@ -172,6 +174,8 @@ public struct FerryClientError: Error, Sendable, Hashable, CustomStringConvertib
     }
     /// The agent's reply could not be read.
     public static func badReply(_ message: String) -> Self { .init(code: .badReply, message: message) }
+    /// The agent's access policy refused the caller, with the agent's `message`.
+    public static func accessDenied(_ message: String) -> Self { .init(code: .accessDenied, message: message) }
 
     /// Compares kinds, ignoring messages.
     public static func ~= (pattern: Self, value: any Error) -> Bool { (value as? Self)?.code == pattern.code }

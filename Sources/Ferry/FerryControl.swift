@@ -203,6 +203,17 @@ public struct FerryControl: Sendable, Hashable {
         try await send(.status()).decode([String: FerryValue].self)
     }
 
+    /// The agent's metrics in the Prometheus text exposition (`metrics`), as `ferry metrics`
+    /// prints them; read them with ``MetricSamples``.
+    ///
+    /// ```swift
+    /// let samples = MetricSamples(parsing: Array(try await control.metrics().utf8))
+    /// samples.value("ferry_events_accepted_total")
+    /// ```
+    public func metrics() async throws -> String {
+        try await send(.metrics()).decode(MetricsReply.self).text
+    }
+
     // MARK: Requests
 
     /// Sends `request` and returns the agent's reply, or throws ``FerryClientError`` (agent not
@@ -317,6 +328,7 @@ public struct FerryControl: Sendable, Hashable {
                 guard let refusal = try? JSONDecoder().decode(ControlRefusal.self, from: Data(json)) else {
                     throw .badReply("a refusal without a readable \"error\": \(String(decoding: json.prefix(200), as: UTF8.self))")
                 }
+                if refusal.isAccessDenied { throw .accessDenied(refusal.message) }
                 throw .refused(refusal.message, valid: refusal.valid)
             }
             self.json = json

@@ -7,6 +7,8 @@ import ArgumentParser
 import FerryAgent
 import FerryProtocol
 import Foundation
+import FerryMetrics
+import FerryMetricsHTTP
 import Logging
 import ServiceLifecycle
 
@@ -128,19 +130,30 @@ struct FerryDaemonCommand: ParsableCommand {
             ReloadableLogHandler(inner: FerryLogHandler(label: label, format: logFormat), level: level)
         }
         let logger = Logger(label: "ferryd")
-        let agent = FerryAgent(configuration: configuration, logger: logger)
+        // The Prometheus backend: set up here and only here. The agent records into it through
+        // swift-metrics with this factory (no global bootstrap), and reads its status counters
+        // back from it.
+        let metrics = PrometheusBackend()
+        let agent = FerryAgent(configuration: configuration, metrics: metrics.agentBackend, logger: logger)
         let supervisor = Supervisor(
             agent: agent, notifier: SystemdNotifier(environment: ProcessInfo.processInfo.environment), logger: logger
         ) {
             // SIGHUP: read the file again, with the same flags on top.
             try self.agentConfiguration(sinkKinds: sinkKinds)
         } applyLogLevel: { level.set($0) }
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: agent)]
+        if let address = try configuration.metrics.listenAddress() {
+            let server = MetricsHTTPServer(host: address.host, port: address.port, logger: logger) { [agent] in
+                agent.metricsExposition()
+            }
+            // Losing the endpoint (a port taken) stops the agent rather than running unwatched.
+            services.append(.init(service: server, successTerminationBehavior: .gracefullyShutdownGroup,
+                                  failureTerminationBehavior: .gracefullyShutdownGroup))
+        }
+        // Listed last: on SIGTERM it is told first, and says STOPPING=1 before the agent stops.
+        services.append(.init(service: supervisor, successTerminationBehavior: .ignore))
         let group = ServiceGroup(
-            configuration: .init(services: [
-                .init(service: agent),
-                // Listed last: on SIGTERM it is told first, and says STOPPING=1 before the agent stops.
-                .init(service: supervisor, successTerminationBehavior: .ignore),
-            ], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            configuration: .init(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
         )
         do {
             try await group.run()

@@ -37,6 +37,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public enum Operation: Sendable, Hashable {
         /// `status`: the status document (``StatusReply``).
         case status
+        /// `metrics`: the agent's metrics in the Prometheus text exposition (``MetricsReply``).
+        case metrics
         /// `consent_state`: the consent state (``ConsentUpdate``).
         case consentState
         /// `consent_log`: the newest `limit` audit entries (all when nil), ``ConsentAuditLog``.
@@ -69,6 +71,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         public var name: String {
             switch self {
             case .status: "status"
+            case .metrics: "metrics"
             case .consentState: "consent_state"
             case .consentLog: "consent_log"
             case .setTracking: "set_tracking"
@@ -89,7 +92,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     /// Every `op` the agent answers, in the order its refusal of an unknown op lists them.
     public static let ops = [
         "status", "deadletter_replay", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
-        "enable_features", "disable_features", "purge", "forget", "start", "whoami",
+        "enable_features", "disable_features", "purge", "forget", "start", "whoami", "metrics",
     ]
 
     /// The `op` string of ``operation``.
@@ -99,6 +102,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
 
     /// `status`.
     public static func status() -> Self { .init(.status) }
+    /// `metrics`.
+    public static func metrics() -> Self { .init(.metrics) }
     /// `consent_state`.
     public static func consentState() -> Self { .init(.consentState) }
     /// `consent_log`, the newest `limit` entries (all when nil).
@@ -140,7 +145,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         var fields: [String: Value] = ["op": .string(op)]
         if let actor { fields["actor"] = .string(actor) }
         switch operation {
-        case .status, .consentState, .start, .whoami:
+        case .status, .metrics, .consentState, .start, .whoami:
             break
         case .consentLog(let limit):
             if let limit { fields["limit"] = .int(limit) }
@@ -256,6 +261,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         switch op {
         case "status":
             return .status
+        case "metrics":
+            return .metrics
         case "consent_state":
             return .consentState
         case "consent_log":
@@ -347,6 +354,13 @@ public struct ControlRefusal: Error, Sendable, Hashable, Codable, CustomStringCo
     /// The refusal of a request that is not a JSON object with a string field `op`.
     public static let notARequest = ControlRefusal("request must be a JSON object with a string field \"op\"")
 
+
+    /// Whether the access policy turned the caller away: `code` is `access_denied`, or (from an
+    /// agent that sends no code) the message starts with "access denied".
+    public var isAccessDenied: Bool {
+        code == Self.accessDenied || message.lowercased().hasPrefix("access denied")
+    }
+
     public var description: String { message }
 
     private enum CodingKeys: String, CodingKey { case ok, error, valid, code }
@@ -356,7 +370,7 @@ public struct ControlRefusal: Error, Sendable, Hashable, Codable, CustomStringCo
         let object = try decoder.container(keyedBy: CodingKeys.self)
         message = try object.decodeIfPresent(String.self, forKey: .error) ?? "no reason given"
         valid = try object.decodeIfPresent([String].self, forKey: .valid) ?? []
-        code = try object.decodeIfPresent(String.self, forKey: .code)
+        code = try? object.decodeIfPresent(String.self, forKey: .code)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -406,6 +420,7 @@ public struct WhoAmIReply: Sendable, Hashable, Codable {
         ingest = try object.decode(Bool.self, forKey: .ingest)
         control = try object.decode(Bool.self, forKey: .control)
         events = try object.decode(Bool.self, forKey: .events)
+
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -418,6 +433,42 @@ public struct WhoAmIReply: Sendable, Hashable, Codable {
         try object.encode(ingest, forKey: .ingest)
         try object.encode(control, forKey: .control)
         try object.encode(events, forKey: .events)
+    }
+}
+
+/// The reply to `metrics`: `{"ok":true,"content_type":"text/plain; version=0.0.4","text":"…"}`,
+/// the agent's metrics in the Prometheus text exposition (read them with ``MetricSamples``).
+public struct MetricsReply: Sendable, Hashable, Codable {
+    /// The exposition.
+    public var text: String
+    /// Its media type, `text/plain; version=0.0.4`.
+    public var contentType: String
+
+    /// The media type of the Prometheus text exposition.
+    public static let prometheusContentType = "text/plain; version=0.0.4"
+
+    /// A reply carrying `text`.
+    public init(text: String, contentType: String = MetricsReply.prometheusContentType) {
+        self.text = text
+        self.contentType = contentType
+    }
+
+    /// The samples of ``text``.
+    public var samples: MetricSamples { MetricSamples(parsing: Array(text.utf8)) }
+
+    private enum CodingKeys: String, CodingKey { case ok, text, contentType = "content_type" }
+
+    public init(from decoder: any Decoder) throws {
+        let object = try decoder.container(keyedBy: CodingKeys.self)
+        text = try object.decode(String.self, forKey: .text)
+        contentType = try object.decodeIfPresent(String.self, forKey: .contentType) ?? Self.prometheusContentType
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var object = encoder.container(keyedBy: CodingKeys.self)
+        try object.encode(true, forKey: .ok)
+        try object.encode(text, forKey: .text)
+        try object.encode(contentType, forKey: .contentType)
     }
 }
 

@@ -64,9 +64,16 @@ public struct StatusReply: Sendable, Hashable, Codable {
         public var cursor: String
         /// Sealed segments still being verified in the background after start.
         public var verifyingSegments: Int
+        /// The retention cap (`log.retentionMaxBytes`) that ``bytes`` is held under (nil from
+        /// agents before it was reported).
+        public var retentionMaxBytes: Int?
 
         /// Creates a queue section.
-        public init(events: Int, bytes: Int, segments: Int, oldestUndeliveredAgeMilliseconds: Int?, cursor: String, verifyingSegments: Int) {
+        public init(
+            events: Int, bytes: Int, segments: Int, oldestUndeliveredAgeMilliseconds: Int?, cursor: String, verifyingSegments: Int,
+            retentionMaxBytes: Int? = nil
+        ) {
+            self.retentionMaxBytes = retentionMaxBytes
             self.events = events
             self.bytes = bytes
             self.segments = segments
@@ -77,7 +84,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
 
         private enum CodingKeys: String, CodingKey {
             case events, bytes, segments, oldestUndeliveredAgeMilliseconds = "oldest_undelivered_age_ms", cursor
-            case verifyingSegments = "verifying_segments"
+            case verifyingSegments = "verifying_segments", retentionMaxBytes = "retention_max_bytes"
         }
 
         public init(from decoder: any Decoder) throws {
@@ -88,6 +95,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
             oldestUndeliveredAgeMilliseconds = try object.decodeIfPresent(Int.self, forKey: .oldestUndeliveredAgeMilliseconds)
             cursor = try object.decode(String.self, forKey: .cursor)
             verifyingSegments = try object.decode(Int.self, forKey: .verifyingSegments)
+            retentionMaxBytes = try object.decodeIfPresent(Int.self, forKey: .retentionMaxBytes)
         }
 
         public func encode(to encoder: any Encoder) throws {
@@ -98,6 +106,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
             try object.encode(oldestUndeliveredAgeMilliseconds, forKey: .oldestUndeliveredAgeMilliseconds)  // null when nil
             try object.encode(cursor, forKey: .cursor)
             try object.encode(verifyingSegments, forKey: .verifyingSegments)
+            try object.encodeIfPresent(retentionMaxBytes, forKey: .retentionMaxBytes)
         }
     }
 
@@ -121,6 +130,9 @@ public struct StatusReply: Sendable, Hashable, Codable {
         public var retried: Int
         /// Events dead-lettered since start.
         public var deadLettered: Int
+        /// Dead letters (batches) waiting in the sink's dead-letter directory now, replayed or
+        /// dropped with `ferry deadletter` (nil from agents before it was reported).
+        public var deadLetters: Int?
         /// The sink's cursor (`segment:offset`), when it has one.
         public var cursor: String?
         /// When the last batch was acknowledged (Unix ms).
@@ -133,8 +145,10 @@ public struct StatusReply: Sendable, Hashable, Codable {
         /// Creates a sink entry.
         public init(
             name: String, type: String, state: String, circuit: String, consecutiveFailures: Int, backlogEvents: Int,
-            delivered: Int, retried: Int, deadLettered: Int, cursor: String?, lastSuccessAt: Int?, lastError: String?, retryAt: Int?
+            delivered: Int, retried: Int, deadLettered: Int, cursor: String?, lastSuccessAt: Int?, lastError: String?, retryAt: Int?,
+            deadLetters: Int? = nil
         ) {
+            self.deadLetters = deadLetters
             self.name = name
             self.type = type
             self.state = state
@@ -153,11 +167,12 @@ public struct StatusReply: Sendable, Hashable, Codable {
         private enum CodingKeys: String, CodingKey {
             case name, type, state, circuit, consecutiveFailures = "consecutive_failures", backlogEvents = "backlog_events"
             case delivered, retried, deadLettered = "dead_lettered", cursor, lastSuccessAt = "last_success_at"
-            case lastError = "last_error", retryAt = "retry_at"
+            case lastError = "last_error", retryAt = "retry_at", deadLetters = "dead_letters"
         }
 
         public init(from decoder: any Decoder) throws {
             let object = try decoder.container(keyedBy: CodingKeys.self)
+            deadLetters = try object.decodeIfPresent(Int.self, forKey: .deadLetters)
             name = try object.decode(String.self, forKey: .name)
             type = try object.decode(String.self, forKey: .type)
             state = try object.decode(String.self, forKey: .state)
@@ -189,6 +204,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
             try object.encode(lastSuccessAt, forKey: .lastSuccessAt)
             try object.encode(lastError, forKey: .lastError)
             try object.encode(retryAt, forKey: .retryAt)
+            try object.encodeIfPresent(deadLetters, forKey: .deadLetters)
         }
     }
 

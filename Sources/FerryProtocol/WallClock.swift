@@ -14,3 +14,14 @@ public enum WallClock {
         return UInt64(ts.tv_sec) * 1000 + UInt64(ts.tv_nsec) / 1_000_000
     }
 }
+
+/// Monotonic time for durations (latencies, sync times): never steps with the wall clock.
+public enum MonotonicClock {
+    /// Nanoseconds of `CLOCK_MONOTONIC` (since an arbitrary start).
+    @inlinable
+    public static func nanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) &* 1_000_000_000 &+ UInt64(ts.tv_nsec)
+    }
+}

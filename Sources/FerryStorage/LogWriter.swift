@@ -21,6 +21,9 @@ package final class LogWriter {
     private var bufferRecords = 0
     /// Total bytes of all segment files including the uncommitted group.
     package private(set) var totalBytes: Int64
+    /// How long the last successful ``commit()`` spent in `fdatasync` (and the directory sync of
+    /// new segments), in nanoseconds.
+    package private(set) var lastSyncNanoseconds: UInt64 = 0
 
     private struct Open {
         var index: UInt64
@@ -118,11 +121,13 @@ package final class LogWriter {
     package func commit() throws {
         do {
             try flushBuffer()
+            let syncStart = MonotonicClock.nanoseconds()
             for (open, _) in rotatedOut { try FileIO.fdatasync(open.fd, path: open.path) }
             try FileIO.fdatasync(active.fd, path: active.path)
             if !createdInGroup.isEmpty && PlantedBug.active != .noDirFsyncOnSegmentCreate {
                 try FileIO.syncDirectory(log.directory)
             }
+            lastSyncNanoseconds = MonotonicClock.nanoseconds() &- syncStart
         } catch {
             rollback()
             throw error

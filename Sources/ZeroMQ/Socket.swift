@@ -53,7 +53,7 @@ public final class ZMQSocket {
         if let handle { zmq_close(handle) }
     }
 
-    private func live(_ operation: @autoclosure () -> String) throws(ZMQError) -> UnsafeMutableRawPointer {
+    func live(_ operation: @autoclosure () -> String) throws(ZMQError) -> UnsafeMutableRawPointer {
         guard let handle else { throw ZMQError(code: ENOTSOCK, operation: operation()) }
         return handle
     }

@@ -67,6 +67,7 @@ enum CLIError: Error, CustomStringConvertible {
         switch error {
         case let error as FerryClientError where error.code == .agentNotRunning: self = .notRunning(runtimeDirectory)
         case let error as FerryClientError where error.code == .refused: self = .refused(error.message, valid: error.valid)
+        case let error as FerryClientError where error.code == .accessDenied: self = .refused(error.message, valid: [])
         case let error as CLIError: self = error
         default: self = .message("\(error)")
         }

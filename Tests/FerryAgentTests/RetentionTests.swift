@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 @testable import FerryAgent
+import FerryMetrics
 import FerryTestKit
 @testable import FerryStorage
 import FerryProtocol
@@ -16,7 +17,7 @@ final class PipelineHarness: Sendable {
     let scratch: ScratchDirectory
     let log: SegmentedLog
     let pipeline: CommitPipeline
-    let counters = AgentCounters()
+    let counters = AgentCounters(backend: PrometheusBackend().agentBackend)
     let configuration: AgentConfiguration
     /// What the pipeline hands the socket thread: acks and bus messages (this harness drains it).
     private let mailbox: SocketMailbox
@@ -127,10 +128,11 @@ struct RetentionTests {
         }
         #expect(accepted.count > 10)
         #expect(rejected.count == 5)
-        #expect(harness.counters.rejected.load(ordering: .relaxed) == 5)
-        #expect(harness.counters.rejectedFull.load(ordering: .relaxed) == 5)
-        #expect(harness.counters.accepted.load(ordering: .relaxed) == accepted.count)
-        #expect(harness.counters.dropped.load(ordering: .relaxed) == 0)
+        let counters = harness.counters.snapshot
+        #expect(counters["rejected"] == 5)
+        #expect(counters["rejected_full"] == 5)
+        #expect(counters["accepted"] == accepted.count)
+        #expect(counters["dropped"] == 0)
         #expect(try readAll(harness.log).map(\.decodedID) == idsOf(accepted))
 
         // A rejected event was not remembered by dedup: re-sent, it is rejected again (not duplicate).
@@ -161,11 +163,11 @@ struct RetentionTests {
             #expect(harness.log.status().bytes <= Self.cap, "log holds \(harness.log.status().bytes) bytes after batch \(i)")
             #expect(harness.segmentBytesOnDisk <= Self.cap, "segment files hold \(harness.segmentBytesOnDisk) bytes after batch \(i)")
         }
-        let dropped = harness.counters.dropped.load(ordering: .relaxed)
+        let dropped = (harness.counters.snapshot["dropped"] ?? 0)
         let status = harness.log.status()
         #expect(dropped > 0)
         #expect(status.droppedEvents == dropped)
-        #expect(harness.counters.accepted.load(ordering: .relaxed) == sent.count)
+        #expect(harness.counters.snapshot["accepted"] == sent.count)
         #expect(status.undeliveredEvents + dropped == sent.count)
         // What is left is the newest events, in order, with nothing missing in between.
         let left = try readAll(harness.log, from: harness.log.cursor).map(\.decodedID)
@@ -216,11 +218,11 @@ struct RetentionTests {
         #expect(try await harness.submit([a]).map(\.status) == [.accepted])
         #expect(try await harness.submit([b, a, b]).map(\.status) == [.accepted, .duplicate, .duplicate])
         #expect(try readAll(harness.log).map(\.decodedID) == idsOf([a, b]))
-        #expect(harness.counters.duplicate.load(ordering: .relaxed) == 2)
-        #expect(harness.counters.commits.load(ordering: .relaxed) == 2)
+        #expect(harness.counters.snapshot["duplicate"] == 2)
+        #expect(harness.counters.snapshot["commits"] == 2)
         // A message of only duplicates needs no fsync.
         #expect(try await harness.submit([a, b]).map(\.status) == [.duplicate, .duplicate])
-        #expect(harness.counters.commits.load(ordering: .relaxed) == 2)
+        #expect(harness.counters.snapshot["commits"] == 2)
         await harness.stop()
     }
 

@@ -23,6 +23,7 @@ struct ControlProtocolTests {
 
     static let requests: [(ControlRequest, String)] = [
         (.status(), #"{"op":"status"}"#),
+        (.metrics(), #"{"op":"metrics"}"#),
         (.consentState(), #"{"op":"consent_state"}"#),
         (.consentLog(limit: nil), #"{"op":"consent_log"}"#),
         (.consentLog(limit: 20), #"{"limit":20,"op":"consent_log"}"#),
@@ -59,8 +60,21 @@ struct ControlProtocolTests {
     func opNames() {
         let names = Set(Self.requests.map(\.0.op))
         #expect(names == Set(ControlRequest.ops))
-        #expect(ControlRequest.ops.count == 14)
+        #expect(ControlRequest.ops.count == 15)
         #expect(ControlRequest.ops.first == "status" && ControlRequest.ops[1] == "deadletter_replay")
+    }
+
+    @Test("metrics reply and access-denied refusal: wire form both ways")
+    func metricsAndAccessDenied() throws {
+        let reply = MetricsReply(text: "ferry_events_accepted_total 3\n")
+        let decoded = try JSONDecoder().decode(MetricsReply.self, from: JSONEncoder().encode(reply))
+        #expect(decoded == reply && decoded.samples.value("ferry_events_accepted_total") == 3)
+        let refusal = ControlRefusal("access denied: uid 1000", code: ControlRefusal.accessDenied)
+        let json = try JSONEncoder().encode(refusal)
+        let object = try JSONSerialization.jsonObject(with: json) as? [String: Any]
+        #expect(object?["code"] as? String == "access_denied" && object?["error"] as? String == "access denied: uid 1000")
+        #expect(try JSONDecoder().decode(ControlRefusal.self, from: json) == refusal)
+        #expect(try JSONDecoder().decode(ControlRefusal.self, from: Data(#"{"ok":false,"error":"x"}"#.utf8)).code == nil)
     }
 
     @Test("requests round-trip: encoded() → decode, and JSONEncoder → JSONDecoder")

@@ -27,8 +27,9 @@ import ZeroMQ
 public final class FerryAgent: Service, Sendable {
     /// The configuration the agent runs with.
     public let configuration: AgentConfiguration
-    /// Counters, readable while the agent runs.
-    public let counters = AgentCounters()
+    /// The agent's metrics (swift-metrics instruments made by its backend's factory) and the
+    /// status counters read back from them.
+    public let counters: AgentCounters
     private let logger: Logger
     /// Sink implementations that replace what their configuration describes, by sink name.
     private let sinkOverrides: [String: any Sink]
@@ -56,18 +57,28 @@ public final class FerryAgent: Service, Sendable {
 
     /// Creates an agent. Nothing starts until ``run()``. `sink`, if given, replaces the first
     /// configured sink's implementation (it keeps that sink's name, cursor and policies).
-    public convenience init(configuration: AgentConfiguration, sink: (any Sink)? = nil, logger: Logger) {
+    /// `metrics` is where the agent's metrics go and where its status counters are read from
+    /// (`ferryd` passes the Prometheus backend of `FerryMetrics`; ``AgentMetricsBackend/discarding``
+    /// records nothing, and status counters then read 0).
+    public convenience init(
+        configuration: AgentConfiguration, sink: (any Sink)? = nil, metrics: AgentMetricsBackend = .discarding, logger: Logger
+    ) {
         let first = configuration.sinks.first?.name ?? ""
-        self.init(configuration: configuration, sinks: sink.map { [first: $0] } ?? [:], logger: logger)
+        self.init(configuration: configuration, sinks: sink.map { [first: $0] } ?? [:], metrics: metrics, logger: logger)
     }
 
     /// Creates an agent whose sinks named in `overrides` use the given implementations instead of
-    /// the ones their configuration describes (for tests and embedding).
-    public init(configuration: AgentConfiguration, sinks overrides: [String: any Sink], logger: Logger) {
+    /// the ones their configuration describes (for tests and embedding), recording its metrics
+    /// into `metrics`.
+    public init(
+        configuration: AgentConfiguration, sinks overrides: [String: any Sink], metrics: AgentMetricsBackend = .discarding,
+        logger: Logger
+    ) {
         self.configuration = configuration
         live = Mutex(configuration)
         self.logger = logger
         sinkOverrides = overrides
+        counters = AgentCounters(backend: metrics)
     }
 
     /// Suspends until the agent is bound and serving; throws the error ``run()`` failed with if
@@ -321,7 +332,7 @@ public final class FerryAgent: Service, Sendable {
                 gate: engine, io: sinkThreads[index],
                 blocked: { events, reason in
                     let live = events.filter { !$0.isErased }
-                    counters.blockedAtSend.add(live.count, ordering: .relaxed)
+                    counters.blockedAtSend.increment(by: live.count)
                     guard mailbox.wants(.blocked) else { return }
                     let now = WallClock.unixMilliseconds()
                     for event in live {
@@ -404,7 +415,7 @@ public final class FerryAgent: Service, Sendable {
         await verifier.stop()
         await access.stop()
         await io.run { context.terminate() }
-        logger.info("ferryd stopped", metadata: ["accepted": "\(counters.accepted.load(ordering: .relaxed))"])
+        logger.info("ferryd stopped", metadata: ["accepted": "\(counters.snapshot["accepted"] ?? 0)"])
     }
 
     static func emptySessionTable(_ dedup: AgentConfiguration.Dedup) -> SessionTable {
@@ -558,11 +569,11 @@ public final class FerryAgent: Service, Sendable {
         // names callers) need the control policy. `whoami` is answered to everyone.
         let scope: AccessControl.Scope? = switch decoded.operation {
         case .whoami: nil
-        case .status, .consentState: running.access.allows(.ingest, peer) ? nil : .control
+        case .status, .metrics, .consentState: running.access.allows(.ingest, peer) ? nil : .control
         default: .control
         }
         if let scope, !running.access.allows(scope, peer) {
-            counters.accessDenied.add(1, ordering: .relaxed)
+            counters.accessDenied.increment()
             return fail(ControlRefusal(running.access.refusal(scope, peer), code: ControlRefusal.accessDenied))
         }
         let engine = running.consent
@@ -572,6 +583,8 @@ public final class FerryAgent: Service, Sendable {
         switch decoded.operation {
         case .status:
             return reply(status().map { Self.json($0) } ?? Self.json(ControlRefusal("agent starting")))
+        case .metrics:
+            return reply(Self.json(MetricsReply(text: String(decoding: metricsExposition(), as: UTF8.self))))
         case .whoami:
             let rights = running.access.rights(of: peer)
             return reply(Self.json(WhoAmIReply(
@@ -657,16 +670,23 @@ public final class FerryAgent: Service, Sendable {
         if log.undeliveredEvents > 0, let at = running.log.oldestUndeliveredAcceptedAt() {
             oldestAge = now >= at ? Int(now - at) : 0
         }
+        // Counters come from the metrics: one store for `ferry status` and `ferry metrics`.
+        let samples = counters.samples
+        func bySink(_ name: String) -> [String: Int] { samples.values(name, by: "sink").mapValues { Int($0) } }
+        let delivered = bySink("ferry_sink_delivered_total"), retried = bySink("ferry_sink_retried_total")
+        let deadLettered = bySink("ferry_sink_dead_lettered_total")
+        let letters = DeadLetterStore(dataDirectory: configuration.dataDirectory)
         let sinks = zip(running.deliveries, running.sinks).map { delivery, configured -> StatusReply.Sink in
             let state = delivery.state.withLock { $0 }
             return StatusReply.Sink(
                 name: state.sink, type: configured.type, state: state.phase.rawValue,
                 circuit: state.circuit.rawValue, consecutiveFailures: state.consecutiveFailures,
-                backlogEvents: log.backlog[state.sink] ?? 0, delivered: state.delivered,
-                retried: state.retried, deadLettered: state.deadLettered,
+                backlogEvents: log.backlog[state.sink] ?? 0, delivered: delivered[state.sink] ?? 0,
+                retried: retried[state.sink] ?? 0, deadLettered: deadLettered[state.sink] ?? 0,
                 cursor: log.cursors[state.sink]?.description,
                 lastSuccessAt: state.lastSuccessAt.map { Int($0) }, lastError: state.lastError,
-                retryAt: state.phase == .retrying ? state.retryAt.map { Int($0) } : nil)
+                retryAt: state.phase == .retrying ? state.retryAt.map { Int($0) } : nil,
+                deadLetters: (try? letters.ids(sink: state.sink).count) ?? 0)
         }
         return StatusReply(
             pid: Int(getpid()),
@@ -677,16 +697,38 @@ public final class FerryAgent: Service, Sendable {
             queue: StatusReply.Queue(
                 events: log.undeliveredEvents, bytes: Int(log.bytes), segments: log.segments,
                 oldestUndeliveredAgeMilliseconds: oldestAge, cursor: log.cursor.description,
-                verifyingSegments: log.unverifiedSegments),
+                verifyingSegments: log.unverifiedSegments, retentionMaxBytes: Int(clamping: configuration.log.retentionMaxBytes)),
             // The single-sink shape of earlier versions: the first sink.
             delivery: sinks.first.map { StatusReply.Delivery($0) },
             consent: running.consent.snapshot(),
             sinks: sinks,
-            counters: counters.snapshot,
+            counters: AgentCounters.statusCounters(samples),
             recovery: StatusReply.Recovery(
                 events: running.recovery.records, corruptRegions: running.recovery.corruptRegions,
                 corruptBytes: Int(running.recovery.corruptBytes), truncatedBytes: Int(running.recovery.truncatedBytes)),
-            clientEventsLost: counters.clientEventsLostBySource)
+            clientEventsLost: samples.values("ferry_client_events_lost_total", by: "source").mapValues { Int($0) })
+    }
+
+    /// The agent's metrics in the Prometheus text exposition, with the gauges of its state
+    /// (queue, held events, sink backlogs) brought up to date first. `ferry metrics` and
+    /// `GET /metrics` serve this.
+    public func metricsExposition() -> [UInt8] {
+        if let running = running.withLock({ $0 }) {
+            let log = running.log.status()
+            counters.queueEvents.record(log.undeliveredEvents)
+            counters.queueBytes.record(Int(log.bytes))
+            var age = 0.0
+            if log.undeliveredEvents > 0, let at = running.log.oldestUndeliveredAcceptedAt() {
+                let now = WallClock.unixMilliseconds()
+                age = now >= at ? Double(now - at) / 1000 : 0
+            }
+            counters.queueOldestAge.record(age)
+            counters.eventsHeld.record(running.consent.snapshot().heldEvents)
+            for delivery in running.deliveries {
+                delivery.metrics.backlog.record(log.backlog[delivery.name] ?? 0)
+            }
+        }
+        return counters.backend.exposition()
     }
 
     /// A control reply (or an audit log line) as JSON: encoded from its FerryProtocol type, then

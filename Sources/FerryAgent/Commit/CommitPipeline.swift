@@ -15,6 +15,8 @@ struct IngestBatch: Sendable {
     /// The sender's uid (the kernel's word), for its share of the queue; nil when unknown.
     var uid: UInt32?
     var items: [Item]
+    /// When the socket thread received the message (``MonotonicClock`` ns), for the ack latency.
+    var receivedAt: UInt64 = 0
 
     enum Item: Sendable {
         /// A well-formed event (its validated fixed header and frame).
@@ -38,6 +40,8 @@ struct CommittedBatch: Sendable {
     /// Consent outcomes by entry index (blocked, suppressed, held), published on their topics
     /// instead of `accepted`/`rejected`.
     var notes: [Int: Note] = [:]
+    /// When the message was received (``MonotonicClock`` ns; 0 if unknown).
+    var receivedAt: UInt64 = 0
 
     struct Note: Sendable {
         var topic: BusTopic
@@ -332,7 +336,7 @@ final class CommitPipeline: Sendable {
                 }
             }
             results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, origin: batch.origin, entries: entries,
-                                          frames: frames, acceptedAt: now, notes: notes))
+                                          frames: frames, acceptedAt: now, notes: notes, receivedAt: batch.receivedAt))
         }
         var failed = Set<EventID>()
         var failureReason: RejectReason = .storage
@@ -354,7 +358,8 @@ final class CommitPipeline: Sendable {
             }
             do {
                 try writer.commit()
-                counters.commits.add(1, ordering: .relaxed)
+                counters.commitEvents.record(appended.count)
+                counters.fsync.recordNanoseconds(Int64(clamping: writer.lastSyncNanoseconds))
                 log.recordUsage(usage)
             } catch {
                 // Nothing of the group is kept: every event of it, and any duplicate of one of
@@ -383,19 +388,22 @@ final class CommitPipeline: Sendable {
             // until a restart).
             logger.error("could not persist once-key marks", metadata: ["error": "\(error)"])
         }
+        // Tallied in locals, added once per group: no shared write per event.
+        var tally = AgentCounters.GroupTally()
+        tally.rejected = Array(repeating: 0, count: RejectReason.allCases.count)
         for result in results {
             for entry in result.entries {
                 switch entry.status {
-                case .accepted: counters.accepted.add(1, ordering: .relaxed)
-                case .duplicate: counters.duplicate.add(1, ordering: .relaxed)
-                case .blocked: counters.blocked.add(1, ordering: .relaxed)
-                case .suppressed: counters.suppressed.add(1, ordering: .relaxed)
-                default:
-                    counters.rejected.add(1, ordering: .relaxed)
-                    if entry.reason == .full { counters.rejectedFull.add(1, ordering: .relaxed) }
+                case .accepted: tally.accepted += 1
+                case .duplicate: tally.duplicate += 1
+                case .blocked: tally.blocked += 1
+                case .suppressed: tally.suppressed += 1
+                default: tally.rejected[Int(min(entry.reason.rawValue, UInt8(tally.rejected.count - 1)))] += 1
                 }
             }
+            if !result.notes.isEmpty { tally.held += result.notes.values.count { $0.topic == .held } }
         }
+        counters.record(tally)
         return results
     }
 
@@ -468,7 +476,7 @@ final class CommitPipeline: Sendable {
                     }
                 }
                 guard let lost = try writer.dropOldestSegment() else { return false }
-                counters.dropped.add(lost, ordering: .relaxed)
+                counters.dropped.increment(by: lost)
                 logger.warning("queue full: dropped the oldest segment", metadata: ["events": "\(lost)"])
             } catch {
                 logger.error("could not drop the oldest segment", metadata: ["error": "\(error)"])

@@ -90,6 +90,9 @@ extension AgentConfiguration {
                 "retryMaxMilliseconds": .int { config.delivery.retryMaxMilliseconds = $0 },
             ]),
             "consent": .object(Self.consentFields { change in try change(&config.consent) }),
+            "metrics": .object([
+                "listen": .string { config.metrics.listen = $0 },
+            ]),
             "sink": .raw { sinkValue = $0 },
             "sinks": .raw { sinksValue = $0 },
         ], at: "")

@@ -42,6 +42,41 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var consent: ConsentConfiguration
     /// The log level (`"logLevel"`; `ferryd --log-level` overrides it). Reloadable.
     public var logLevel: Logger.Level = .info
+    /// The optional HTTP endpoint for Prometheus (`GET /metrics`); off by default.
+    public var metrics: Metrics
+
+    /// Where `ferryd` serves `GET /metrics` (the same exposition as `ferry metrics`).
+    public struct Metrics: Sendable, Hashable {
+        /// `host:port` to listen on (`"127.0.0.1:9464"`, `"[::1]:9464"`); a bare port or
+        /// `:port` listens on the loopback address 127.0.0.1. nil (the default): no HTTP endpoint.
+        public var listen: String?
+
+        /// The default port of the endpoint (the Prometheus exporter port registered for it).
+        public static let defaultPort = 9464
+
+        /// Creates a metrics configuration.
+        public init(listen: String? = nil) { self.listen = listen }
+
+        /// ``listen`` as a host and a port (nil when off); throws ``AgentError`` for an address
+        /// it cannot read.
+        public func listenAddress() throws -> (host: String, port: Int)? {
+            guard let listen else { return nil }
+            func fail() -> AgentError {
+                AgentError(code: .configuration, message: "metrics.listen \"\(listen)\" must be host:port, [ipv6]:port or a port")
+            }
+            var host = "127.0.0.1", portText = Substring(listen)
+            if listen.hasPrefix("[") {
+                guard let close = listen.firstIndex(of: "]"), listen[listen.index(after: close)...].hasPrefix(":") else { throw fail() }
+                host = String(listen[listen.index(after: listen.startIndex)..<close])
+                portText = listen[listen.index(close, offsetBy: 2)...]
+            } else if let colon = listen.lastIndex(of: ":") {
+                if colon != listen.startIndex { host = String(listen[..<colon]) }
+                portText = listen[listen.index(after: colon)...]
+            }
+            guard !host.isEmpty, let port = Int(portText), (0...65535).contains(port) else { throw fail() }
+            return (host, port)
+        }
+    }
 
     /// Duplicate detection: the session table for clients that send a session (protocol 2), and
     /// the id window for those that do not. See docs/PROTOCOL.md, "Exactly once".
@@ -101,9 +136,11 @@ public struct AgentConfiguration: Sendable, Hashable {
         dedup: Dedup = Dedup(),
         delivery: Delivery = Delivery(),
         sinks: [SinkConfiguration]? = nil,
-        consent: ConsentConfiguration = ConsentConfiguration()
+        consent: ConsentConfiguration = ConsentConfiguration(),
+        metrics: Metrics = Metrics()
     ) {
         self.consent = consent
+        self.metrics = metrics
         self.mode = mode
         self.access = access ?? AccessPolicy.defaults(for: mode)
         self.runtimeDirectory = runtimeDirectory
@@ -144,6 +181,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         try consent.validate()
         guard !runtimeDirectory.isEmpty, !dataDirectory.isEmpty else { throw fail("directories must not be empty") }
         guard !sinks.isEmpty else { throw fail("at least one sink is needed") }
+        _ = try metrics.listenAddress()
         var names: Set<String> = [], fileDirectories: [String: String] = [:]
         for sink in sinks {
             try sink.validate(fail)

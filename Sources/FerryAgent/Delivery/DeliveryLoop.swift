@@ -32,12 +32,8 @@ public struct DeliveryState: Sendable {
     public var lastError: String?
     /// Agent ms of the next attempt while ``phase`` is `retrying` (or the circuit is open).
     public var retryAt: UInt64?
-    /// Events delivered (acknowledged by the sink) since start, replays included.
-    public var delivered = 0
-    /// Failed attempts that were retried, since start.
-    public var retried = 0
-    /// Events dead-lettered since start.
-    public var deadLettered = 0
+    // What the sink delivered, retried and dead-lettered is counted in its metrics
+    // (`ferry_sink_*_total{sink}`), the one store `ferry status` reads too.
 }
 
 /// A change of a sink's circuit breaker, published on the bus topic `circuit`.
@@ -129,7 +125,8 @@ final class DeliveryLoop: Sendable {
     /// The sink's configuration; its batch, retry and circuit settings change on reload.
     private let settings: Mutex<AgentConfiguration.SinkConfiguration>
     private var configuration: AgentConfiguration.SinkConfiguration { settings.withLock { $0 } }
-    private let counters: AgentCounters
+    /// This sink's instruments (`sink` label).
+    let metrics: SinkMetrics
     private let logger: Logger
     /// The sink's own thread for blocking work (log reads, cursor and dead-letter writes), shared
     /// with the sink and with no other sink: a sink stalled in I/O holds back only itself.
@@ -176,7 +173,7 @@ final class DeliveryLoop: Sendable {
         self.cursorStore = cursorStore
         self.deadLetters = deadLetters
         settings = Mutex(configuration)
-        self.counters = counters
+        metrics = counters.sink(configuration.name)
         var logger = logger
         logger[metadataKey: "sink"] = "\(configuration.name)"
         self.logger = logger
@@ -241,13 +238,16 @@ final class DeliveryLoop: Sendable {
                 let kept = sent.events.isEmpty ? checkpoint.withLock { $0 } : stored
                 await advance(full, checkpoint: kept)
                 guard !sent.events.isEmpty else { continue }
-                counters.delivered.add(sent.events.count, ordering: .relaxed)
+                let now = WallClock.unixMilliseconds()
+                metrics.delivered.increment(by: sent.events.count)
+                for event in sent.events {
+                    metrics.deliveryLatency.recordMilliseconds(now >= event.acceptedAt ? now - event.acceptedAt : 0)
+                }
                 state.withLock {
                     $0.phase = .delivering
-                    $0.lastSuccessAt = WallClock.unixMilliseconds()
+                    $0.lastSuccessAt = now
                     $0.consecutiveFailures = 0
                     $0.retryAt = nil
-                    $0.delivered += sent.events.count
                 }
                 published(sent)
             case .deadLettered:
@@ -349,7 +349,7 @@ final class DeliveryLoop: Sendable {
             } catch {
                 let sinkError = error as? SinkError ?? SinkError(.retry(after: nil), "\(error)")
                 let now = WallClock.unixMilliseconds()
-                counters.deliveryFailures.add(1, ordering: .relaxed)
+                metrics.failures.increment()
                 state.withLock {
                     $0.consecutiveFailures += 1
                     $0.lastError = sinkError.message
@@ -370,14 +370,13 @@ final class DeliveryLoop: Sendable {
                     // No attempt while open; the upstream's Retry-After may ask for longer.
                     delay = max(delay, .milliseconds(Int(openUntil > now ? openUntil - now : 0)))
                 }
-                counters.retried.add(1, ordering: .relaxed)
+                metrics.retried.increment()
                 logger.warning("delivery failed; will retry", metadata: [
                     "attempt": "\(attempts)", "error": "\(sinkError.message)", "circuit": "\(circuit.rawValue)",
                     "retry_in_ms": "\(Self.milliseconds(delay))",
                 ])
                 state.withLock {
                     $0.phase = .retrying
-                    $0.retried += 1
                     $0.retryAt = now + UInt64(Self.milliseconds(delay))
                 }
                 guard await pause(delay) else { return .cancelled }
@@ -395,11 +394,8 @@ final class DeliveryLoop: Sendable {
         while !Task.isCancelled {
             do {
                 try await io.run { try store.write(letter) }
-                counters.deadLettered.add(batch.events.count, ordering: .relaxed)
-                state.withLock {
-                    $0.deadLettered += batch.events.count
-                    $0.retryAt = nil
-                }
+                metrics.deadLettered.increment(by: batch.events.count)
+                state.withLock { $0.retryAt = nil }
                 logger.error("batch dead-lettered", metadata: [
                     "id": "\(letter.id)", "events": "\(batch.events.count)", "reason": "\(reason)",
                     "error": "\(error.message)", "path": "\(store.path(sink: name, id: letter.id))",
@@ -418,6 +414,7 @@ final class DeliveryLoop: Sendable {
         let (failures, openUntil) = breaker.withLock { ($0.failures, $0.openUntil) }
         let now = WallClock.unixMilliseconds()
         state.withLock { $0.circuit = change.1 }
+        metrics.circuitOpen.record(change.1 == .closed ? 0 : 1)
         if change.1 == .open {
             logger.warning("circuit open", metadata: ["failures": "\(failures)", "until": "\(openUntil)"])
         } else {
@@ -491,8 +488,7 @@ final class DeliveryLoop: Sendable {
         try await io.run { try cursorStore.save(cursor, checkpoint: kept) }
         checkpoint.withLock { $0 = kept }
         _ = try await io.run { try store.remove(sink: name, id: id) }
-        counters.delivered.add(batch.events.count, ordering: .relaxed)
-        state.withLock { $0.delivered += batch.events.count }
+        metrics.delivered.increment(by: batch.events.count)
         logger.notice("dead letter replayed", metadata: ["id": "\(id)", "events": "\(batch.events.count)"])
         if !batch.events.isEmpty { published(batch) }
         return batch.events.count

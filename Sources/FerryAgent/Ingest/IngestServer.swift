@@ -123,10 +123,13 @@ final class IngestServer: Sendable {
         var ingest: ZMQSocket
         var events: ZMQSocket
         var control: ZMQSocket
+        /// The ingest socket's monitor (connections accepted and ended), for `ferry_clients_connected`.
+        var monitor: ZMQSocket
         func close() {
             ingest.close()
             events.close()
             control.close()
+            monitor.close()
         }
     }
 
@@ -141,13 +144,19 @@ final class IngestServer: Sendable {
             try ingest.setReceiveHighWaterMark(Self.receiveHighWaterMark)
             try ingest.setSendHighWaterMark(100_000)
             try ingest.bind(FerryPaths.ingestEndpoint(runtime))
+            // Connected clients come from libzmq itself, not from recent traffic: a client that
+            // is connected but quiet still counts, one that went away stops counting at once.
+            let monitorEndpoint = "inproc://ferry-ingest-monitor-\(ObjectIdentifier(self).hashValue)"
+            try ingest.monitor(monitorEndpoint, events: [.accepted, .disconnected])
+            let monitor = try ZMQSocket(context: context, type: .pair)
+            try monitor.connect(monitorEndpoint)
             let events = try ZMQSocket(context: context, type: .xpub)
             try events.setSendHighWaterMark(100_000)
             try events.bind(FerryPaths.eventsEndpoint(runtime))
             let control = try ZMQSocket(context: context, type: .router)
             try control.bind(FerryPaths.controlEndpoint(runtime))
             try setSocketFileModes()
-            return Sockets(ingest: ingest, events: events, control: control)
+            return Sockets(ingest: ingest, events: events, control: control, monitor: monitor)
         } catch let error as AgentError {
             throw error
         } catch {
@@ -194,6 +203,7 @@ final class IngestServer: Sendable {
                 .fileDescriptor(mailbox.wake.readEnd, .readable),
                 .socket(sockets.events, .readable),
                 .socket(sockets.control, .readable),
+                .socket(sockets.monitor, .readable),
             ]
             if acceptInput { items.append(.socket(sockets.ingest, .readable)) }
             let ready: [ZMQPollEvents]
@@ -209,7 +219,8 @@ final class IngestServer: Sendable {
             sendOutbound(sockets)
             if ready[1].contains(.readable) { readSubscriptions(sockets.events) }
             if ready[2].contains(.readable) { answerControl(sockets.control) }
-            if acceptInput && ready[3].contains(.readable) { readIngest(sockets.ingest) }
+            if ready[3].contains(.readable) { readMonitor(sockets.monitor) }
+            if acceptInput && ready[4].contains(.readable) { readIngest(sockets.ingest) }
             if stopping.load(ordering: .acquiring) {
                 if stoppingSeen {
                     sendOutbound(sockets)
@@ -237,6 +248,10 @@ final class IngestServer: Sendable {
     private func reply(_ batch: CommittedBatch, _ sockets: Sockets) {
         let header = MessageHeader(version: batch.version, kind: .ack, requestID: batch.requestID).encoded()
         send(sockets.ingest, [batch.peer, header, AckCodec.encode(batch.entries)])
+        if batch.receivedAt > 0 {
+            // Per message, not per event: one clock read and one histogram record.
+            counters.ackLatency.recordNanoseconds(Int64(clamping: MonotonicClock.nanoseconds() &- batch.receivedAt))
+        }
         let wantsAccepted = wants(.accepted), wantsRejected = wants(.rejected)
         let wantsConsent = !batch.notes.isEmpty && (wants(.blocked) || wants(.suppressed) || wants(.held))
         guard wantsAccepted || wantsRejected || wantsConsent else { return }
@@ -271,6 +286,25 @@ final class IngestServer: Sendable {
         } catch {
             logger.debug("send failed", metadata: ["error": "\(error)"])
         }
+    }
+
+    /// Ingest connections now (socket thread only).
+    private let connections = Atomic<Int>(0)
+
+    private func readMonitor(_ socket: ZMQSocket) {
+        var changed = false
+        while let message = try? socket.receive(dontWait: true) {
+            guard let event = ZMQMonitorEvent(frames: message) else { continue }
+            if event.kind == .accepted {
+                connections.add(1, ordering: .relaxed)
+                changed = true
+            } else if event.kind == .disconnected {
+                // Never below zero, whatever libzmq reports for a session that never completed.
+                if connections.load(ordering: .relaxed) > 0 { connections.subtract(1, ordering: .relaxed) }
+                changed = true
+            }
+        }
+        if changed { counters.clientsConnected.record(connections.load(ordering: .relaxed)) }
     }
 
     private func readSubscriptions(_ socket: ZMQSocket) {
@@ -317,6 +351,7 @@ final class IngestServer: Sendable {
     }
 
     private func handle(_ message: [[UInt8]], from credentials: PeerCredentials?, _ socket: ZMQSocket) {
+        let receivedAt = MonotonicClock.nanoseconds()
         let peer = message[0]
         guard message.count >= 2 else {
             refuse(peer: peer, requestID: 0, .malformedMessage, "message has no header frame", socket, version: 1)
@@ -342,7 +377,7 @@ final class IngestServer: Sendable {
         // Who may send is the kernel's word (the connection's credentials), checked before any
         // event is looked at: a refused sender gets an error reply and nothing is stored.
         guard access.allows(.ingest, credentials) else {
-            counters.accessDenied.add(1, ordering: .relaxed)
+            counters.accessDenied.increment()
             refuse(peer: peer, requestID: header.requestID, .accessDenied, access.refusal(.ingest, credentials), socket,
                    version: header.version, countAsMalformed: false)
             return
@@ -381,7 +416,7 @@ final class IngestServer: Sendable {
         }
         let origin = origins.metadata(connection: peer, peer: credentials)
         if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, version: header.version, origin: origin,
-                                         uid: credentials?.uid, items: items)) {
+                                         uid: credentials?.uid, items: items, receivedAt: receivedAt)) {
             refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket,
                    version: header.version)
         }
@@ -391,7 +426,7 @@ final class IngestServer: Sendable {
         peer: [UInt8], requestID: UInt32, _ code: ErrorCode, _ text: String, _ socket: ZMQSocket, version: UInt8,
         countAsMalformed: Bool = true
     ) {
-        if countAsMalformed { counters.malformedMessages.add(1, ordering: .relaxed) }
+        if countAsMalformed { counters.messagesRefused.increment() }
         logger.notice("refused a message", metadata: ["code": "\(code)", "detail": "\(text)"])
         let header = MessageHeader(version: version, kind: .error, requestID: requestID).encoded()
         send(socket, [peer, header, ErrorReply(code: code, message: text).encoded()])

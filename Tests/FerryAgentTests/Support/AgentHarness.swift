@@ -1,5 +1,6 @@
 import Foundation
 @testable import FerryAgent
+import FerryMetrics
 @testable import FerryStorage
 import FerryTestKit
 import FerryProtocol
@@ -30,7 +31,7 @@ final class RunningAgent: Sendable {
 
     /// Starts an agent whose sinks named in `sinks` use those implementations.
     init(_ configuration: AgentConfiguration, sinks: [String: any Sink], timeout: Duration = .seconds(30)) async throws {
-        let agent = FerryAgent(configuration: configuration, sinks: sinks, logger: quietLogger)
+        let agent = FerryAgent(configuration: configuration, sinks: sinks, metrics: PrometheusBackend().agentBackend, logger: quietLogger)
         let task = Task { try await agent.run() }
         self.agent = agent
         self.task = task

@@ -1,0 +1,80 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+
+/// A plain HTTP/1.1 response as a test reads it.
+public struct HTTPResponse: Sendable, CustomStringConvertible {
+    /// The status code.
+    public var status: Int
+    /// Header fields, names lowercased.
+    public var headers: [String: String]
+    /// The body (read to the end of the connection).
+    public var body: String
+
+    public var description: String { "HTTP \(status) \(headers) \(body.prefix(300))" }
+}
+
+/// Sends one request (`Connection: close`) to 127.0.0.1:`port` and reads the response to EOF,
+/// off the concurrency pool. For the agent's metrics endpoint; no TLS, no chunked bodies.
+public func httpRequest(port: Int, method: String = "GET", path: String, timeout: Duration = .seconds(5)) async throws -> HTTPResponse {
+    try await runOffPool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw FerryTestKitError("socket: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var seconds = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let connected = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard connected == 0 else { throw FerryTestKitError("connect to 127.0.0.1:\(port): \(String(cString: strerror(errno)))") }
+        let request = Array("\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n\r\n".utf8)
+        guard write(fd, request, request.count) == request.count else { throw FerryTestKitError("write: \(String(cString: strerror(errno)))") }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = read(fd, &chunk, chunk.count)
+            if n < 0 { throw FerryTestKitError("read: \(String(cString: strerror(errno)))") }
+            if n == 0 { break }
+            bytes += chunk[0..<n]
+        }
+        let text = String(decoding: bytes, as: UTF8.self)
+        guard let split = text.range(of: "\r\n\r\n") else { throw FerryTestKitError("no HTTP header end in \(text.prefix(200))") }
+        let lines = text[..<split.lowerBound].components(separatedBy: "\r\n")
+        let statusLine = lines.first?.split(separator: " ") ?? []
+        guard statusLine.count >= 2, let status = Int(statusLine[1]) else { throw FerryTestKitError("bad status line \(lines.first ?? "")") }
+        var headers: [String: String] = [:]
+        for line in lines.dropFirst() {
+            guard let colon = line.firstIndex(of: ":") else { continue }
+            headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+        }
+        return HTTPResponse(status: status, headers: headers, body: String(text[split.upperBound...]))
+    }
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago (bound to port 0, then released), for a
+/// server a test configures by port.
+public func freeLocalPort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw FerryTestKitError("socket: \(String(cString: strerror(errno)))") }
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_port = 0
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    let bound = withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+    }
+    guard bound == 0 else { throw FerryTestKitError("bind: \(String(cString: strerror(errno)))") }
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+    }
+    return Int(UInt16(bigEndian: address.sin_port))
+}

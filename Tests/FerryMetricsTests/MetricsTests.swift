@@ -1,0 +1,153 @@
+@testable import FerryAgent
+import FerryMetrics
+import FerryMetricsHTTP
+import FerryProtocol
+import FerryTestKit
+import Logging
+import Testing
+
+@Suite("Metrics: buckets, one store per agent, the exposition read back")
+struct MetricsTests {
+    @Test("latency buckets resolve 100 µs to 10 s in steps of at most 1.5×; 0.5, 1 and 2 ms fall apart")
+    func latencyBuckets() {
+        let seconds = AgentCounters.latencyBuckets.map { Double($0.components.attoseconds) / 1e18 + Double($0.components.seconds) }
+        #expect(abs(seconds.first! - 0.0001) < 1e-12)
+        #expect(seconds.last! >= 10)
+        for (lower, upper) in zip(seconds, seconds.dropFirst()) {
+            #expect(upper > lower && upper / lower <= 1.5 + 1e-9, "\(lower) → \(upper)")
+        }
+        func bucket(_ value: Double) -> Int { seconds.firstIndex { $0 >= value } ?? seconds.count }
+        #expect(Set([bucket(0.0005), bucket(0.001), bucket(0.002)]).count == 3)
+    }
+
+    @Test("two agents' backends share nothing; status counters are read from the exposition")
+    func perAgentStore() {
+        let first = AgentCounters(backend: PrometheusBackend().agentBackend)
+        let second = AgentCounters(backend: PrometheusBackend().agentBackend)
+        var tally = AgentCounters.GroupTally()
+        tally.accepted = 7
+        tally.duplicate = 2
+        tally.rejected = Array(repeating: 0, count: RejectReason.allCases.count)
+        tally.rejected[Int(RejectReason.full.rawValue)] = 3
+        tally.rejected[Int(RejectReason.tooLarge.rawValue)] = 1
+        first.record(tally)
+        first.commitEvents.record(7)
+        first.recordLost(4, source: "app \"quoted\"")
+        first.sink("collector").delivered.increment(by: 5)
+        first.blockedAtSend.increment(by: 2)
+
+        let counters = first.snapshot
+        #expect(counters["accepted"] == 7 && counters["duplicate"] == 2)
+        #expect(counters["rejected"] == 4 && counters["rejected_full"] == 3)
+        #expect(counters["commits"] == 1 && counters["delivered"] == 5 && counters["blocked_at_send"] == 2)
+        #expect(counters["client_events_lost"] == 4)
+        #expect(first.clientEventsLostBySource == ["app \"quoted\"": 4])
+        #expect(second.snapshot.values.allSatisfy { $0 == 0 }, "\(second.snapshot)")
+        // Every reject reason is a series from the start, so readers see zeros, not gaps.
+        let samples = second.samples
+        #expect(samples.values("ferry_events_rejected_total", by: "reason").keys.sorted()
+            == RejectReason.allCases.filter { $0 != .none }.map(\.description).sorted())
+    }
+
+    @Test("the discarding backend records nothing and reads 0")
+    func discarding() {
+        let counters = AgentCounters()
+        counters.accepted.increment(by: 3)
+        #expect(counters.snapshot["accepted"] == 0)
+    }
+
+    @Test("the exposition parser reads labels with escapes, histograms and special values")
+    func parser() throws {
+        let text = """
+            # TYPE a counter
+            a 3
+            b{sink="x",source="q\\"u\\\\o\\nte"} 2.5
+            h_bucket{le="0.001"} 1
+            h_bucket{le="0.01"} 4
+            h_bucket{le="+Inf"} 5
+            h_sum 0.0321
+            h_count 5
+            g NaN
+            broken{ 1
+            """
+        let samples = MetricSamples(parsing: Array(text.utf8))
+        #expect(samples.value("a") == 3)
+        #expect(samples.value("b", ["sink": "x", "source": "q\"u\\o\nte"]) == 2.5)
+        let histogram = try #require(samples.histogram("h"))
+        #expect(histogram.count == 5 && histogram.buckets.count == 3 && histogram.buckets.last?.upperBound == .infinity)
+        #expect(histogram.quantileUpperBound(0.5) == 0.01)
+        #expect(samples.value("g")?.isNaN == true)
+        #expect(samples.samples.count == 8)
+    }
+
+    @Test("GET /metrics: 200 with the exposition, 404 elsewhere, 405 for POST, HEAD without a body")
+    func httpEndpoint() async throws {
+        let backend = PrometheusBackend()
+        let counters = AgentCounters(backend: backend.agentBackend)
+        counters.accepted.increment(by: 42)
+        counters.ackLatency.recordNanoseconds(1_500_000)
+        let server = MetricsHTTPServer(host: "127.0.0.1", port: 0, logger: Logger(label: "test")) { backend.exposition() }
+        let task = Task { try await server.run() }
+        defer { task.cancel() }
+        let port = try await server.boundPort()
+        let ok = try await httpRequest(port: port, path: "/metrics")
+        #expect(ok.status == 200 && ok.headers["content-type"]?.hasPrefix("text/plain; version=0.0.4") == true, "\(ok)")
+        let samples = MetricSamples(parsing: Array(ok.body.utf8))
+        #expect(samples.value("ferry_events_accepted_total") == 42)
+        #expect(samples.histogram("ferry_ack_latency_seconds")?.quantileUpperBound(1) == 0.0015)
+        #expect(try await httpRequest(port: port, path: "/").status == 404)
+        #expect(try await httpRequest(port: port, method: "POST", path: "/metrics").status == 405)
+        let head = try await httpRequest(port: port, method: "HEAD", path: "/metrics")
+        #expect(head.status == 200 && head.body.isEmpty)
+        task.cancel()
+        try await task.value
+    }
+}
+
+@Suite("Health")
+struct HealthReportTests {
+    static func status(
+        circuit: String = "closed", deadLetters: Int = 0, bytes: Int = 0, cap: Int = 1000, corrupt: Int = 0, lost: Int = 0
+    ) -> StatusReply {
+        StatusReply(
+            pid: 1, protocolVersion: 2, uptimeMilliseconds: 1, runtimeDirectory: "/r", dataDirectory: "/d",
+            queue: .init(events: 0, bytes: bytes, segments: 1, oldestUndeliveredAgeMilliseconds: nil, cursor: "0:0",
+                         verifyingSegments: 0, retentionMaxBytes: cap),
+            delivery: nil,
+            consent: ConsentSnapshot(networkTracking: true, trackingEnabled: true, categories: [], enabledFeatures: [], consent: [:],
+                                     persistence: .granted, gdpr: GDPRRecord(), deliveryStarted: true, anonymousID: "a",
+                                     heldEvents: 0, auditEntries: 0, auditHead: ""),
+            sinks: [.init(name: "s", type: "http", state: "idle", circuit: circuit, consecutiveFailures: 0, backlogEvents: 0,
+                          delivered: 0, retried: 0, deadLettered: 0, cursor: nil, lastSuccessAt: nil, lastError: nil, retryAt: nil,
+                          deadLetters: deadLetters)],
+            counters: ["client_events_lost": lost], recovery: .init(events: 0, corruptRegions: corrupt, corruptBytes: corrupt * 10, truncatedBytes: 0),
+            clientEventsLost: lost > 0 ? ["app": lost] : [:])
+    }
+
+    @Test("each degraded condition, alone, gives exit 1 and its reason", arguments: [
+        (status(), 0, ""),
+        (status(circuit: "open"), 1, "sink s: circuit open"),
+        (status(circuit: "half_open"), 1, "sink s: circuit half open"),
+        (status(deadLetters: 2), 1, "sink s: 2 dead letters waiting"),
+        (status(bytes: 900), 0, ""),
+        (status(bytes: 901), 1, "queue at 90% of its retention cap (901 of 1000 bytes)"),
+        (status(corrupt: 1), 1, "damaged log: 1 corrupt region (10 bytes)"),
+        (status(lost: 3), 1, "3 client events lost (app)"),
+    ])
+    func conditions(status: StatusReply, exit: Int32, reason: String) {
+        let report = HealthReport(status: status)
+        #expect(report.exitCode == exit)
+        #expect(report.reasons == (reason.isEmpty ? [] : [reason]))
+        #expect(report.line == (exit == 0 ? "healthy" : "degraded: \(reason)"))
+    }
+
+    @Test("not running is 2, access denied is 3")
+    func exitCodes() {
+        #expect(HealthReport(state: .notRunning).exitCode == 2)
+        #expect(HealthReport(state: .accessDenied, reasons: ["access denied: no"]).exitCode == 3)
+        #expect(HealthReport(state: .accessDenied, reasons: ["access denied: no"]).line == "access denied: no")
+        #expect(ControlRefusal("access denied: uid 5", code: ControlRefusal.accessDenied).isAccessDenied)
+        #expect(ControlRefusal("Access denied by policy").isAccessDenied)
+        #expect(!ControlRefusal("unknown op").isAccessDenied)
+    }
+}
