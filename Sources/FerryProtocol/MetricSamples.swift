@@ -88,6 +88,11 @@ public struct MetricSamples: Sendable, Hashable {
             public var upperBound: Double
             /// Observations at most ``upperBound``.
             public var count: Double
+            /// Creates a bucket.
+            public init(upperBound: Double, count: Double) {
+                self.upperBound = upperBound
+                self.count = count
+            }
         }
         /// The buckets, by increasing bound.
         public var buckets: [Bucket]
@@ -95,6 +100,13 @@ public struct MetricSamples: Sendable, Hashable {
         public var sum: Double
         /// How many observations there were.
         public var count: Double
+
+        /// Creates a histogram.
+        public init(buckets: [Bucket], sum: Double, count: Double) {
+            self.buckets = buckets
+            self.sum = sum
+            self.count = count
+        }
 
         /// The smallest bucket bound with at least `quantile` of the observations at or below it
         /// (nil when empty): an upper estimate, as precise as the buckets.

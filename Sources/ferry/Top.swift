@@ -16,7 +16,7 @@ struct Top: ParsableCommand {
             held, suppressed, rejected and duplicate; the queue and its oldest event; held events; \
             per sink its delivery rate, backlog, circuit and dead letters. Rates are the counters' \
             differences between two polls, so the first frame shows "-". Figures the agent does not \
-            report (ack latency, fsync time, connected clients, a sink's oldest event) show "-". \
+            report (a sink's oldest event; latencies from an agent without metrics) show "-". \
             Press q (or Ctrl-C) to quit. With --once, prints one frame (rates over --interval) and exits.
             """
     )
@@ -35,7 +35,16 @@ struct Top: ParsableCommand {
 
     func run() throws {
         let runtime = agent.runtimeDirectory
-        let poll = { try TopSample(json: Control.request(.status(), runtimeDirectory: runtime).json, at: .now) }
+        let poll = { () throws -> TopSample in
+            var sample = try TopSample(json: Control.request(.status(), runtimeDirectory: runtime).json, at: .now)
+            // The metrics add latencies and connected clients (an agent without the op: "-").
+            if let reply = try? Control.request(.metrics(), runtimeDirectory: runtime),
+               let object = try? JSONSerialization.jsonObject(with: Data(reply.json)) as? [String: Any],
+               let text = object["text"] as? String {
+                sample.add(metrics: MetricSamples(parsing: Array(text.utf8)))
+            }
+            return sample
+        }
         let period = Duration.milliseconds(Int(interval * 1000))
         if once {
             let first = try poll()

@@ -1,3 +1,4 @@
+import FerryProtocol
 import Foundation
 
 /// One poll of the agent for `ferry top`: the fields of the status document the view shows,
@@ -22,6 +23,27 @@ struct TopSample {
     /// Time of the last group commit's fdatasync, when the status document has it.
     var fsyncMilliseconds: Double?
     var sinks: [SinkSample]
+    /// The cumulative ack-latency and fsync histograms from the agent's metrics, for figures over
+    /// the last interval (the difference of two polls).
+    var ackHistogram: MetricSamples.Histogram?
+    var fsyncHistogram: MetricSamples.Histogram?
+
+    /// Adds what the agent's metrics (`ferry metrics`' exposition) tell: connected clients and
+    /// the latency histograms.
+    mutating func add(metrics: MetricSamples) {
+        if let connected = metrics.value("ferry_clients_connected") { clients = Int(connected) }
+        ackHistogram = metrics.histogram("ferry_ack_latency_seconds")
+        fsyncHistogram = metrics.histogram("ferry_fsync_seconds")
+    }
+
+    /// `current - previous` of a cumulative histogram: the observations of the last interval.
+    static func interval(_ current: MetricSamples.Histogram?, _ previous: MetricSamples.Histogram?) -> MetricSamples.Histogram? {
+        guard let current else { return nil }
+        guard let previous, previous.buckets.count == current.buckets.count else { return current }
+        let buckets = zip(current.buckets, previous.buckets).map { .init(upperBound: $0.upperBound, count: $0.count - $1.count) }
+            as [MetricSamples.Histogram.Bucket]
+        return MetricSamples.Histogram(buckets: buckets, sum: current.sum - previous.sum, count: current.count - previous.count)
+    }
 
     /// One sink's figures.
     struct SinkSample {
@@ -110,7 +132,14 @@ enum TopView {
         lines.append("         " + rates.dropFirst(3).joined(separator: "  "))
         lines.append("queue    \(current.queueEvents) events  \(bytes(current.queueBytes)) in \(current.queueSegments) segments  oldest \(age(current.oldestMilliseconds))")
         lines.append("held     \(current.heldEvents.map(String.init) ?? "-") events  clients \(current.clients.map(String.init) ?? "-")")
-        lines.append("ack      p50 \(millis(current.ackP50Milliseconds))  p99 \(millis(current.ackP99Milliseconds))  fsync \(millis(current.fsyncMilliseconds))")
+        // Over the last interval, from the metrics' histograms (bucket upper bounds), else what
+        // the status document says.
+        let ack = TopSample.interval(current.ackHistogram, previous?.ackHistogram)
+        let fsync = TopSample.interval(current.fsyncHistogram, previous?.fsyncHistogram)
+        let p50 = ack?.quantileUpperBound(0.5).map { $0 * 1000 } ?? current.ackP50Milliseconds
+        let p99 = ack?.quantileUpperBound(0.99).map { $0 * 1000 } ?? current.ackP99Milliseconds
+        let fsyncMean = fsync.flatMap { $0.count > 0 ? $0.sum / $0.count * 1000 : nil } ?? current.fsyncMilliseconds
+        lines.append("ack      p50 \(millis(p50))  p99 \(millis(p99))  fsync \(millis(fsyncMean))")
         lines.append("")
         lines.append(row(["SINK", "TYPE", "STATE", "CIRCUIT", "DELIV/S", "BACKLOG", "OLDEST", "DEAD"]))
         for sink in current.sinks {
