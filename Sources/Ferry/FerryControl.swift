@@ -204,7 +204,7 @@ public struct FerryControl: Sendable, Hashable {
     }
 
     /// The agent's metrics in the Prometheus text exposition (`metrics`), as `ferry metrics`
-    /// prints them; read them with ``MetricSamples``.
+    /// prints them; read them with FerryProtocol's `MetricSamples`.
     ///
     /// ```swift
     /// let samples = MetricSamples(parsing: Array(try await control.metrics().utf8))
