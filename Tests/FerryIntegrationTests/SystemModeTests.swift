@@ -56,21 +56,34 @@ struct SystemModeTests {
         try await runProcess("/usr/sbin/runuser", ["-u", user, "--", binary] + arguments, timeout: .seconds(60))
     }
 
-    @Test("a supplementary group member's event carries its uid in origin; an outsider is refused with nothing stored; only root changes consent")
-    func usersAndGroups() async throws {
-        if let reason = Self.skipReason {
-            print("[skip] System mode: several users, one agent — \(reason)")
+    /// Runs `body` with fresh accounts, a temporary directory every user can reach and a copy of
+    /// `ferry` in it; the accounts are removed however `body` ends. Reports a skip without root.
+    static func withAccounts(
+        _ label: String, _ body: (Accounts, TemporaryDirectory, _ binary: String) async throws -> Void
+    ) async throws {
+        if let reason = skipReason {
+            print("[skip] \(label) — \(reason)")
             return
         }
         let accounts = try await Accounts.create()
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         do {
-            // The users must reach the runtime directory and a copy of the CLI.
             chmod(dir.path, 0o755)
             let binary = dir.appending("ferry")
             try FileManager.default.copyItem(atPath: try FerryBinaries.ferry(), toPath: binary)
             chmod(binary, 0o755)
+            try await body(accounts, dir, binary)
+        } catch {
+            await accounts.remove()
+            throw error
+        }
+        await accounts.remove()
+    }
+
+    @Test("a supplementary group member's event carries its uid in origin; an outsider is refused with nothing stored; only root changes consent")
+    func usersAndGroups() async throws {
+        try await Self.withAccounts("System mode: several users, one agent") { accounts, dir, binary in
             let config = """
                 {"mode": "system", "access": {"ingest": {"groups": ["\(accounts.group)"]},
                  "control": {"users": ["root"]}, "events": {"groups": ["\(accounts.group)"]}}}
@@ -124,27 +137,12 @@ struct SystemModeTests {
             try await eventually("the reload", timeout: .seconds(20)) { agent.logs.contains("changed=access") }
             let admitted = try await Self.ferry(as: accounts.outsider, binary, ["emit", "late-event", "--source", "sys-outsider-late", "--wait"] + runtime)
             #expect(admitted.status == .exited(0), "\(admitted)")
-        } catch {
-            await accounts.remove()
-            throw error
         }
-        await accounts.remove()
     }
 
     @Test("fair share: one user's flood is answered full for that user alone; another user's events are still accepted")
     func fairShare() async throws {
-        if let reason = Self.skipReason {
-            print("[skip] System mode fair share — \(reason)")
-            return
-        }
-        let accounts = try await Accounts.create()
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        do {
-            chmod(dir.path, 0o755)
-            let binary = dir.appending("ferry")
-            try FileManager.default.copyItem(atPath: try FerryBinaries.ferry(), toPath: binary)
-            chmod(binary, 0o755)
+        try await Self.withAccounts("System mode fair share") { accounts, dir, binary in
             // Delivery not started, so the queue only grows; each uid may hold 40% of 1 MiB.
             let config = """
                 {"mode": "system", "log": {"segmentMaxBytes": 65536, "retentionMaxBytes": 1048576, "uidSharePercent": 40},
@@ -169,10 +167,6 @@ struct SystemModeTests {
             let status = try await agent.status()
             let bytes = try #require((status.object["queue"] as? [String: Any])?["bytes"] as? NSNumber).intValue
             #expect(bytes <= 1_048_576 * 45 / 100 + 65536, "the flooder held \(bytes) bytes")
-        } catch {
-            await accounts.remove()
-            throw error
         }
-        await accounts.remove()
     }
 }
