@@ -260,6 +260,7 @@ class Client:
         """
         properties = b"" if not event.properties else wire.encode_json_object(event.properties, "properties")
         context = None if event.context is None else wire.encode_json_object(event.context, "context")
+        context = context if context != b"{}" else None
         category = wire.category_code(event.category)
         flags = wire.FLAG_LOCAL_ONLY if event.local_only else 0
         if event.type not in wire.EVENT_TYPES:

@@ -72,7 +72,7 @@ STATUSES: Dict[int, str] = {0: "accepted", 1: "duplicate", 2: "rejected", 3: "bl
 #: Ack reasons by code. A client treats an unknown reason code as `malformed`.
 REASONS: Dict[int, str] = {
     0: "none", 1: "malformed", 2: "too_large", 3: "full", 4: "storage", 5: "shutting_down", 6: "invalid_utf8",
-    7: "unsupported_field",
+    7: "unsupported_field", 8: "invalid_field",
 }
 #: Error reply codes by code.
 ERROR_CODES: Dict[int, str] = {
@@ -143,7 +143,9 @@ def _utf8(label: str, text: str, limit: int) -> bytes:
 class WireEvent:
     """One event frame with every field (docs/PROTOCOL.md, "Event frame").
 
-    `properties` and `context` are the JSON text as bytes (`b""` / None for none). Extension
+    `properties` and `context` are the JSON text as bytes (`b""` or None for none). The session
+    and the event-model fields (`anonymous_id`, `group_id`, `previous_id`, `context`) travel in
+    the extension block, in tag order, each only when set (None and empty are unset). Extension
     entries this package does not know are kept in `extensions` (tag → value) and encoded after
     the known ones.
     """
@@ -182,9 +184,9 @@ class WireEvent:
             entries.append((TAG_SESSION, bytes(self.session)))
         for tag, label in sorted(_ID_TAGS.items()):
             value = getattr(self, label)
-            if value is not None:
+            if value:
                 entries.append((tag, _utf8(label, value, MAX_ID_FIELD_BYTES)))
-        if self.context is not None:
+        if self.context:
             entries.append((TAG_CONTEXT, bytes(self.context)))
         for tag in sorted(self.extensions):
             if tag in (TAG_SESSION, TAG_CONTEXT) or tag in _ID_TAGS or not 0 <= tag <= 0xFFFF:
@@ -266,12 +268,21 @@ class WireEvent:
                     raise ProtocolError("the session extension is %d bytes, not 16" % length)
                 self.session = value
             elif tag in _ID_TAGS:
+                text = _decode_text(_ID_TAGS[tag], value)
                 if length > MAX_ID_FIELD_BYTES:
-                    raise ProtocolError("%s is %d bytes; the limit is %d" % (_ID_TAGS[tag], length, MAX_ID_FIELD_BYTES))
-                setattr(self, _ID_TAGS[tag], _decode_text(_ID_TAGS[tag], value))
+                    raise ProtocolError("%s is %d bytes; the limit is %d" % (_ID_TAGS[tag], length, MAX_ID_FIELD_BYTES),
+                                        "invalid_field")
+                setattr(self, _ID_TAGS[tag], text or None)
             elif tag == TAG_CONTEXT:
-                _decode_text("context", value)
-                self.context = value
+                text = _decode_text("context", value)
+                if text:
+                    try:
+                        is_object = isinstance(json.loads(text), dict)
+                    except ValueError:
+                        is_object = False
+                    if not is_object:
+                        raise ProtocolError("the context is not a JSON object", "invalid_field")
+                self.context = value or None
             elif tag & TAG_CRITICAL:
                 raise ProtocolError("critical extension 0x%04x is unknown" % tag, "unsupported_field")
             else:
