@@ -492,6 +492,7 @@ class Client:
     def _run(self, ready: threading.Event, failure: List[BaseException]) -> None:
         context, wake_r = self._context, self._wake_r
         assert context is not None
+        sock = None
         try:
             sock = context.socket(zmq.DEALER)
             sock.setsockopt(zmq.LINGER, 0)
@@ -502,6 +503,8 @@ class Client:
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
             sock.connect(self.endpoint)
         except zmq.ZMQError as error:
+            if sock is not None:
+                sock.close(linger=0)  # else terminating the context would wait for it
             failure.append(error)
             ready.set()
             return

@@ -39,14 +39,15 @@ def test_agent_started_after_the_client(make_agent, make_client):
     assert events[0]["properties"] == {"i": events[0]["seq"] - 1}
 
 
-def test_kill_9_mid_stream_then_restart_stores_every_event_exactly_once(agent, make_client):
+@pytest.mark.parametrize("stop", ["kill -9", "SIGTERM"])
+def test_agent_stopped_mid_stream_then_restarted_stores_every_event_exactly_once(agent, make_client, stop):
     total = 3000
     client = make_client(source="crashy", runtime_dir=agent.runtime_dir, batch_max_events=10,
                          max_in_flight_batches=2, resend_after=0.3)
     for i in range(total):
         client.track("Stream", {"i": i})
     wait_for("the first 300 acks", lambda: client.statistics.accepted >= 300)
-    agent.kill9()
+    agent.kill9() if stop == "kill -9" else agent.terminate()
     at_kill = client.statistics
     assert at_kill.pending > 0, "the agent was killed after the stream, not in the middle of it"
 
@@ -239,3 +240,9 @@ def test_ids_are_uuids_and_sessions_differ_per_client(make_client, workdir):
     b = make_client(source="b", runtime_dir=workdir)
     assert isinstance(a.track("x"), uuid.UUID)
     assert a.session != b.session
+
+
+def test_an_unusable_runtime_directory_is_a_clear_error(workdir):
+    too_long = workdir + "/" + "d" * 120  # longer than a Unix socket path may be
+    with pytest.raises(ferry.SocketError, match="cannot connect"):
+        ferry.Client(source="x", runtime_dir=too_long)
