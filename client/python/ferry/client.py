@@ -181,6 +181,28 @@ class Client:
     `context` are then left out), as the Swift client does.
     """
 
+    # Per-process state, made by `_fresh_state()` (again in a child after fork()).
+    _lock: threading.Lock
+    _cond: threading.Condition
+    _pid: int
+    _session: bytes
+    _sequence: int
+    _ids: wire.UUIDv7
+    _pending: Deque[_Entry]
+    _in_flight: Dict[int, _Batch]
+    _in_flight_events: int
+    _next_index: int
+    _next_request_id: int
+    _protocol_version: int
+    _receipts: Dict[int, _ReceiptCallback]
+    _stats: Statistics
+    _io_idle: bool
+    _thread: Optional[threading.Thread]
+    _context: Optional[zmq.Context]
+    _socket: Optional[zmq.Socket]
+    _wake_r: int
+    _wake_w: int
+
     def __init__(self, source: Optional[str] = None, *, runtime_dir: Optional[str] = None,
                  outbox_capacity: int = 10_000,
                  overflow_policy: Union[OverflowPolicy, str] = OverflowPolicy.DROP_OLDEST,
@@ -388,7 +410,8 @@ class Client:
         if thread is not None and thread is not threading.current_thread():
             thread.join(10)
         with self._lock:
-            receipts, self._receipts = self._receipts, {}
+            receipts = self._receipts
+            self._receipts = {}
             entries = list(self._pending) + [e for batch in self._in_flight.values() for e in batch.entries]
         ids = {entry.index: entry.id for entry in entries}
         for index, callback in receipts.items():
@@ -416,18 +439,18 @@ class Client:
         self._session = os.urandom(16)
         self._sequence = 0
         self._ids = wire.UUIDv7()
-        self._pending: Deque[_Entry] = collections.deque()
-        self._in_flight: Dict[int, _Batch] = {}
+        self._pending = collections.deque()
+        self._in_flight = {}
         self._in_flight_events = 0
         self._next_index = 1
         self._next_request_id = 1
         self._protocol_version = wire.PROTOCOL_VERSION
-        self._receipts: Dict[int, _ReceiptCallback] = {}
+        self._receipts = {}
         self._stats = Statistics()
         self._io_idle = False
-        self._thread: Optional[threading.Thread] = None
-        self._context: Optional[zmq.Context] = None
-        self._socket: Optional[zmq.Socket] = None
+        self._thread = None
+        self._context = None
+        self._socket = None
         self._wake_r = self._wake_w = -1
 
     def _start(self) -> None:

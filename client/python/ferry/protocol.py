@@ -471,7 +471,7 @@ def _json_value(value: Any, label: str, depth: int = 0) -> str:
                     "dict, list)" % (label, type(value).__name__))
 
 
-def _json_object(value: Mapping, label: str, depth: int) -> str:
+def _json_object(value: Mapping[str, Any], label: str, depth: int) -> str:
     for key in value:
         if not isinstance(key, str):
             raise TypeError("%s has a key %r that is not a str" % (label, key))
