@@ -155,3 +155,19 @@ def test_field_limits():
     with pytest.raises(ValueError):
         wire.category_code("sports")
     assert wire.category_code("advertising") == 2 and wire.category_code(17) == 17
+
+
+def test_worked_example_of_the_event_model_fields():
+    """docs/PROTOCOL.md, "Worked example: event-model fields" (the Swift ExtensionBlockTests check it too)."""
+    expected = ("0190f5c27a3b7c4d8e5f0123456789ab0068e5cf8b010000020000000000000092100000" "04000080"
+                "0300000000000000" "00000000" "617070"
+                "010010000000" "7f3c2a1e9b8d4c6fa5e4d3c2b1a09f8e"
+                "020006000000" "616e6f6e2d37"
+                "030004000000" "61636d65"
+                "050012000000" "7b226c6f63616c65223a2266722d4652227d")
+    frame = example(sequence=2, type="group", name="", properties=b"", session=EXAMPLE_SESSION,
+                    anonymous_id="anon-7", group_id="acme", context=wire.encode_json_object({"locale": "fr-FR"}))
+    assert frame.hex() == expected
+    event = wire.decode_event(bytes.fromhex(expected))
+    assert (event.type, event.anonymous_id, event.group_id, event.previous_id, event.context) == (
+        "group", "anon-7", "acme", None, b'{"locale":"fr-FR"}')
