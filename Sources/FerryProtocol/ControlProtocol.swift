@@ -236,12 +236,24 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     }
 
     /// Decodes a request, checking its fields as the agent does; throws ``ControlRefusal``.
-    /// Optional fields of the wrong type (`actor`, `limit`, `sink`) read as absent.
+    /// Optional fields (`actor`, `limit`, `sink`, `category` of `purge`) may be absent or `null`;
+    /// present with another type they are refused, never read as absent.
     public init(from decoder: any Decoder) throws {
         guard let object = try? decoder.container(keyedBy: Key.self),
               let op = try? object.decode(String.self, forKey: "op") else { throw ControlRefusal.notARequest }
-        actor = try? object.decodeIfPresent(String.self, forKey: "actor")
+        actor = try Self.optional(String.self, "actor", object, "a string")
         operation = try Self.operation(op, object)
+    }
+
+    /// The optional field `key`: `nil` when absent or `null`, refused when of another type.
+    private static func optional<T: Decodable>(
+        _ type: T.Type, _ key: Key, _ object: KeyedDecodingContainer<Key>, _ what: String
+    ) throws(ControlRefusal) -> T? {
+        guard object.contains(key), (try? object.decodeNil(forKey: key)) != true else { return nil }
+        guard let value = try? object.decode(T.self, forKey: key) else {
+            throw ControlRefusal("\"\(key.stringValue)\" must be \(what) when present")
+        }
+        return value
     }
 
     private static func operation(_ op: String, _ object: KeyedDecodingContainer<Key>) throws(ControlRefusal) -> Operation {
@@ -266,12 +278,14 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         case "consent_state":
             return .consentState
         case "consent_log":
-            return .consentLog(limit: try? object.decodeIfPresent(Int.self, forKey: "limit"))
+            let limit = try optional(Int.self, "limit", object, "a non-negative integer")
+            if let limit, limit < 0 { throw ControlRefusal("\"limit\" must be a non-negative integer when present") }
+            return .consentLog(limit: limit)
         case "deadletter_replay":
             guard let id = string("id") else {
                 throw ControlRefusal("deadletter_replay needs a string field \"id\" naming a dead letter")
             }
-            return .deadLetterReplay(id: id, sink: string("sink"))
+            return .deadLetterReplay(id: id, sink: try optional(String.self, "sink", object, "a string"))
         case "set_tracking":
             guard let enabled = try? object.decode(Bool.self, forKey: "enabled") else {
                 throw ControlRefusal("\"enabled\" must be true or false")

@@ -101,10 +101,10 @@ struct ControlProtocolTests {
             (#"{"op":"purge","category":null}"#, .purge(category: nil)),
             (#"{"op":"consent_log","limit":5,"verbose":true}"#, .consentLog(limit: 5)),
             (#"{"sink":"collector","op":"deadletter_replay","id":"abc"}"#, .deadLetterReplay(id: "abc", sink: "collector")),
-            // Optional fields of the wrong type read as absent, as the agent has always done.
-            (#"{"op":"start","actor":5}"#, .start()),
-            (#"{"op":"consent_log","limit":"ten"}"#, .consentLog(limit: nil)),
-            (#"{"op":"deadletter_replay","id":"abc","sink":7}"#, .deadLetterReplay(id: "abc", sink: nil)),
+            // Optional fields may be null.
+            (#"{"op":"start","actor":null}"#, .start()),
+            (#"{"op":"consent_log","limit":null}"#, .consentLog(limit: nil)),
+            (#"{"op":"deadletter_replay","id":"abc","sink":null}"#, .deadLetterReplay(id: "abc", sink: nil)),
             (#"{"op":"forget","user_id":"ß😀","actor":"a\u0000b"}"#, ControlRequest(.forget(userID: "ß😀"), actor: "a\u{0}b")),
         ]
         for (text, expected) in cases {
@@ -125,6 +125,11 @@ struct ControlProtocolTests {
         (#"{"op":"nope"}"#, #"unknown op "nope""#, ControlRequest.ops),
         (#"{"op":"x"}"#, #"unknown op "x""#, ControlRequest.ops),
         (#"{"op":"set_tracking"}"#, #""enabled" must be true or false"#, []),
+        // Optional fields of the wrong type are refused (they were once read as absent).
+        (#"{"op":"start","actor":5}"#, #""actor" must be a string when present"#, []),
+        (#"{"op":"consent_log","limit":"ten"}"#, #""limit" must be a non-negative integer when present"#, []),
+        (#"{"op":"consent_log","limit":-1}"#, #""limit" must be a non-negative integer when present"#, []),
+        (#"{"op":"deadletter_replay","id":"abc","sink":7}"#, #""sink" must be a string when present"#, []),
         (#"{"op":"set_tracking","enabled":1}"#, #""enabled" must be true or false"#, []),
         (#"{"op":"set_tracking","enabled":"true"}"#, #""enabled" must be true or false"#, []),
         (#"{"op":"set_consent","status":"granted"}"#, #""category" must be a string"#, []),
