@@ -111,6 +111,10 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
     case invalidUTF8 = 6
     /// The event carries a critical extension field the agent does not know (protocol 2).
     case unsupportedField = 7
+    /// A known extension field breaks its rule: an identifier (`anonymousId`, `groupId`,
+    /// `previousId`) longer than ``EventExtension/maxIdentifierBytes``, or a context that is not
+    /// a JSON object (protocol 2).
+    case invalidField = 8
 
     public var description: String {
         switch self {
@@ -122,6 +126,7 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
         case .shuttingDown: "shutting_down"
         case .invalidUTF8: "invalid_utf8"
         case .unsupportedField: "unsupported_field"
+        case .invalidField: "invalid_field"
         }
     }
 }

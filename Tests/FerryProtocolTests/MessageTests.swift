@@ -101,7 +101,7 @@ struct AckCodecTests {
             == ["0=accepted", "1=duplicate", "2=rejected", "3=blocked", "4=suppressed"])
         #expect(RejectReason.allCases.map { "\($0.rawValue)=\($0)" }
             == ["0=none", "1=malformed", "2=too_large", "3=full", "4=storage", "5=shutting_down", "6=invalid_utf8",
-                "7=unsupported_field"])
+                "7=unsupported_field", "8=invalid_field"])
     }
 
     @Test("frames shorter than the count are truncated", arguments: [0, 1, 3])
