@@ -49,11 +49,22 @@ public struct Event: Sendable, Hashable {
 }
 
 /// What finally became of an event, as reported to ``FerryClient/send(_:)``.
+///
+/// ```swift
+/// let receipt = await ferry.send(Event(name: "Signed Up"))
+/// if receipt.status == .blocked, receipt.reason == .consentDenied { … }
+/// ```
 public struct Receipt: Sendable, Hashable {
     /// The event's id.
     public var id: EventID
     /// Its final status.
     public var status: Status
+    /// Why the agent gave that status, as its ack said: the reject reason of
+    /// ``Status/rejected(_:)``, the consent state's verdict for ``Status/blocked`` (such as
+    /// `trackingDisabled`, `consentDenied`, `consentUndetermined`), `localOnly` for
+    /// ``Status/suppressed``, `onceKey` for a ``Status/duplicate`` of an already used once-key.
+    /// `none` otherwise, and from agents older than these reasons.
+    public var reason: RejectReason
 
     /// Final statuses.
     public enum Status: Sendable, Hashable {
@@ -63,9 +74,9 @@ public struct Receipt: Sendable, Hashable {
         case duplicate
         /// The agent refused it.
         case rejected(RejectReason)
-        /// Refused by consent.
+        /// Refused by consent; ``Receipt/reason`` says why.
         case blocked
-        /// Recorded locally, never delivered.
+        /// Recorded locally, never delivered; ``Receipt/reason`` says why.
         case suppressed
         /// Dropped by the client's outbox overflow policy; never reached the agent.
         case droppedFromOutbox
@@ -78,9 +89,10 @@ public struct Receipt: Sendable, Hashable {
     }
 
     /// Creates a receipt.
-    public init(id: EventID, status: Status) {
+    public init(id: EventID, status: Status, reason: RejectReason = .none) {
         self.id = id
         self.status = status
+        self.reason = reason
     }
 }
 

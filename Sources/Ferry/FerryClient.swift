@@ -406,7 +406,7 @@ public final class FerryClient: Sendable {
                     continue
                 }
                 complete(requestID: header.requestID) { index in
-                    index < entries.count ? Self.receiptStatus(entries[index]) : .rejected(.malformed)
+                    index < entries.count ? (Self.receiptStatus(entries[index]), entries[index].reason) : (.rejected(.malformed), .malformed)
                 }
             case .error:
                 let reply = try? ErrorReply(decoding: message[1])
@@ -424,7 +424,7 @@ public final class FerryClient: Sendable {
                     "code": "\(reply?.code.description ?? "?")", "message": "\(reply?.message ?? "")",
                 ])
                 let code = reply?.code ?? .malformedMessage
-                complete(requestID: header.requestID) { _ in .refusedByAgent(code) }
+                complete(requestID: header.requestID) { _ in (.refusedByAgent(code), .none) }
             case .events:
                 continue
             }
@@ -461,12 +461,13 @@ public final class FerryClient: Sendable {
 
     /// Resolves every event of an in-flight batch (a late ack for a batch already resolved, e.g.
     /// after a re-send, is ignored).
-    private func complete(requestID: UInt32, status: (Int) -> Receipt.Status) {
+    private func complete(requestID: UInt32, status: (Int) -> (Receipt.Status, RejectReason)) {
         let resolved = state.withLock { state -> [(Receipt, (@Sendable (Receipt) -> Void)?)]? in
             guard let batch = state.inFlight.removeValue(forKey: requestID) else { return nil }
             state.inFlightEvents -= batch.entries.count
             return batch.entries.enumerated().map { offset, entry in
-                let receipt = Receipt(id: entry.id, status: status(offset))
+                let (verdict, reason) = status(offset)
+                let receipt = Receipt(id: entry.id, status: verdict, reason: reason)
                 switch receipt.status {
                 case .accepted: state.statistics.accepted += 1
                 case .duplicate: state.statistics.duplicate += 1
