@@ -77,6 +77,14 @@ def main():
     files["bad-event-extension-cut"] = (EVENT, event(flags=0x8000) + ext(1, session)[:10])
     files["bad-event-extension-past-end"] = (EVENT, event(flags=0x8000) + ext(2, b"ab", length=0xFFFFFFF0))
     files["bad-event-session-short"] = (EVENT, event(flags=0x8000) + ext(1, session[:8]))
+    # The event-model fields: anonymousId, groupId, previousId (UTF-8, at most 1024 bytes), context
+    # (a JSON object).
+    files["valid-event-model-fields"] = (EVENT, event(type_=4, flags=0x8000) + ext(1, session) + ext(2, b"anon-7")
+                                         + ext(3, b"acme") + ext(4, b"old") + ext(5, b'{"locale":"fr-FR"}'))
+    files["bad-event-context-not-object"] = (EVENT, event(flags=0x8000) + ext(5, b"[1,2]"))
+    files["bad-event-context-invalid-json"] = (EVENT, event(flags=0x8000) + ext(5, b'{"a":}'))
+    files["bad-event-group-id-too-long"] = (EVENT, event(flags=0x8000) + ext(3, b"g" * 1025))
+    files["bad-event-anonymous-id-invalid-utf8"] = (EVENT, event(flags=0x8000) + ext(2, b"\xff"))
     valid = event()
     files["bad-event-fixed-header-only-short"] = (EVENT, valid[:51])
     files["bad-event-truncated-text"] = (EVENT, valid[:-3])

@@ -7,7 +7,7 @@ public struct Event: Sendable, Hashable {
     public var type: EventType
     /// The event name (`"Order Completed"`, a screen name, …).
     public var name: String
-    /// JSON object properties, already encoded (see ``init(type:name:properties:userID:onceKey:category:localOnly:)``).
+    /// JSON object properties, already encoded (see ``init(type:name:properties:userID:onceKey:category:localOnly:anonymousID:groupID:previousID:context:)``).
     public var propertiesJSON: [UInt8]
     /// The user the event is about, if known.
     public var userID: String
@@ -17,26 +17,37 @@ public struct Event: Sendable, Hashable {
     public var category: UInt8
     /// Record locally but never deliver upstream.
     public var localOnly: Bool
+    /// An id for a user not (yet) known by ``userID`` (Segment's `anonymousId`); empty means the
+    /// client's ``FerryClientConfiguration/anonymousID``. At most 1024 bytes (the agent rejects a
+    /// longer one with reason `invalidField`).
+    public var anonymousID: String
+    /// The group a `group` event joins the user to (Segment's `groupId`); empty =
+    /// none. At most 1024 bytes.
+    public var groupID: String
+    /// The user's former id, which an `alias` event links to ``userID`` (Segment's
+    /// `previousId`); empty = none. At most 1024 bytes.
+    public var previousID: String
+    /// The event's context (Segment's `context`: app, device, locale …) as an encoded JSON object,
+    /// or empty for none. The agent rejects a context that is not a JSON object (reason
+    /// `invalidField`).
+    public var contextJSON: [UInt8]
 
-    /// Creates an event with structured properties.
+    /// Creates an event with structured properties and context.
     public init(
         type: EventType = .track, name: String, properties: [String: FerryValue] = [:], userID: String = "",
-        onceKey: String = "", category: UInt8 = 0, localOnly: Bool = false
+        onceKey: String = "", category: UInt8 = 0, localOnly: Bool = false, anonymousID: String = "",
+        groupID: String = "", previousID: String = "", context: [String: FerryValue] = [:]
     ) {
-        var json: [UInt8] = []
-        if !properties.isEmpty {
-            // One allocation for typical properties instead of several growth steps.
-            json.reserveCapacity(16 + 32 * properties.count)
-            FerryValue.appendObject(properties, to: &json)
-        }
-        self.init(type: type, name: name, propertiesJSON: json, userID: userID, onceKey: onceKey,
-                  category: category, localOnly: localOnly)
+        self.init(type: type, name: name, propertiesJSON: Self.object(properties), userID: userID, onceKey: onceKey,
+                  category: category, localOnly: localOnly, anonymousID: anonymousID, groupID: groupID,
+                  previousID: previousID, contextJSON: Self.object(context))
     }
 
-    /// Creates an event whose properties are an already encoded JSON object (or empty).
+    /// Creates an event whose properties (and context) are already encoded JSON objects (or empty).
     public init(
         type: EventType = .track, name: String, propertiesJSON: [UInt8], userID: String = "",
-        onceKey: String = "", category: UInt8 = 0, localOnly: Bool = false
+        onceKey: String = "", category: UInt8 = 0, localOnly: Bool = false, anonymousID: String = "",
+        groupID: String = "", previousID: String = "", contextJSON: [UInt8] = []
     ) {
         self.type = type
         self.name = name
@@ -45,15 +56,40 @@ public struct Event: Sendable, Hashable {
         self.onceKey = onceKey
         self.category = category
         self.localOnly = localOnly
+        self.anonymousID = anonymousID
+        self.groupID = groupID
+        self.previousID = previousID
+        self.contextJSON = contextJSON
+    }
+
+    /// The JSON object text of `fields`, or empty for none.
+    static func object(_ fields: [String: FerryValue]) -> [UInt8] {
+        guard !fields.isEmpty else { return [] }
+        var json: [UInt8] = []
+        // One allocation for typical fields instead of several growth steps.
+        json.reserveCapacity(16 + 32 * fields.count)
+        FerryValue.appendObject(fields, to: &json)
+        return json
     }
 }
 
 /// What finally became of an event, as reported to ``FerryClient/send(_:)``.
+///
+/// ```swift
+/// let receipt = await ferry.send(Event(name: "Signed Up"))
+/// if receipt.status == .blocked, receipt.reason == .consentDenied { … }
+/// ```
 public struct Receipt: Sendable, Hashable {
     /// The event's id.
     public var id: EventID
     /// Its final status.
     public var status: Status
+    /// Why the agent gave that status, as its ack said: the reject reason of
+    /// ``Status/rejected(_:)``, the consent state's verdict for ``Status/blocked`` (such as
+    /// `trackingDisabled`, `consentDenied`, `consentUndetermined`), `localOnly` for
+    /// ``Status/suppressed``, `onceKey` for a ``Status/duplicate`` of an already used once-key.
+    /// `none` otherwise, and from agents older than these reasons.
+    public var reason: RejectReason
 
     /// Final statuses.
     public enum Status: Sendable, Hashable {
@@ -63,9 +99,9 @@ public struct Receipt: Sendable, Hashable {
         case duplicate
         /// The agent refused it.
         case rejected(RejectReason)
-        /// Refused by consent.
+        /// Refused by consent; ``Receipt/reason`` says why.
         case blocked
-        /// Recorded locally, never delivered.
+        /// Recorded locally, never delivered; ``Receipt/reason`` says why.
         case suppressed
         /// Dropped by the client's outbox overflow policy; never reached the agent.
         case droppedFromOutbox
@@ -78,9 +114,10 @@ public struct Receipt: Sendable, Hashable {
     }
 
     /// Creates a receipt.
-    public init(id: EventID, status: Status) {
+    public init(id: EventID, status: Status, reason: RejectReason = .none) {
         self.id = id
         self.status = status
+        self.reason = reason
     }
 }
 

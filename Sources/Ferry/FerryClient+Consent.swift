@@ -12,7 +12,7 @@ import FerryProtocol
 ///
 /// Each call is one control request (reply timeout 60 s; a missing or crashed agent is reported at
 /// once); it throws ``FerryClientError`` with code ``FerryClientError/Code/agentNotRunning`` when
-/// no agent answers. Unlike ``track(_:properties:userID:)``,
+/// no agent answers. Unlike ``track(_:properties:userID:anonymousID:context:)``,
 /// these calls are not queued: a consent change takes effect on the agent or fails here.
 extension FerryClient {
     /// A control client for the agent this client sends to (its runtime directory).

@@ -19,7 +19,7 @@ import ZeroMQ
 /// await ferry.shutdown()
 /// ```
 ///
-/// ``track(_:properties:userID:)`` and friends encode the event and put it in a bounded
+/// ``track(_:properties:userID:anonymousID:context:)`` and friends encode the event and put it in a bounded
 /// in-memory outbox, then return. A dedicated I/O thread owns the ZeroMQ DEALER socket and sends
 /// the outbox in batches; an event leaves the outbox only when the agent acks it. Unacked batches
 /// are re-sent (after ``FerryClientConfiguration/resendAfter``, and whenever the agent comes
@@ -119,22 +119,84 @@ public final class FerryClient: Sendable {
 
     // MARK: Emitting
 
-    /// Queues a `track` event and returns at once.
+    // Every helper takes an `anonymousID` (empty: the configuration's) and a `context` (Segment's
+    // context object: app, device, locale …; empty: none). The helpers build an ``Event``; use
+    // ``enqueue(_:)`` with one for a category, a once-key or a local-only event.
+
+    /// Queues a `track` event (the user did something) and returns its id at once.
+    ///
+    /// ```swift
+    /// ferry.track("Order Completed", properties: ["total": 42.5], userID: "u1")
+    /// ```
     @discardableResult
-    public func track(_ name: String, properties: [String: FerryValue] = [:], userID: String = "") -> EventID {
-        enqueue(Event(type: .track, name: name, properties: properties, userID: userID))
+    public func track(
+        _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
+        context: [String: FerryValue] = [:]
+    ) -> EventID {
+        enqueue(Event(type: .track, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+                      context: context))
     }
 
-    /// Queues a `screen` event and returns at once.
+    /// Queues a `screen` event (the user saw an app screen) and returns its id at once.
     @discardableResult
-    public func screen(_ name: String, properties: [String: FerryValue] = [:], userID: String = "") -> EventID {
-        enqueue(Event(type: .screen, name: name, properties: properties, userID: userID))
+    public func screen(
+        _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
+        context: [String: FerryValue] = [:]
+    ) -> EventID {
+        enqueue(Event(type: .screen, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+                      context: context))
     }
 
-    /// Queues an `identify` event and returns at once.
+    /// Queues a `page` event (the user saw a web page) and returns its id at once.
+    ///
+    /// ```swift
+    /// ferry.page("Pricing", properties: ["path": "/pricing"], context: ["locale": "fr-FR"])
+    /// ```
     @discardableResult
-    public func identify(userID: String, traits: [String: FerryValue] = [:]) -> EventID {
-        enqueue(Event(type: .identify, name: "", properties: traits, userID: userID))
+    public func page(
+        _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
+        context: [String: FerryValue] = [:]
+    ) -> EventID {
+        enqueue(Event(type: .page, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+                      context: context))
+    }
+
+    /// Queues an `identify` event (who the user is, with traits) and returns its id at once.
+    @discardableResult
+    public func identify(
+        userID: String, traits: [String: FerryValue] = [:], anonymousID: String = "", context: [String: FerryValue] = [:]
+    ) -> EventID {
+        enqueue(Event(type: .identify, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
+                      context: context))
+    }
+
+    /// Queues a `group` event (the user belongs to group `groupID`, an account or organisation,
+    /// with the group's traits) and returns its id at once.
+    ///
+    /// ```swift
+    /// ferry.group("acme", traits: ["plan": "enterprise"], userID: "u1")
+    /// ```
+    @discardableResult
+    public func group(
+        _ groupID: String, traits: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
+        context: [String: FerryValue] = [:]
+    ) -> EventID {
+        enqueue(Event(type: .group, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
+                      groupID: groupID, context: context))
+    }
+
+    /// Queues an `alias` event (`previousID`, such as an anonymous id, is the same user as
+    /// `userID`) and returns its id at once.
+    ///
+    /// ```swift
+    /// ferry.alias(userID: "u1", previousID: "anon-7")
+    /// ```
+    @discardableResult
+    public func alias(
+        userID: String, previousID: String, anonymousID: String = "", context: [String: FerryValue] = [:]
+    ) -> EventID {
+        enqueue(Event(type: .alias, name: "", userID: userID, anonymousID: anonymousID, previousID: previousID,
+                      context: context))
     }
 
     /// Queues any event and returns its id at once. After ``shutdown()`` the event is dropped.
@@ -172,7 +234,8 @@ public final class FerryClient: Sendable {
             sequence: sequence.wrappingAdd(1, ordering: .relaxed).newValue, pid: pid, type: event.type,
             category: event.category, flags: event.localOnly ? .localOnly : [], source: configuration.source,
             name: event.name, userID: event.userID, onceKey: event.onceKey, properties: event.propertiesJSON,
-            session: session)
+            session: session, anonymousID: event.anonymousID.isEmpty ? configuration.anonymousID : event.anonymousID,
+            groupID: event.groupID, previousID: event.previousID, context: event.contextJSON)
         let frame = wire.encoded()
         var dropped: (EventID, UInt64)?
         var refused = false
@@ -406,7 +469,7 @@ public final class FerryClient: Sendable {
                     continue
                 }
                 complete(requestID: header.requestID) { index in
-                    index < entries.count ? Self.receiptStatus(entries[index]) : .rejected(.malformed)
+                    index < entries.count ? (Self.receiptStatus(entries[index]), entries[index].reason) : (.rejected(.malformed), .malformed)
                 }
             case .error:
                 let reply = try? ErrorReply(decoding: message[1])
@@ -424,7 +487,7 @@ public final class FerryClient: Sendable {
                     "code": "\(reply?.code.description ?? "?")", "message": "\(reply?.message ?? "")",
                 ])
                 let code = reply?.code ?? .malformedMessage
-                complete(requestID: header.requestID) { _ in .refusedByAgent(code) }
+                complete(requestID: header.requestID) { _ in (.refusedByAgent(code), .none) }
             case .events:
                 continue
             }
@@ -461,12 +524,13 @@ public final class FerryClient: Sendable {
 
     /// Resolves every event of an in-flight batch (a late ack for a batch already resolved, e.g.
     /// after a re-send, is ignored).
-    private func complete(requestID: UInt32, status: (Int) -> Receipt.Status) {
+    private func complete(requestID: UInt32, status: (Int) -> (Receipt.Status, RejectReason)) {
         let resolved = state.withLock { state -> [(Receipt, (@Sendable (Receipt) -> Void)?)]? in
             guard let batch = state.inFlight.removeValue(forKey: requestID) else { return nil }
             state.inFlightEvents -= batch.entries.count
             return batch.entries.enumerated().map { offset, entry in
-                let receipt = Receipt(id: entry.id, status: status(offset))
+                let (verdict, reason) = status(offset)
+                let receipt = Receipt(id: entry.id, status: verdict, reason: reason)
                 switch receipt.status {
                 case .accepted: state.statistics.accepted += 1
                 case .duplicate: state.statistics.duplicate += 1

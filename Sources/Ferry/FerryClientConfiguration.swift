@@ -16,6 +16,9 @@ public struct FerryClientConfiguration: Sendable, Hashable {
     public var maxInFlightBatches: Int
     /// A message not acked within this time is sent again (the agent drops the duplicates).
     public var resendAfter: Duration
+    /// The `anonymousId` every event carries unless the event sets its own (`Event.anonymousID`);
+    /// empty (the default) for none. Use a stable id for a user not known by a user id yet.
+    public var anonymousID: String
 
     /// What to drop when the outbox is full.
     public enum OverflowPolicy: String, Sendable, Hashable, CaseIterable {
@@ -34,7 +37,8 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         overflowPolicy: OverflowPolicy = .dropOldest,
         batchMaxEvents: Int = 256,
         maxInFlightBatches: Int = 8,
-        resendAfter: Duration = .seconds(2)
+        resendAfter: Duration = .seconds(2),
+        anonymousID: String = ""
     ) {
         self.source = source
         self.runtimeDirectory = runtimeDirectory
@@ -43,6 +47,7 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         self.batchMaxEvents = batchMaxEvents
         self.maxInFlightBatches = maxInFlightBatches
         self.resendAfter = resendAfter
+        self.anonymousID = anonymousID
     }
 
     /// The current process's name, from `/proc/self/comm` or `argv[0]`.

@@ -60,6 +60,10 @@ public struct EventExtension: Hashable, Sendable {
     /// Bytes before each value: tag and length.
     public static let entryHeaderSize = 6
 
+    /// The most bytes of an identifier field (``Tag/anonymousID``, ``Tag/groupID``,
+    /// ``Tag/previousID``); a longer one is refused with reason `invalid_field`.
+    public static let maxIdentifierBytes = 1024
+
     /// An extension tag.
     public struct Tag: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible {
         public let rawValue: UInt16
@@ -73,12 +77,35 @@ public struct EventExtension: Hashable, Sendable {
         /// identifies the event for exactly-once intake across re-sends (see PROTOCOL.md).
         public static let session = Tag(rawValue: 0x0001)
 
+        /// UTF-8 text, at most ``EventExtension/maxIdentifierBytes``: the id of a user not (yet)
+        /// known by a user id (Segment's `anonymousId`). See ``WireEvent/anonymousID``.
+        public static let anonymousID = Tag(rawValue: 0x0002)
+
+        /// UTF-8 text, at most ``EventExtension/maxIdentifierBytes``: the group (account,
+        /// organisation) a `group` event associates the user with (Segment's `groupId`).
+        public static let groupID = Tag(rawValue: 0x0003)
+
+        /// UTF-8 text, at most ``EventExtension/maxIdentifierBytes``: the user's former id, which
+        /// an `alias` event links to the user id (Segment's `previousId`).
+        public static let previousID = Tag(rawValue: 0x0004)
+
+        /// A JSON object as UTF-8 text: facts about the event's circumstances (Segment's
+        /// `context`: app, device, locale …). Bounded only by the event size limit.
+        public static let context = Tag(rawValue: 0x0005)
+
         /// The tags this build knows.
-        public static let known: Set<Tag> = [.session]
+        public static let known: Set<Tag> = [.session, .anonymousID, .groupID, .previousID, .context]
+
+        /// The tags of the event-model fields ``WireEvent`` holds as properties of their own.
+        static let eventModel: Set<Tag> = [.anonymousID, .groupID, .previousID, .context]
 
         public var description: String {
             switch self {
             case .session: "session"
+            case .anonymousID: "anonymousId"
+            case .groupID: "groupId"
+            case .previousID: "previousId"
+            case .context: "context"
             default: "0x" + String(rawValue, radix: 16)
             }
         }
@@ -117,7 +144,21 @@ public struct WireEvent: Hashable, Sendable {
     public var properties: [UInt8]
     /// The client session the event belongs to (protocol version 2), if any.
     public var session: EventID?
-    /// Other extension fields, in the order they are encoded (the session is not among them).
+    /// An id for a user not known by ``userID`` (extension ``EventExtension/Tag/anonymousID``);
+    /// empty when unset. At most ``EventExtension/maxIdentifierBytes`` bytes.
+    public var anonymousID: String
+    /// The group a `group` event associates the user with (extension
+    /// ``EventExtension/Tag/groupID``); empty when unset. At most
+    /// ``EventExtension/maxIdentifierBytes`` bytes.
+    public var groupID: String
+    /// The user's former id, for an `alias` event (extension ``EventExtension/Tag/previousID``);
+    /// empty when unset. At most ``EventExtension/maxIdentifierBytes`` bytes.
+    public var previousID: String
+    /// The event's context: a UTF-8 JSON object (extension ``EventExtension/Tag/context``), or
+    /// empty for none. The agent refuses an event whose context is not a JSON object.
+    public var context: [UInt8]
+    /// Other extension fields, in the order they are encoded (the session and the event-model
+    /// fields above are not among them, and must not be added here).
     public var extensions: [EventExtension]
 
     /// Creates an event.
@@ -125,6 +166,7 @@ public struct WireEvent: Hashable, Sendable {
         id: EventID, timestamp: UInt64, sequence: UInt64, pid: UInt32, type: EventType,
         category: UInt8 = 0, flags: EventFlags = [], source: String, name: String,
         userID: String = "", onceKey: String = "", properties: [UInt8] = [], session: EventID? = nil,
+        anonymousID: String = "", groupID: String = "", previousID: String = "", context: [UInt8] = [],
         extensions: [EventExtension] = []
     ) {
         self.id = id
@@ -140,6 +182,10 @@ public struct WireEvent: Hashable, Sendable {
         self.onceKey = onceKey
         self.properties = properties
         self.session = session
+        self.anonymousID = anonymousID
+        self.groupID = groupID
+        self.previousID = previousID
+        self.context = context
         self.extensions = extensions
     }
 
@@ -147,7 +193,10 @@ public struct WireEvent: Hashable, Sendable {
     public static let fixedHeaderSize = 52
 
     /// Whether the encoded frame has an extension block (and so needs protocol version 2).
-    public var isExtended: Bool { session != nil || !extensions.isEmpty }
+    public var isExtended: Bool {
+        session != nil || !anonymousID.isEmpty || !groupID.isEmpty || !previousID.isEmpty || !context.isEmpty
+            || !extensions.isEmpty
+    }
 
     /// The encoded frame. Text fields longer than 65 535 bytes are a programming error.
     public func encoded() -> [UInt8] {
@@ -156,7 +205,12 @@ public struct WireEvent: Hashable, Sendable {
         let source = source.utf8, name = name.utf8, user = userID.utf8, once = onceKey.utf8
         precondition(source.count <= 0xFFFF && name.count <= 0xFFFF && user.count <= 0xFFFF && once.count <= 0xFFFF,
                      "event text fields are limited to 65535 bytes")
+        let modelFields: [(EventExtension.Tag, Int)] = [
+            (.anonymousID, anonymousID.utf8.count), (.groupID, groupID.utf8.count),
+            (.previousID, previousID.utf8.count), (.context, context.count),
+        ]
         let extensionBytes = (session == nil ? 0 : EventExtension.entryHeaderSize + 16)
+            + modelFields.reduce(0) { $0 + ($1.1 == 0 ? 0 : EventExtension.entryHeaderSize + $1.1) }
             + extensions.reduce(0) { $0 + EventExtension.entryHeaderSize + $1.value.count }
         var flags = flags.subtracting(.extended)
         if isExtended { flags.insert(.extended) }
@@ -185,6 +239,17 @@ public struct WireEvent: Hashable, Sendable {
             out.appendLE(UInt32(16))
             session.append(to: &out)
         }
+        // The event-model fields, in tag order, each only when set.
+        for (tag, count) in modelFields where count > 0 {
+            out.appendLE(tag.rawValue)
+            out.appendLE(UInt32(count))
+            switch tag {
+            case .anonymousID: out.append(contentsOf: anonymousID.utf8)
+            case .groupID: out.append(contentsOf: groupID.utf8)
+            case .previousID: out.append(contentsOf: previousID.utf8)
+            default: out.append(contentsOf: context)
+            }
+        }
         for field in extensions {
             out.appendLE(field.tag.rawValue)
             out.appendLE(UInt32(field.value.count))
@@ -194,8 +259,12 @@ public struct WireEvent: Hashable, Sendable {
     }
 
     /// Decodes a whole frame, validating lengths, UTF-8 and the extension block.
-    public init(decoding frame: [UInt8]) throws(ProtocolError) {
-        let header = try EventHeader(frame)
+    ///
+    /// With `checkingFields` false the event-model extensions are taken as they are (an
+    /// identifier's invalid UTF-8 replaced, a context that is not an object kept): for frames an
+    /// agent stored before it knew those fields, which must stay readable.
+    public init(decoding frame: [UInt8], checkingFields: Bool = true) throws(ProtocolError) {
+        let header = try EventHeader(frame, checkingFields: checkingFields)
         var offset = Self.fixedHeaderSize
         func text(_ count: Int, _ field: String) throws(ProtocolError) -> String {
             defer { offset += count }
@@ -209,12 +278,25 @@ public struct WireEvent: Hashable, Sendable {
         let user = try text(header.userIDLength, "user id")
         let once = try text(header.onceKeyLength, "once key")
         let properties = Array(frame[offset..<offset + header.propertiesLength])
-        let extensions = header.extensions(in: frame).filter { $0.tag != .session }
+        var anonymousID = "", groupID = "", previousID = "", context: [UInt8] = []
+        var extensions: [EventExtension] = []
+        for field in header.extensions(in: frame) {
+            // Validated by `EventHeader`: the text fields are UTF-8, the context a JSON object.
+            switch field.tag {
+            case .session: continue
+            case .anonymousID: anonymousID = String(decoding: field.value, as: UTF8.self)
+            case .groupID: groupID = String(decoding: field.value, as: UTF8.self)
+            case .previousID: previousID = String(decoding: field.value, as: UTF8.self)
+            case .context: context = field.value
+            default: extensions.append(field)
+            }
+        }
         self.init(
             id: header.id, timestamp: header.timestamp, sequence: header.sequence, pid: header.pid,
             type: header.type, category: header.category, flags: header.flags.subtracting(.extended),
             source: source, name: name, userID: user, onceKey: once, properties: properties,
-            session: header.session, extensions: extensions
+            session: header.session, anonymousID: anonymousID, groupID: groupID, previousID: previousID,
+            context: context, extensions: extensions
         )
     }
 
@@ -255,9 +337,11 @@ public struct EventHeader: Sendable {
 
     /// Reads and validates the fixed header of `frame`: the frame must be exactly as long as the
     /// header says (plus a well-formed extension block when the ``EventFlags/extended`` flag is
-    /// set), the type must be known, the text fields and the properties must be valid UTF-8 and
-    /// no extension may be critical and unknown.
-    public init(_ frame: [UInt8]) throws(ProtocolError) {
+    /// set), the type must be known, the text fields and the properties must be valid UTF-8, no
+    /// extension may be critical and unknown, and the known extensions must keep their rules
+    /// (identifiers valid UTF-8 of at most ``EventExtension/maxIdentifierBytes``, the context a
+    /// JSON object; not with `checkingFields` false, for frames stored before they were known).
+    public init(_ frame: [UInt8], checkingFields: Bool = true) throws(ProtocolError) {
         guard frame.count >= WireEvent.fixedHeaderSize else {
             throw .truncated("event frame is \(frame.count) bytes, the fixed header alone is \(WireEvent.fixedHeaderSize)")
         }
@@ -287,7 +371,7 @@ public struct EventHeader: Sendable {
         }
         header.extensionsOffset = declared
         if header.flags.contains(.extended) {
-            header.session = try Self.validateExtensions(frame, from: declared)
+            header.session = try Self.validateExtensions(frame, from: declared, checkingFields: checkingFields)
         } else if declared != frame.count {
             throw .malformed("event frame is \(frame.count) bytes but its header declares \(declared)")
         }
@@ -311,9 +395,9 @@ public struct EventHeader: Sendable {
     }
 
     /// Walks the extension block from `offset` to the end of `frame`: every entry must fit, no
-    /// tag may repeat, known tags must have their size, unknown critical tags are refused.
-    /// Returns the session, if any.
-    private static func validateExtensions(_ frame: [UInt8], from start: Int) throws(ProtocolError) -> EventID? {
+    /// tag may repeat, known tags must have their size and content, unknown critical tags are
+    /// refused. Returns the session, if any.
+    private static func validateExtensions(_ frame: [UInt8], from start: Int, checkingFields: Bool) throws(ProtocolError) -> EventID? {
         var offset = start
         var session: EventID?
         var seen: Set<UInt16> = []
@@ -332,6 +416,24 @@ public struct EventHeader: Sendable {
             case .session:
                 guard length == 16 else { throw .malformed("extension session is \(length) bytes, expected 16") }
                 session = EventID(bytes: frame, at: value)
+            case .anonymousID, .groupID, .previousID:
+                guard checkingFields else { break }
+                guard frame.withUnsafeBytes({ UTF8Validation.isValid(UnsafeRawBufferPointer(rebasing: $0[value..<(value + length)])) }) else {
+                    throw .invalidUTF8("extension \(tag) is not valid UTF-8")
+                }
+                guard length <= EventExtension.maxIdentifierBytes else {
+                    throw .invalidField("extension \(tag) is \(length) bytes, the limit is \(EventExtension.maxIdentifierBytes)")
+                }
+            case .context:
+                guard checkingFields else { break }
+                let problem: String? = frame.withUnsafeBytes { raw in
+                    let bytes = UnsafeRawBufferPointer(rebasing: raw[value..<(value + length)])
+                    if !UTF8Validation.isValid(bytes) { return "utf8" }
+                    // Empty means no context, as for an empty properties field.
+                    return length == 0 || JSONValidation.isObject(bytes) ? nil : "json"
+                }
+                if problem == "utf8" { throw .invalidUTF8("extension context is not valid UTF-8") }
+                if problem != nil { throw .invalidField("extension context is not a JSON object") }
             default:
                 if tag.isCritical { throw .unsupportedField("critical extension \(tag) is not known to this agent") }
             }

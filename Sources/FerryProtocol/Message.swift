@@ -94,8 +94,14 @@ public enum EventStatus: UInt8, Sendable, CaseIterable, CustomStringConvertible 
     }
 }
 
-/// Why an event was rejected.
+/// Why an event got its status: why it was rejected (codes 1–8), blocked or suppressed by the
+/// consent state (9–17), or answered `duplicate` for its once-key (18). `accepted` and a
+/// `duplicate` by id or session carry ``none``.
+///
+/// Older agents send ``none`` for `blocked` and `suppressed`; a client decodes a code it does
+/// not know as ``malformed``.
 public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+    /// No reason (accepted, duplicate by id or session, or an agent older than the reasons).
     case none = 0
     /// The frame's structure is wrong.
     case malformed = 1
@@ -111,6 +117,33 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
     case invalidUTF8 = 6
     /// The event carries a critical extension field the agent does not know (protocol 2).
     case unsupportedField = 7
+    /// A known extension field breaks its rule: an identifier (`anonymousId`, `groupId`,
+    /// `previousId`) longer than ``EventExtension/maxIdentifierBytes``, or a context that is not
+    /// a JSON object (protocol 2).
+    case invalidField = 8
+    /// `suppressed`: a local-only event (flag `localOnly`), recorded and never delivered.
+    case localOnly = 9
+    /// `blocked`: no feature is enabled; the agent stores and sends nothing.
+    case noOp = 10
+    /// `blocked`: network tracking is switched off in the agent's configuration.
+    case killSwitch = 11
+    /// `blocked`: tracking is disabled (`ferry tracking off`).
+    case trackingDisabled = 12
+    /// `blocked`: the host is subject to GDPR and data usage is denied.
+    case gdprDataUsageDenied = 13
+    /// `blocked`: the event's category code is not one the agent declares (or is the agent's
+    /// own `consent` category).
+    case unknownCategory = 14
+    /// `blocked`: the event's category is not among the enabled features.
+    case featureDisabled = 15
+    /// `blocked`: consent for the event's category is denied.
+    case consentDenied = 16
+    /// `blocked`: consent for the event's category is not decided yet and the agent's policy
+    /// for that is to block (with the `hold` policy the event is accepted and held instead).
+    case consentUndetermined = 17
+    /// `duplicate`: the event's once-key was used before (by an event stored, blocked or
+    /// suppressed); nothing new was stored.
+    case onceKey = 18
 
     public var description: String {
         switch self {
@@ -122,7 +155,36 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
         case .shuttingDown: "shutting_down"
         case .invalidUTF8: "invalid_utf8"
         case .unsupportedField: "unsupported_field"
+        case .invalidField: "invalid_field"
+        case .localOnly: "local_only"
+        case .noOp: "no_op"
+        case .killSwitch: "kill_switch"
+        case .trackingDisabled: "tracking_disabled"
+        case .gdprDataUsageDenied: "gdpr_data_usage_denied"
+        case .unknownCategory: "unknown_category"
+        case .featureDisabled: "feature_disabled"
+        case .consentDenied: "consent_denied"
+        case .consentUndetermined: "consent_undetermined"
+        case .onceKey: "once_key"
         }
+    }
+}
+
+extension RejectReason {
+    /// The reasons a `rejected` ack carries.
+    public static let rejections: [RejectReason] = [
+        .malformed, .tooLarge, .full, .storage, .shuttingDown, .invalidUTF8, .unsupportedField, .invalidField,
+    ]
+    /// The reasons a `blocked` ack carries (the consent state's verdicts).
+    public static let consentBlocks: [RejectReason] = [
+        .noOp, .killSwitch, .trackingDisabled, .gdprDataUsageDenied, .unknownCategory, .featureDisabled,
+        .consentDenied, .consentUndetermined,
+    ]
+
+    /// Parses the snake_case name (the bus's `reason` field).
+    public init?(name: String) {
+        guard let match = Self.allCases.first(where: { $0.description == name }) else { return nil }
+        self = match
     }
 }
 
@@ -182,7 +244,7 @@ public enum AckCodec {
 }
 
 /// Codes of an ``MessageKind/error`` reply.
-public enum ErrorCode: UInt16, Sendable, CustomStringConvertible {
+public enum ErrorCode: UInt16, Sendable, CaseIterable, CustomStringConvertible {
     case malformedMessage = 1
     case unsupportedVersion = 2
     case unknownKind = 3

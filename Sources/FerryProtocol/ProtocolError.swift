@@ -4,7 +4,7 @@
 /// can be added without breaking callers' exhaustive switches.
 public struct ProtocolError: Error, Hashable, Sendable, CustomStringConvertible {
     private enum Base: Hashable, Sendable {
-        case truncated, unsupportedVersion, unknownKind, malformed, tooLarge, invalidUTF8, unsupportedField
+        case truncated, unsupportedVersion, unknownKind, malformed, tooLarge, invalidUTF8, unsupportedField, invalidField
     }
     private let base: Base
     /// What exactly was wrong, for the error reply and the log.
@@ -29,6 +29,9 @@ public struct ProtocolError: Error, Hashable, Sendable, CustomStringConvertible 
     public static func invalidUTF8(_ detail: String) -> Self { .init(.invalidUTF8, detail) }
     /// An event carries a critical extension this side does not know.
     public static func unsupportedField(_ detail: String) -> Self { .init(.unsupportedField, detail) }
+    /// A known extension field breaks its rule (an identifier too long, a context that is not a
+    /// JSON object).
+    public static func invalidField(_ detail: String) -> Self { .init(.invalidField, detail) }
 
     /// Compares the kind of error only, ignoring ``detail``.
     public static func ~= (pattern: ProtocolError, value: any Error) -> Bool {
@@ -38,7 +41,7 @@ public struct ProtocolError: Error, Hashable, Sendable, CustomStringConvertible 
     /// The wire error code for this error (see ``ErrorCode``).
     public var code: ErrorCode {
         switch base {
-        case .truncated, .malformed, .invalidUTF8, .unsupportedField: .malformedMessage
+        case .truncated, .malformed, .invalidUTF8, .unsupportedField, .invalidField: .malformedMessage
         case .unsupportedVersion: .unsupportedVersion
         case .unknownKind: .unknownKind
         case .tooLarge: .messageTooLarge
@@ -51,6 +54,7 @@ public struct ProtocolError: Error, Hashable, Sendable, CustomStringConvertible 
         case .tooLarge: .tooLarge
         case .invalidUTF8: .invalidUTF8
         case .unsupportedField: .unsupportedField
+        case .invalidField: .invalidField
         default: .malformed
         }
     }

@@ -46,6 +46,23 @@ package struct JSONWriter {
         if let session = event.session { field("session", session.description) }
     }
 
+    /// The protocol 2 event-model fields, each only when set: `anonymous_id`, `group_id`,
+    /// `previous_id` (strings) and `context` (the object as sent, on one line). The agent checks
+    /// the context at ingest; one that is not a JSON object anyway (stored by an agent that did
+    /// not know the field) is kept as a string under `context_raw`.
+    package mutating func eventModelFields(_ event: WireEvent) {
+        if !event.anonymousID.isEmpty { field("anonymous_id", event.anonymousID) }
+        if !event.groupID.isEmpty { field("group_id", event.groupID) }
+        if !event.previousID.isEmpty { field("previous_id", event.previousID) }
+        if !event.context.isEmpty {
+            if Self.isJSONObject(event.context) {
+                rawField("context", Self.compactJSON(event.context))
+            } else {
+                field("context_raw", String(decoding: event.context, as: UTF8.self))
+            }
+        }
+    }
+
     /// Inserts `json` verbatim; the caller guarantees it is a valid JSON value.
     package mutating func rawField(_ name: String, _ json: [UInt8]) {
         key(name)
@@ -65,8 +82,9 @@ extension JSONWriter {
     /// lines and the HTTP sink's `envelope` body: id, type, name, source, pid, seq, timestamp,
     /// accepted_at, category when not 0, user_id/once_key when set, local_only when set,
     /// properties (as sent; a body that is not a JSON object is kept as a string under
-    /// `properties_raw`) and origin (the sender as the kernel told the agent, or `null`). An
-    /// undecodable frame gives `{"id":…,"undecodable":true}`.
+    /// `properties_raw`), the event-model fields anonymous_id/group_id/previous_id/context when
+    /// set (``eventModelFields(_:)``) and origin (the sender as the kernel told the agent, or
+    /// `null`). An undecodable frame gives `{"id":…,"undecodable":true}`.
     package static func storedEventObject(_ stored: StoredEvent, consent: [UInt8]? = nil) -> [UInt8] {
         guard let event = try? stored.decoded() else {
             var json = JSONWriter()
@@ -88,6 +106,7 @@ extension JSONWriter {
         } else {
             json.field("properties_raw", String(decoding: event.properties, as: UTF8.self))
         }
+        json.eventModelFields(event)
         // The sender as the kernel told the agent; `null` for events stored before origins were
         // recorded and for those the agent made itself.
         json.rawField("origin", EventOrigin(metadata: stored.metadata).map(originObject) ?? Array("null".utf8))

@@ -362,8 +362,9 @@ public struct StoredEvent: Sendable {
 
     /// The fixed header of the event (validated when it was accepted).
     public func header() throws(ProtocolError) -> EventHeader { try EventHeader(frame) }
-    /// The fully decoded event.
-    public func decoded() throws(ProtocolError) -> WireEvent { try WireEvent(decoding: frame) }
+    /// The fully decoded event. The event-model extensions are not checked again (the agent did
+    /// at ingest; a frame stored by an agent that did not know them is read as it is).
+    public func decoded() throws(ProtocolError) -> WireEvent { try WireEvent(decoding: frame, checkingFields: false) }
 }
 
 /// A place in the log: a segment and a byte offset within it.

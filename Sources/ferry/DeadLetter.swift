@@ -125,7 +125,7 @@ struct DeadLetterCommand: ParsableCommand {
             print("  idempotency key  \(letter.idempotencyKey)")
             print("  events           \(letter.events.count)")
             for event in letter.events {
-                if let decoded = try? WireEvent(decoding: event.frame) {
+                if let decoded = try? WireEvent(decoding: event.frame, checkingFields: false) {
                     print("    \(decoded.id) \(decoded.type) \"\(decoded.name)\" source=\(decoded.source) seq=\(decoded.sequence)")
                 } else {
                     print("    undecodable frame (\(event.frame.count) bytes)")

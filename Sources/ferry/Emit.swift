@@ -29,7 +29,8 @@ struct Emit: AsyncParsableCommand {
             every line not named was acked. With --json, standard output gets one object per line, \
             in input order, as soon as its outcome is known: \
             {"line":1,"status":"accepted","id":"…"}, {"line":2,"status":"invalid","error":"…"}, \
-            {"line":3,"status":"rejected","id":"…","reason":"too_large"}, then one summary object \
+            {"line":3,"status":"rejected","id":"…","reason":"too_large"} (blocked and suppressed lines \
+            carry the consent state's reason too, e.g. "consent_denied"), then one summary object \
             {"summary":{"accepted":N,…},"exitCode":N}.
 
             Exit status: 0 every line acked (accepted, duplicate, blocked or suppressed); 2 some \

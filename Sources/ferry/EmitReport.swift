@@ -39,9 +39,10 @@ struct LineOutcome: Sendable {
     init(_ receipt: Receipt) {
         switch receipt.status {
         case .accepted: self.init(status: .accepted, id: receipt.id)
-        case .duplicate: self.init(status: .duplicate, id: receipt.id)
-        case .blocked: self.init(status: .blocked, id: receipt.id)
-        case .suppressed: self.init(status: .suppressed, id: receipt.id)
+        // Blocked and suppressed lines (and a once-key duplicate) say why, when the agent does.
+        case .duplicate: self.init(status: .duplicate, id: receipt.id, detail: Self.reason(receipt))
+        case .blocked: self.init(status: .blocked, id: receipt.id, detail: Self.reason(receipt))
+        case .suppressed: self.init(status: .suppressed, id: receipt.id, detail: Self.reason(receipt))
         case .rejected(let reason): self.init(status: .rejected, id: receipt.id, detail: reason.description)
         // `ferry emit` waits for room in the outbox, so this is only a safety net: never sent.
         case .droppedFromOutbox: self.init(status: .rejected, detail: "outbox_full")
@@ -49,6 +50,10 @@ struct LineOutcome: Sendable {
         // The agent refused the whole message (e.g. `access_denied`): nothing of it was stored.
         case .refusedByAgent(let code): self.init(status: .rejected, detail: code.description)
         }
+    }
+
+    private static func reason(_ receipt: Receipt) -> String? {
+        receipt.reason == .none ? nil : receipt.reason.description
     }
 
     /// An invalid input line.

@@ -56,7 +56,7 @@ struct Queue: ParsableCommand {
                         lines.append("    @\(offset) \(record.decodedID) erased")
                         eventsJSON.append(["offset": Int(offset), "id": record.decodedID.description, "erased": true,
                                            "accepted_at": Int(acceptedAt), "delivered": delivered])
-                    } else if let event = try? WireEvent(decoding: frame) {
+                    } else if let event = try? WireEvent(decoding: frame, checkingFields: false) {
                         lines.append("    @\(offset) \(event.id) \(event.type) \"\(event.name)\" source=\(event.source) seq=\(event.sequence) \(delivered ? "delivered" : "pending")")
                         eventsJSON.append(["offset": Int(offset), "id": event.id.description, "type": event.type.description,
                                            "name": event.name, "source": event.source, "seq": Int(event.sequence),

@@ -92,6 +92,49 @@ struct AgentEndToEndTests {
         #expect(try sinkLines(sinkDirectory).count == accepted.count)
     }
 
+    @Test("event-model fields: valid ones reach the sink, an invalid one rejects its event alone with a reason")
+    func eventModelFields() async throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let configuration = agentConfiguration(scratch)
+        let running = try await RunningAgent(configuration)
+
+        var good = Events.make(1)
+        good.anonymousID = "anon-7"
+        good.groupID = "acme"
+        good.previousID = "old"
+        good.context = Array(#"{"locale":"fr-FR"}"#.utf8)
+        var longID = Events.make(2)
+        longID.groupID = String(repeating: "g", count: EventExtension.maxIdentifierBytes + 1)
+        var notObject = Events.make(3)
+        notObject.context = Array("[1,2]".utf8)
+        var badUTF8 = Events.make(4)
+        badUTF8.anonymousID = "\u{1}"
+        var badUTF8Frame = badUTF8.encoded()
+        badUTF8Frame[badUTF8Frame.count - 1] = 0xFF
+        let plain = Events.make(5).encoded()
+        let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory, [
+            [eventsHeader(1), good.encoded(), longID.encoded(), notObject.encoded(), badUTF8Frame, plain],
+        ])
+        #expect(replies == [.ack(requestID: 1, entries: [
+            AckEntry(id: good.id, status: .accepted),
+            AckEntry(id: longID.id, status: .rejected, reason: .invalidField),
+            AckEntry(id: notObject.id, status: .rejected, reason: .invalidField),
+            AckEntry(id: badUTF8.id, status: .rejected, reason: .invalidUTF8),
+            AckEntry(id: Events.id(of: plain), status: .accepted),
+        ])])
+        let sinkDirectory = configuration.fileSinkDirectory
+        try await waitUntil("2 events in the file sink") { try sinkLines(sinkDirectory).count >= 2 }
+        let lines = try sinkLines(sinkDirectory)
+        #expect(lines.count == 2)
+        #expect(lines[0]["anonymous_id"] as? String == "anon-7")
+        #expect(lines[0]["group_id"] as? String == "acme")
+        #expect(lines[0]["previous_id"] as? String == "old")
+        #expect((lines[0]["context"] as? [String: Any])?["locale"] as? String == "fr-FR")
+        #expect(lines[1]["anonymous_id"] == nil && lines[1]["context"] == nil)
+        try await running.stop()
+    }
+
     @Test("after a restart the dedup window, the queue and the sink carry on: no duplicates, nothing lost")
     func restart() async throws {
         let scratch = try ScratchDirectory(short: true)

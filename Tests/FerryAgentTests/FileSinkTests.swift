@@ -135,4 +135,39 @@ struct FileSinkTests {
         #expect(lines[3]["type"] as? String == "identify")
         #expect(lines[4]["undecodable"] as? Bool == true)
     }
+
+    @Test("the event-model fields are anonymous_id, group_id, previous_id and context, each only when set")
+    func eventModelFields() async throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let directory = scratch.appending("delivered")
+        var all = Events.make(1, name: "Joined")
+        all.type = .group
+        all.anonymousID = "anon \"7\""
+        all.groupID = "acme"
+        all.previousID = "old-1"
+        all.context = Array("{\n  \"locale\": \"fr-FR\",\r\n  \"app\": {\"v\": 2}\n}".utf8)
+        var some = Events.make(2)
+        some.anonymousID = "a2"
+        let none = Events.make(3)
+        // A frame an older agent stored without checking its context (not an object).
+        var unchecked = Events.make(4)
+        unchecked.extensions = [EventExtension(tag: .init(rawValue: 0x0005), value: Array("[1]".utf8))]
+        let sink = FileSink(directory: directory)
+        _ = try await sink.recover(checkpoint: nil)
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([all, some, none, unchecked])))
+        let lines = try sinkLines(directory)
+        try #require(lines.count == 4)
+        #expect(lines[0]["anonymous_id"] as? String == "anon \"7\"")
+        #expect(lines[0]["group_id"] as? String == "acme")
+        #expect(lines[0]["previous_id"] as? String == "old-1")
+        let context = try #require(lines[0]["context"] as? [String: Any])
+        #expect(context["locale"] as? String == "fr-FR")
+        #expect(((context["app"] as? [String: Any])?["v"] as? NSNumber)?.intValue == 2)
+        #expect(lines[1]["anonymous_id"] as? String == "a2")
+        #expect(Set(lines[1].keys).isDisjoint(with: ["group_id", "previous_id", "context", "context_raw"]))
+        #expect(Set(lines[2].keys).isDisjoint(with: ["anonymous_id", "group_id", "previous_id", "context", "context_raw"]))
+        #expect(lines[3]["context_raw"] as? String == "[1]")
+        #expect(lines[3]["undecodable"] == nil)
+    }
 }

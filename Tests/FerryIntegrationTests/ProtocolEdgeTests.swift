@@ -62,7 +62,7 @@ struct ProtocolEdgeTests {
         #expect(replies[0].entries == [
             AckEntry(id: unknownBit.id, status: .rejected, reason: .unsupportedField),
             AckEntry(id: highBit.id, status: .rejected, reason: .unsupportedField),
-            AckEntry(id: localOnly.id, status: .suppressed),
+            AckEntry(id: localOnly.id, status: .suppressed, reason: .localOnly),
             AckEntry(id: plain.id, status: .accepted),
         ], "\(replies[0])")
         #expect(replies[1].entries == [AckEntry(id: unknownBit.id, status: .rejected, reason: .unsupportedField)],
@@ -95,6 +95,7 @@ struct ProtocolEdgeTests {
         ])
         let statuses = try #require(replies.first?.entries).map(\.status)
         #expect(statuses == [.blocked, .blocked, .accepted, .accepted], "\(replies)")
+        #expect(try #require(replies.first?.entries).map(\.reason) == [.unknownCategory, .unknownCategory, .none, .none])
         try await eventually("both blocked on the bus") {
             Set(try tail.messages(topic: "blocked").compactMap { $0["name"] as? String }) == ["code-200", "code-255"]
         }

@@ -46,7 +46,7 @@ struct MetricsTests {
         // Every reject reason is a series from the start, so readers see zeros, not gaps.
         let samples = second.samples
         #expect(samples.values("ferry_events_rejected_total", by: "reason").keys.sorted()
-            == RejectReason.allCases.filter { $0 != .none }.map(\.description).sorted())
+            == RejectReason.rejections.map(\.description).sorted())
     }
 
     @Test("the discarding backend records nothing and reads 0")

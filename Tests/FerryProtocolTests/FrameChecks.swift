@@ -70,14 +70,18 @@ enum FrameChecks {
                 return .failure(Violation("EventHeader and WireEvent disagree", frame))
             }
             guard event.session == header.session else { return .failure(Violation("EventHeader and WireEvent disagree on the session", frame)) }
-            // Re-encoding gives the canonical form (session first, the extended flag exactly when
-            // there are extensions): it must decode to the same event, and a frame already in
-            // that form must come back byte for byte.
+            // Re-encoding gives the canonical form (the known fields first, in tag order, none
+            // empty; the extended flag exactly when there are extensions): it must decode to the
+            // same event, and a frame already in that form must come back byte for byte.
             let reencoded = event.encoded()
             guard (try? WireEvent(decoding: reencoded)) == event else {
                 return .failure(Violation("event does not survive a round trip", frame))
             }
-            let canonical = header.extensions(in: frame).enumerated().allSatisfy { $0.element.tag != .session || $0.offset == 0 }
+            let fields = header.extensions(in: frame)
+            let known = fields.prefix { EventExtension.Tag.known.contains($0.tag) }
+            let canonical = fields.dropFirst(known.count).allSatisfy { !EventExtension.Tag.known.contains($0.tag) }
+                && known.map(\.tag) == known.map(\.tag).sorted()
+                && known.allSatisfy { !$0.value.isEmpty }
                 && header.flags.contains(.extended) == event.isExtended
             guard !canonical || reencoded == frame else { return .failure(Violation("event re-encodes differently", frame)) }
             return .success(.decoded)

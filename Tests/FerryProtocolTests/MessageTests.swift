@@ -101,7 +101,12 @@ struct AckCodecTests {
             == ["0=accepted", "1=duplicate", "2=rejected", "3=blocked", "4=suppressed"])
         #expect(RejectReason.allCases.map { "\($0.rawValue)=\($0)" }
             == ["0=none", "1=malformed", "2=too_large", "3=full", "4=storage", "5=shutting_down", "6=invalid_utf8",
-                "7=unsupported_field"])
+                "7=unsupported_field", "8=invalid_field", "9=local_only", "10=no_op", "11=kill_switch",
+                "12=tracking_disabled", "13=gdpr_data_usage_denied", "14=unknown_category", "15=feature_disabled",
+                "16=consent_denied", "17=consent_undetermined", "18=once_key"])
+        #expect(Set(RejectReason.rejections + RejectReason.consentBlocks + [.none, .localOnly, .onceKey])
+            == Set(RejectReason.allCases))
+        #expect(RejectReason.allCases.allSatisfy { RejectReason(name: $0.description) == $0 })
     }
 
     @Test("frames shorter than the count are truncated", arguments: [0, 1, 3])

@@ -125,7 +125,7 @@ public final class AgentCounters: Sendable {
         duplicate = Counter(label: "ferry_events_duplicate_total", factory: factory)
         // Indexed by raw value; `none` (never the reason of a rejection) is counted as `malformed`.
         let reasons = RejectReason.allCases.sorted { $0.rawValue < $1.rawValue }
-        let byReason = Dictionary(uniqueKeysWithValues: reasons.filter { $0 != .none }.map { reason in
+        let byReason = Dictionary(uniqueKeysWithValues: RejectReason.rejections.map { reason in
             (reason, Counter(label: "ferry_events_rejected_total", dimensions: [("reason", reason.description)], factory: factory))
         })
         rejected = reasons.map { byReason[$0] ?? byReason[.malformed]! }

@@ -734,11 +734,5 @@ public final class FerryAgent: Service, Sendable {
     /// A control reply (or an audit log line) as JSON: encoded from its FerryProtocol type, then
     /// written with its keys sorted as `JSONSerialization` sorts them (numerically and ignoring
     /// case, unlike `JSONEncoder`'s `.sortedKeys`), so the bytes are those of every earlier version.
-    static func json(_ value: some Encodable) -> [UInt8] {
-        guard let encoded = try? JSONEncoder().encode(value), let object = try? JSONSerialization.jsonObject(with: encoded),
-              let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) else {
-            return Array(#"{"ok":false}"#.utf8)
-        }
-        return Array(data)
-    }
+    static func json(_ value: some Encodable) -> [UInt8] { controlReplyJSON(value) }
 }

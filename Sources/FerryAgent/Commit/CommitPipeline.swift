@@ -274,23 +274,23 @@ final class CommitPipeline: Sendable {
                     let decision = consent.engine.decide(header)
                     // The once-key mark comes before the consent gate, so a suppressed or blocked
                     // conversion still counts; in no-op mode nothing at all is written.
-                    if header.onceKeyLength > 0 && decision != .blocked("no_op") {
+                    if header.onceKeyLength > 0 && decision != .blocked(.noOp) {
                         let key = header.onceKey(in: frame)
                         guard consent.onceKeys.mark(key) else {
-                            entries.append(AckEntry(id: id, status: .duplicate))
+                            entries.append(AckEntry(id: id, status: .duplicate, reason: .onceKey))
                             continue
                         }
                         onceKeys.append((id, key))
                     }
                     switch decision {
                     case .blocked(let reason):
-                        notes[entries.count] = .init(topic: .blocked, reason: reason)
-                        entries.append(AckEntry(id: id, status: .blocked))
+                        notes[entries.count] = .init(topic: .blocked, reason: reason.description)
+                        entries.append(AckEntry(id: id, status: .blocked, reason: reason))
                         continue
                     case .suppressed:
                         remember(header, frame: frame)
-                        notes[entries.count] = .init(topic: .suppressed, reason: "local_only")
-                        entries.append(AckEntry(id: id, status: .suppressed))
+                        notes[entries.count] = .init(topic: .suppressed, reason: RejectReason.localOnly.description)
+                        entries.append(AckEntry(id: id, status: .suppressed, reason: .localOnly))
                         continue
                     case .hold:
                         guard consent.heldBytes + Int64(LogRecord.framedSize(frameSize: frame.count)) <= configuration.log.retentionMaxBytes else {

@@ -11,8 +11,9 @@ enum IngestDecision: Equatable, Sendable {
     case hold
     /// Ack it as `suppressed` (local-only): never queued, published on the `suppressed` topic.
     case suppressed
-    /// Ack it as `blocked` with a reason; nothing stored.
-    case blocked(String)
+    /// Ack it as `blocked` with a reason (one of `RejectReason.consentBlocks`; its name is the
+    /// bus's `reason`); nothing stored.
+    case blocked(RejectReason)
 }
 
 /// The host's consent state and the two checks made against it: at ingest (``decide(_:)``) and
@@ -109,21 +110,21 @@ final class ConsentEngine: DeliveryGate, Sendable {
         let category = category(of: header)
         return state.withLock { state in
             let persisted = state.persisted
-            if persisted.enabledFeatures.isEmpty { return .blocked("no_op") }
+            if persisted.enabledFeatures.isEmpty { return .blocked(.noOp) }
             if header.flags.contains(.localOnly) { return .suppressed }
-            if !configuration.networkTracking { return .blocked("kill_switch") }
-            if !persisted.trackingEnabled { return .blocked("tracking_disabled") }
-            if persisted.gdpr.forbidsDataUsage { return .blocked("gdpr_data_usage_denied") }
-            guard let category, category != ConsentCategories.consentName else { return .blocked("unknown_category") }
-            if !persisted.enabledFeatures.contains(category) { return .blocked("feature_disabled") }
+            if !configuration.networkTracking { return .blocked(.killSwitch) }
+            if !persisted.trackingEnabled { return .blocked(.trackingDisabled) }
+            if persisted.gdpr.forbidsDataUsage { return .blocked(.gdprDataUsageDenied) }
+            guard let category, category != ConsentCategories.consentName else { return .blocked(.unknownCategory) }
+            if !persisted.enabledFeatures.contains(category) { return .blocked(.featureDisabled) }
             switch persisted.consent[category] ?? configuration.defaultConsent {
             case .granted:
                 return .store
             case .denied:
-                return .blocked("consent_denied")
+                return .blocked(.consentDenied)
             case .undetermined:
                 if configuration.undetermined.allowTypes.contains(header.type) { return .store }
-                return configuration.undetermined.policy == .hold ? .hold : .blocked("consent_undetermined")
+                return configuration.undetermined.policy == .hold ? .hold : .blocked(.consentUndetermined)
             }
         }
     }

@@ -35,7 +35,7 @@ enum BusMessage {
     static func event(
         topic: BusTopic, frame: [UInt8], at: UInt64, reason: String? = nil, sink: String? = nil, origin: EventOrigin? = nil
     ) -> [UInt8]? {
-        guard let event = try? WireEvent(decoding: frame) else {
+        guard let event = try? WireEvent(decoding: frame, checkingFields: false) else {
             // A refused malformed frame: say what little is known.
             var json = JSONWriter()
             json.field("topic", topic.rawValue)
