@@ -22,6 +22,7 @@ extension HTTPSinkConfiguration {
             "headers": .stringMap { config.headers = $0 },
             "tokenFile": .string { config.tokenFile = $0 },
             "tokenEnvironment": .string { config.tokenEnvironment = $0 },
+            "writeKeyFile": .string { config.writeKeyFile = $0 },
             "tlsVerify": .bool { config.tlsVerify = $0 },
             "caFile": .string { config.caFile = $0 },
             "requestTimeoutMilliseconds": .int { config.requestTimeoutMilliseconds = $0 },
