@@ -135,7 +135,7 @@ struct HTTPSinkTests {
                 WireEvent(id: ids.next(), timestamp: 1_714_564_800_000, sequence: 2, pid: 7, type: .identify,
                           source: "web", name: "", userID: "u1", properties: Array(#"{"email":"a@b.c"}"#.utf8)),
                 WireEvent(id: ids.next(), timestamp: 951_782_400_000, sequence: 3, pid: 7, type: .page,
-                          source: "web", name: "Pricing"),
+                          source: "web", name: "Pricing", userID: "u2"),
             ]
             let batch = DeliveryBatch(events: FileSinkTests.stored(events), consent: Self.consent)
             _ = try await Self.withSink(server, configure: { $0.format = .segment }) { try await $0.deliver(batch) }
@@ -170,7 +170,7 @@ struct HTTPSinkTests {
 
             #expect(sent[2]["type"] as? String == "page")
             #expect(sent[2]["name"] as? String == "Pricing")
-            #expect(sent[2]["userId"] == nil)
+            #expect(sent[2]["userId"] as? String == "u2")
             #expect(sent[2]["timestamp"] as? String == "2000-02-29T00:00:00.000Z")
             #expect((sent[2]["properties"] as? [String: Any])?.isEmpty == true)
         }
