@@ -12,6 +12,10 @@ extension HTTPSinkConfiguration {
     ///  "requestTimeoutMilliseconds": 30000, "connectTimeoutMilliseconds": 10000,
     ///  "tlsVerify": true, "caFile": "/etc/ferry/ca.pem"}
     /// ```
+    ///
+    /// For Segment: `{"type": "http", "url": "https://api.segment.io/v1/batch", "format": "segment",
+    /// "writeKeyFile": "/etc/ferry/segment.key"}` (at most one of `tokenFile`, `tokenEnvironment`,
+    /// `writeKeyFile`).
     static func parse(_ object: [String: Any], path: String, at prefix: String) throws -> HTTPSinkConfiguration {
         var reader = FieldReader(path: path)
         guard object["url"] != nil else { throw reader.fail(prefix + ".url", "required for an http sink") }
