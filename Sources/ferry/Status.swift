@@ -1,21 +1,41 @@
 import ArgumentParser
+import Ferry
 import FerryProtocol
 import Foundation
 
 /// `ferry status`: what the agent is doing.
 struct Status: ParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Show queue depth, bytes, oldest undelivered age, delivery state and counters."
+        abstract: "Show queue depth, bytes, oldest undelivered age, delivery state and counters.",
+        discussion: """
+            With --wait, waits until the agent answers (it is ready: its queue is recovered and its sockets are bound), \
+            then prints its status. Exit status: 0 the agent answered; 2 no agent answered (with --wait: within --timeout); \
+            1 any other error (the agent refused, its reply was unreadable); 64 bad arguments.
+            """
     )
 
     @Flag(name: .long, help: "Print the raw status document as JSON.")
     var json = false
 
+    @Flag(name: .long, help: "Wait until the agent answers (ready for events), then print the status.")
+    var wait = false
+
+    @Option(name: .long, help: "With --wait: give up after this many seconds (default 30) and exit 2.")
+    var timeout: Double?
+
     @OptionGroup var agent: AgentOptions
 
+    func validate() throws {
+        if let timeout {
+            guard wait else { throw ValidationError("--timeout needs --wait") }
+            guard timeout.isFinite, timeout >= 0, timeout <= 86_400 else {
+                throw ValidationError("--timeout must be a number of seconds from 0 to 86400")
+            }
+        }
+    }
+
     func run() throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
-        let reply = try Control.request(.status(), runtimeDirectory: runtime)
+        let reply = try wait ? waitForAnswer(seconds: timeout ?? 30) : answer()
         if json {
             print(reply.text)
             return
@@ -42,6 +62,40 @@ struct Status: ParsableCommand {
         }
         print("counters")
         for key in status.counters.keys.sorted() { print("  \(key.padding(toLength: 20, withPad: " ", startingAt: 0))\(status.counters[key]!)") }
+    }
+
+    /// One `status` request. An agent that does not answer exits 2 (as `--wait` does when its
+    /// time is up), so scripts can tell "not running" from other failures.
+    private func answer() throws -> FerryControl.Reply {
+        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
+        do {
+            return try Control.request(.status(), runtimeDirectory: runtime)
+        } catch CLIError.notRunning(let directory) {
+            FileHandle.standardError.write(Data("ferry status: \(CLIError.notRunning(directory))\n".utf8))
+            throw ExitCode(2)
+        }
+    }
+
+    /// Asks `status` every 100 ms until the agent answers or `seconds` pass (then exit 2). The
+    /// runtime directory is decided again on every try (unless given), so a per-user agent that
+    /// comes up while this waits is found as every client would find it.
+    private func waitForAnswer(seconds: Double) throws -> FerryControl.Reply {
+        let clock = ContinuousClock()
+        let deadline = clock.now + .milliseconds(Int(seconds * 1000))
+        while true {
+            let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
+            let left = deadline - clock.now
+            do {
+                return try Control.request(.status(), runtimeDirectory: runtime, timeout: max(.milliseconds(100), min(left, .seconds(1))))
+            } catch CLIError.notRunning(let directory) {
+                if clock.now >= deadline {
+                    FileHandle.standardError.write(Data("ferry status: no agent answered within \(seconds) s: \(CLIError.notRunning(directory))\n".utf8))
+                    throw ExitCode(2)
+                }
+                let pause = min(.milliseconds(100), deadline - clock.now)
+                Thread.sleep(forTimeInterval: Double(pause.components.attoseconds) / 1e18 + Double(pause.components.seconds))
+            }
+        }
     }
 
     static func time(_ ms: Int) -> String {

@@ -319,10 +319,9 @@ struct ConsentTests {
         let status = try await agent.status()
         #expect(status.counters["blocked"] == 2)
         #expect(status.queuedEvents == 0)
-        // Nothing is queued, so the delivery loop never has a batch to put to the consent gate (the
-        // only place `paused` comes from): it reads an empty log and waits, `idle`. It settles
-        // after start-up (`starting` until the first read), hence the wait.
-        try await eventually("delivery to report idle") { try await agent.status().deliveryState == "idle" }
+        // With no feature enabled the consent gate pauses delivery: the loop waits without reading
+        // the log, `paused` (`starting` until it first asks the gate, hence the wait).
+        try await eventually("delivery to report paused") { try await agent.status().deliveryState == "paused" }
         #expect(directoryFingerprint(data) == before)
         #expect(filesContaining("Nothing", under: data).isEmpty)
     }

@@ -1,4 +1,5 @@
 import Foundation
+import FerryProtocol
 import FerryTestKit
 import Testing
 
@@ -158,6 +159,81 @@ struct QuickStartTests {
         let status = try await agent.status()
         #expect(status.counters["rejected"] == 1)
         #expect(status.counters["accepted"] == 1)
+    }
+}
+
+/// The README's quick start block, run as a user pastes it.
+@Suite("README quick start block")
+struct ReadmeQuickStartTests {
+    /// The shell block after the `<!-- quick-start` marker in README.md.
+    static func block() throws -> String {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let readme = try String(contentsOf: root.appendingPathComponent("README.md"), encoding: .utf8)
+        let lines = readme.components(separatedBy: "\n")
+        guard let marker = lines.firstIndex(where: { $0.hasPrefix("<!-- quick-start") }),
+              let open = lines[marker...].firstIndex(where: { $0.hasPrefix("```sh") }),
+              let close = lines[(open + 1)...].firstIndex(where: { $0.hasPrefix("```") }) else {
+            throw FerryTestKitError("README.md has no <!-- quick-start --> marker followed by a ```sh block")
+        }
+        return lines[(open + 1)..<close].joined(separator: "\n") + "\n"
+    }
+
+    @Test("pasted as one block in a fresh HOME, it waits for the agent and the events reach the file sink")
+    func pastedBlock() async throws {
+        let block = try Self.block()
+        #expect(block.contains("ferryd &") && block.contains("ferry status --wait"), "\(block)")
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let home = dir.appending("home"), runtime = dir.appending("run"), checkout = dir.appending("checkout")
+        let stubs = dir.appending("stubs")
+        for path in [home, runtime, checkout, stubs] {
+            try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        }
+        // The block's first line builds ferryd and ferry. They are built already (this test runs
+        // them from the build directory), and `swift build` cannot run while `swift test` holds the
+        // build directory: `swift` is a stand-in that records its arguments and succeeds.
+        let stub = stubs + "/swift"
+        try Data("#!/bin/sh\necho \"$@\" >> \"\(dir.appending("swift-calls"))\"\n".utf8).write(to: URL(fileURLWithPath: stub))
+        chmod(stub, 0o755)
+        let script = dir.appending("quick-start.sh")
+        try Data(block.utf8).write(to: URL(fileURLWithPath: script))
+
+        // A fresh user: nothing of the test runner's Ferry settings leaks in (empty means unset).
+        let environment = [
+            "HOME": home, "XDG_RUNTIME_DIR": runtime, "XDG_STATE_HOME": "", "FERRY_RUNTIME_DIR": "", "FERRY_BIN_DIR": "",
+            "PATH": "\(stubs):\(try FerryBinaries.directory()):/usr/local/bin:/usr/bin:/bin",
+        ]
+        // In a session of its own, so the background jobs it leaves (ferryd, ferry tail) are one
+        // process group to stop, however the test ends.
+        let shell = try ChildProcess(executable: "/usr/bin/setsid", arguments: ["/bin/bash", "-c", "cd \"$1\" && . \"$2\"", "quick-start", checkout, script],
+                                     environment: environment, outputDirectory: dir.path, label: "quick-start")
+        let group = shell.pid
+        defer {
+            kill(-group, SIGKILL)
+            shell.cleanup()
+        }
+        // Its exit status is the last command's, `cat`, which may run a moment before the file
+        // sink wrote its first file: what matters is below.
+        _ = try await shell.waitForExit(timeout: .seconds(120))
+        #expect(try String(contentsOfFile: dir.appending("swift-calls"), encoding: .utf8)
+            == "build -c release --product ferryd\nbuild -c release --product ferry\n")
+        #expect(shell.standardOutput.contains("accepted=1 duplicate=0 rejected=0\n"), "\(shell.standardOutput)")
+        #expect(shell.standardOutput.contains("accepted=2 duplicate=0 rejected=0\n"), "\(shell.standardOutput)")
+        #expect(shell.standardOutput.contains("ferryd pid "), "status after --wait: \(shell.standardOutput)")
+        #expect(!shell.standardError.contains("not running"), "\(shell.standardError)")
+
+        // The events reach the file sink in the fresh HOME.
+        let sink = home + "/.local/state/ferry/delivered"
+        let names = try await waitForValue("the quick start's events in \(sink)") { () -> [String]? in
+            let names = try deliveredEvents(in: sink).map(\.name)
+            return Set(names).isSuperset(of: ["Signed Up", "a", "b"]) ? names : nil
+        }
+        #expect(names.filter { $0 == "Signed Up" }.count == 1)
+
+        // The agent it started runs until stopped: stop the group, and the lock is released.
+        #expect(FerryPaths.isAgentRunning(in: runtime + "/ferry"))
+        kill(-group, SIGTERM)
+        try await eventually("the quick start's ferryd to stop") { !FerryPaths.isAgentRunning(in: runtime + "/ferry") }
     }
 }
 

@@ -1,42 +1,42 @@
 #!/usr/bin/env python3
-"""Send events to ferryd using nothing but docs/PROTOCOL.md and pyzmq (Debian: python3-zmq).
+"""Send events to ferryd from the command line: a thin example over the `ferry` package's codecs.
 
     ferry_emit.py --count 100 --name "Signed Up" --props '{"plan": "pro"}'
 
+Runs from a checkout without installing anything but pyzmq (Debian: python3-zmq, for
+/usr/bin/python3): it imports `ferry` from the directory next to it. For applications, install
+the package instead (`pip install ./client/python`, then `ferry.Client`).
+
 Prints `accepted=N duplicate=N rejected=N` (plus `blocked=N suppressed=N` when the agent answers
 those); exits 1 if anything was rejected or blocked, 2 on timeout. The agent may start after this:
-unacknowledged batches are re-sent every 2 s until the timeout.
+unacknowledged batches are re-sent every 2 s until the timeout. It speaks protocol version 1 (no
+session), one message per `--batch` events, which is what scripts/callgrind-ingest measures.
 
-The encoders and decoders need only the standard library and can be imported:
-encode_header/decode_header, encode_event/decode_event, decode_ack/encode_ack,
-decode_error/encode_error, UUIDv7, runtime_dir, emit.
+Importable names (the codecs come from `ferry.protocol`): encode_header/decode_header,
+encode_event/decode_event, decode_ack/encode_ack, decode_error/encode_error, UUIDv7, format_id,
+runtime_dir, ingest_endpoint, emit.
 """
 import argparse
 import json
 import os
-import secrets
 import struct
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ferry import protocol as _wire  # noqa: E402
+from ferry.paths import ingest_endpoint, runtime_dir  # noqa: E402,F401
+from ferry.protocol import (ProtocolError, UUIDv7, decode_ack, encode_ack, encode_error,  # noqa: E402,F401
+                            format_id)
+
 VERSION = 1
-KIND_EVENTS, KIND_ACK, KIND_ERROR = 1, 2, 3
-TYPES = {"track": 1, "screen": 2, "identify": 3, "group": 4, "alias": 5, "page": 6}
-TYPE_NAMES = {code: name for name, code in TYPES.items()}
-FLAG_LOCAL_ONLY = 1 << 0
-STATUSES = {0: "accepted", 1: "duplicate", 2: "rejected", 3: "blocked", 4: "suppressed"}
-REASONS = {0: "none", 1: "malformed", 2: "too_large", 3: "full", 4: "storage", 5: "shutting_down", 6: "invalid_utf8"}
-ERROR_CODES = {1: "malformed_message", 2: "unsupported_version", 3: "unknown_kind", 4: "message_too_large",
-               5: "shutting_down"}
-
-HEADER_SIZE = 8
-EVENT_FIXED_SIZE = 52
-ACK_ENTRY_SIZE = 18
-MAX_EVENTS_PER_MESSAGE = 4096
+KIND_EVENTS, KIND_ACK, KIND_ERROR = _wire.KIND_EVENTS, _wire.KIND_ACK, _wire.KIND_ERROR
+TYPES = dict(_wire.EVENT_TYPES)
+TYPE_NAMES = dict(_wire.EVENT_TYPE_NAMES)
+FLAG_LOCAL_ONLY = _wire.FLAG_LOCAL_ONLY
+STATUSES = dict(_wire.STATUSES)
+MAX_EVENTS_PER_MESSAGE = _wire.MAX_EVENTS_PER_MESSAGE
 RESEND_AFTER = 2.0  # seconds without a reply before a batch is sent again (as the Swift client)
-
-_HEADER = struct.Struct("<BBHI")                # version, kind, flags, request id
-_EVENT_FIXED = struct.Struct("<16sQQIBBHHHHHI")  # id .. properties length: the 52-byte header
 
 # The worked example of docs/PROTOCOL.md, as produced by the Swift encoder (checked by the Swift
 # tests in Tests/FerryProtocolTests too).
@@ -54,185 +54,40 @@ SELFTEST_ACK_HEX = (
 SELFTEST_ERROR_HEX = "02007632"
 
 
-class ProtocolError(ValueError):
-    """A frame that does not follow docs/PROTOCOL.md."""
-
-
-class UUIDv7:
-    """Time-ordered 16-byte ids, strictly increasing within one generator (RFC 9562, method 1):
-    48-bit Unix ms, version 7, a 12-bit counter seeded randomly (at most 0x3FF) each new
-    millisecond and incremented within one, the 10 variant, 62 random bits. On counter
-    overflow the timestamp moves on by one millisecond."""
-
-    def __init__(self):
-        self.last_ms = 0
-        self.counter = 0
-
-    def next(self, unix_ms=None):
-        ms = int(time.time() * 1000) if unix_ms is None else unix_ms
-        if ms <= self.last_ms:
-            ms = self.last_ms
-            self.counter += 1
-            if self.counter > 0xFFF:
-                ms += 1
-                self.counter = secrets.randbits(10)
-        else:
-            self.counter = secrets.randbits(10)
-        self.last_ms = ms
-        high = (ms << 16) | 0x7000 | self.counter
-        low = secrets.randbits(62) | 0x8000_0000_0000_0000
-        return struct.pack(">QQ", high, low)
-
-
-def format_id(event_id):
-    """The canonical 8-4-4-4-12 text of a 16-byte id."""
-    h = event_id.hex()
-    return "%s-%s-%s-%s-%s" % (h[:8], h[8:12], h[12:16], h[16:20], h[20:])
-
-
-SYSTEM_RUNTIME_DIR = "/run/ferry"
-
-
-def personal_runtime_dir(environ=None):
-    """The per-user agent's directory: $XDG_RUNTIME_DIR/ferry, else /tmp/ferry-<uid>."""
-    env = os.environ if environ is None else environ
-    if env.get("XDG_RUNTIME_DIR"):
-        return env["XDG_RUNTIME_DIR"] + "/ferry"
-    return "/tmp/ferry-%d" % os.getuid()
-
-
-def agent_running(directory):
-    """Whether an agent holds <directory>/ferryd.lock (socket files survive a kill -9; the lock
-    does not). An unreadable lock counts as not running for this caller."""
-    import fcntl
-    try:
-        fd = os.open(directory + "/ferryd.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
-
-
-def runtime_dir(environ=None):
-    """The agent to talk to, as docs/PROTOCOL.md ("Where the agent is") says: $FERRY_RUNTIME_DIR;
-    else the per-user agent's directory if it runs; else /run/ferry if the system agent runs;
-    else the per-user directory."""
-    env = os.environ if environ is None else environ
-    if env.get("FERRY_RUNTIME_DIR"):
-        return env["FERRY_RUNTIME_DIR"]
-    personal = personal_runtime_dir(env)
-    if agent_running(personal):
-        return personal
-    if agent_running(SYSTEM_RUNTIME_DIR):
-        return SYSTEM_RUNTIME_DIR
-    return personal
-
-
-def ingest_endpoint(directory):
-    return "ipc://%s/ingest" % directory
-
-
-# --- message header ------------------------------------------------------------------------
-
 def encode_header(kind, request_id, version=VERSION, flags=0):
-    return _HEADER.pack(version, kind, flags, request_id)
+    """The 8-byte header frame (version 1 unless told)."""
+    return _wire.encode_header(kind, request_id, version=version, flags=flags)
 
 
 def decode_header(frame):
     """(version, kind, request_id) of an 8-byte header frame."""
-    if len(frame) != HEADER_SIZE:
-        raise ProtocolError("header frame is %d bytes, expected %d" % (len(frame), HEADER_SIZE))
-    version, kind, _flags, request_id = _HEADER.unpack(frame)
-    return version, kind, request_id
+    header = _wire.decode_header(frame)
+    return header.version, header.kind, header.request_id
 
-
-# --- event frame ---------------------------------------------------------------------------
 
 def encode_event(event_id, timestamp, sequence, pid, type_code, source, name,
                  user_id="", once_key="", properties=b"", category=0, flags=0):
-    """One event frame. Text fields are str (UTF-8 on the wire, at most 65535 bytes each);
-    properties is bytes holding a UTF-8 JSON object, or b"" for none."""
-    if len(event_id) != 16:
-        raise ValueError("an event id is 16 bytes")
-    texts = [s.encode("utf-8") for s in (source, name, user_id, once_key)]
-    for label, text in zip(("source", "name", "user id", "once key"), texts):
-        if len(text) > 0xFFFF:
-            raise ValueError("%s is %d bytes; the limit is 65535" % (label, len(text)))
-    if len(properties) > 0xFFFF_FFFF:
-        raise ValueError("properties are limited to 2^32-1 bytes")
-    fixed = _EVENT_FIXED.pack(bytes(event_id), timestamp, sequence, pid, type_code, category, flags,
-                              *(len(t) for t in texts), len(properties))
-    return fixed + b"".join(texts) + bytes(properties)
+    """One event frame without extensions. Flags are kept as given (a caller may set bit 15 and
+    append its own extension block)."""
+    frame = _wire.encode_event(event_id, timestamp, sequence, pid, type_code, source, name, user_id=user_id,
+                               once_key=once_key, properties=properties, category=category,
+                               flags=flags & ~_wire.FLAG_EXTENDED)
+    return frame[:38] + struct.pack("<H", flags) + frame[40:]
 
 
 def decode_event(frame):
     """A dict of the event's fields; raises ProtocolError as the agent would reject the frame."""
-    if len(frame) < EVENT_FIXED_SIZE:
-        raise ProtocolError("event frame is %d bytes, the fixed header alone is 52" % len(frame))
-    (event_id, timestamp, sequence, pid, type_code, category, flags,
-     source_len, name_len, user_len, once_len, props_len) = _EVENT_FIXED.unpack_from(frame, 0)
-    if type_code not in TYPE_NAMES:
-        raise ProtocolError("unknown event type %d" % type_code)
-    declared = EVENT_FIXED_SIZE + source_len + name_len + user_len + once_len + props_len
-    if declared != len(frame):
-        raise ProtocolError("event frame is %d bytes but its header declares %d" % (len(frame), declared))
-    offset, texts = EVENT_FIXED_SIZE, []
-    for label, length in (("source", source_len), ("name", name_len), ("user_id", user_len), ("once_key", once_len)):
-        try:
-            texts.append(bytes(frame[offset:offset + length]).decode("utf-8"))
-        except UnicodeDecodeError:
-            raise ProtocolError("%s is not valid UTF-8" % label) from None
-        offset += length
-    return {
-        "id": bytes(event_id), "timestamp": timestamp, "sequence": sequence, "pid": pid,
-        "type": TYPE_NAMES[type_code], "category": category, "flags": flags,
-        "source": texts[0], "name": texts[1], "user_id": texts[2], "once_key": texts[3],
-        "properties": bytes(frame[offset:]),
-    }
-
-
-# --- replies -------------------------------------------------------------------------------
-
-def encode_ack(entries):
-    """entries: (16-byte id, status code, reason code) tuples. (The agent's side; for tests.)"""
-    return struct.pack("<I", len(entries)) + b"".join(bytes(i) + bytes([s, r]) for i, s, r in entries)
-
-
-def decode_ack(frame):
-    """[(16-byte id, status name, reason name)], one per event frame of the batch, same order."""
-    if len(frame) < 4:
-        raise ProtocolError("ack frame is %d bytes" % len(frame))
-    (count,) = struct.unpack_from("<I", frame, 0)
-    if len(frame) != 4 + count * ACK_ENTRY_SIZE:
-        raise ProtocolError("ack frame declares %d entries but is %d bytes" % (count, len(frame)))
-    entries = []
-    for i in range(count):
-        base = 4 + ACK_ENTRY_SIZE * i
-        status, reason = frame[base + 16], frame[base + 17]
-        if status not in STATUSES:
-            raise ProtocolError("unknown event status %d" % status)
-        entries.append((bytes(frame[base:base + 16]), STATUSES[status], REASONS.get(reason, "reason_%d" % reason)))
-    return entries
-
-
-def encode_error(code, message):
-    return struct.pack("<H", code) + message.encode("utf-8")
+    event = _wire.decode_event(frame, version=1)
+    return {"id": event.id, "timestamp": event.timestamp, "sequence": event.sequence, "pid": event.pid,
+            "type": event.type, "category": event.category, "flags": event.flags, "source": event.source,
+            "name": event.name, "user_id": event.user_id, "once_key": event.once_key,
+            "properties": event.properties}
 
 
 def decode_error(frame):
     """(code name, message) of an error body frame."""
-    if len(frame) < 2:
-        raise ProtocolError("error frame is %d bytes" % len(frame))
-    (code,) = struct.unpack_from("<H", frame, 0)
-    return ERROR_CODES.get(code, "error_%d" % code), bytes(frame[2:]).decode("utf-8", "replace")
+    reply = _wire.decode_error(frame)
+    return reply.name, reply.message
 
 
 # --- sending -------------------------------------------------------------------------------

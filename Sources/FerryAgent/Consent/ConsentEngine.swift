@@ -130,6 +130,10 @@ final class ConsentEngine: DeliveryGate, Sendable {
 
     // MARK: The send-time gate
 
+    func isPaused(sink: String) -> Bool {
+        state.withLock { !$0.deliveryStarted || $0.persisted.enabledFeatures.isEmpty }
+    }
+
     func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision {
         state.withLock { state in
             let persisted = state.persisted

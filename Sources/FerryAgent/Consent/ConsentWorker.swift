@@ -403,6 +403,7 @@ final class ConsentWorker {
         if let report = journal.purged {
             mailbox.publish(.purged, Self.jsonBytes([
                 "topic": "purged", "queued": report.queued, "held": report.held, "total": report.total, "reason": journal.change,
+                "at": Int(journal.entry.map { UInt64($0.at) } ?? WallClock.unixMilliseconds()),
             ]))
             if journal.entry != nil {
                 logger.notice("purged events", metadata: ["reason": "\(journal.change)", "queued": "\(report.queued)",

@@ -212,6 +212,14 @@ final class DeliveryLoop: Sendable {
         }
         while !Task.isCancelled {
             await serveReplays()
+            // Paused (delivery not started, or no feature enabled): wait for the consent change
+            // without reading; reading a full batch at every commit made a paused sink's cost grow
+            // with its backlog (callgrind: most of ferryd's instructions at one event per message).
+            if gate.isPaused(sink: name) {
+                state.withLock { $0.phase = .paused }
+                await wakeup.wait()
+                continue
+            }
             let read: (events: [StoredEvent], next: LogPosition)
             do {
                 read = try await readBatch(from: log.cursor(for: name), maxEvents: configuration.batch.maxEvents,

@@ -10,7 +10,8 @@ import Synchronization
 
 /// The embedded default sink: JSON Lines files in a directory, one event object per line.
 ///
-/// Files are named `events-<20-digit sequence>.jsonl` and rolled at a size limit. Each batch is
+/// Files are named `events-<20-digit sequence>.jsonl` and rolled at a size limit. Every line is
+/// one event in line format ``lineFormat`` (docs/PROTOCOL.md, "File sink lines"). Each batch is
 /// appended and fsync'd; its checkpoint (file and length) is stored atomically with the delivery
 /// cursor, and on start the current file is cut back to the checkpoint, so a crash between the
 /// write and the cursor update never leaves a line twice: delivery to this sink is exactly-once.
@@ -19,6 +20,10 @@ public final class FileSink: Sink {
     /// The directory the files are written to.
     public let directory: String
     private let maxFileBytes: Int64
+    /// The line format written: 2 (the default) starts each line with `"line_format":2` and
+    /// writes `consent.consent_seq` as a number; 1 is the format before it (no `line_format`,
+    /// `consent_seq` a string), for readers not yet updated.
+    public let lineFormat: Int
     private let state = Mutex<State>(State())
     private let io: BlockingExecutor
 
@@ -29,17 +34,26 @@ public final class FileSink: Sink {
 
     /// Creates a sink named `name` writing into `directory` (created 0700 if missing), with a
     /// thread of its own for its file I/O.
-    public convenience init(name: String = "file", directory: String, maxFileBytes: Int64 = 64 << 20) {
-        self.init(name: name, directory: directory, maxFileBytes: maxFileBytes, io: BlockingExecutor(name: "ferry-sink-" + name))
+    public convenience init(
+        name: String = "file", directory: String, maxFileBytes: Int64 = 64 << 20, lineFormat: Int = FileSink.currentLineFormat
+    ) {
+        self.init(name: name, directory: directory, maxFileBytes: maxFileBytes, lineFormat: lineFormat,
+                  io: BlockingExecutor(name: "ferry-sink-" + name))
     }
 
     /// Creates a sink whose file I/O runs on `io` (its delivery loop's thread).
-    package init(name: String, directory: String, maxFileBytes: Int64, io: BlockingExecutor) {
+    package init(name: String, directory: String, maxFileBytes: Int64, lineFormat: Int = FileSink.currentLineFormat, io: BlockingExecutor) {
         self.name = name
         self.directory = directory
         self.maxFileBytes = maxFileBytes
+        self.lineFormat = lineFormat
         self.io = io
     }
+
+    /// The newest line format, written by default.
+    public static let currentLineFormat = 2
+    /// The line formats this sink can write.
+    public static let lineFormats = 1...2
 
     /// The file name for sequence `index`.
     public static func fileName(_ index: UInt64) -> String {
@@ -94,8 +108,8 @@ public final class FileSink: Sink {
 
     public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {
         var lines: [UInt8] = []
-        let stamp = Self.consentJSON(batch.consent)
-        for event in batch.events { Self.appendLine(for: event, consent: stamp, to: &lines) }
+        let stamp = Self.consentJSON(batch.consent, lineFormat: lineFormat)
+        for event in batch.events { Self.appendLine(for: event, consent: stamp, lineFormat: lineFormat, to: &lines) }
         let payload = lines
         return try await io.run { [self] () throws -> [UInt8] in
             var current = state.withLock { $0 }
@@ -121,16 +135,32 @@ public final class FileSink: Sink {
     public func shutdown() async throws {}
 
     /// One JSON object line for `event` (``JSONWriter/storedEventObject(_:consent:)``) and a newline;
-    /// `consent` is the batch's consent stamp as a JSON object.
-    static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, to out: inout [UInt8]) {
-        JSONWriter.appendLine(for: stored, consent: consent, to: &out)
+    /// `consent` is the batch's consent stamp as a JSON object. From line format 2 on, the line
+    /// starts with `"line_format":N`, so a reader can tell the format of every line.
+    static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, lineFormat: Int = currentLineFormat, to out: inout [UInt8]) {
+        guard lineFormat >= 2 else {
+            JSONWriter.appendLine(for: stored, consent: consent, to: &out)
+            return
+        }
+        let object = JSONWriter.storedEventObject(stored, consent: consent)
+        out += Array("{\"line_format\":\(lineFormat)".utf8)
+        if object.count > 2 { out.append(UInt8(ascii: ",")) }
+        out += object.dropFirst()
+        out.append(UInt8(ascii: "\n"))
     }
 
-    /// The consent stamp as a JSON object, or `nil` when empty.
-    static func consentJSON(_ stamp: [String: String]) -> [UInt8]? {
+    /// The consent stamp as a JSON object, or `nil` when empty. In line format 2 `consent_seq` is
+    /// a number (format 1 wrote it as a string).
+    static func consentJSON(_ stamp: [String: String], lineFormat: Int = currentLineFormat) -> [UInt8]? {
         guard !stamp.isEmpty else { return nil }
         var json = JSONWriter()
-        for (key, value) in stamp.sorted(by: { $0.key < $1.key }) { json.field(key, value) }
+        for (key, value) in stamp.sorted(by: { $0.key < $1.key }) {
+            if lineFormat >= 2, key == "consent_seq", let number = UInt64(value) {
+                json.field(key, number)
+            } else {
+                json.field(key, value)
+            }
+        }
         return json.finish()
     }
 }
@@ -142,11 +172,15 @@ public struct FileSinkSettings: SinkSettings {
     public var directory: String?
     /// A file is rolled once it would grow past this size.
     public var maxFileBytes: Int64
+    /// The line format written (`lineFormat`): 2, the default, or 1 for readers that still read
+    /// `consent.consent_seq` as a string (docs/PROTOCOL.md, "File sink lines").
+    public var lineFormat: Int
 
     /// Creates file sink settings.
-    public init(directory: String? = nil, maxFileBytes: Int64 = 64 << 20) {
+    public init(directory: String? = nil, maxFileBytes: Int64 = 64 << 20, lineFormat: Int = FileSink.currentLineFormat) {
         self.directory = directory
         self.maxFileBytes = maxFileBytes
+        self.lineFormat = lineFormat
     }
 
     /// The directory once the default is applied.
@@ -159,29 +193,34 @@ public struct FileSinkSettings: SinkSettings {
             AgentError(code: .configuration, message: "sink \"\(name)\": \(message)")
         }
         guard maxFileBytes > 0 else { throw fail("maxFileBytes must be positive") }
+        guard FileSink.lineFormats.contains(lineFormat) else {
+            throw fail("lineFormat must be \(FileSink.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
+        }
         if let directory, directory.isEmpty { throw fail("directory must not be empty") }
     }
 
     public func makeSink(_ context: SinkContext) -> any Sink {
         FileSink(name: context.name, directory: directory(dataDirectory: context.dataDirectory),
-                 maxFileBytes: maxFileBytes, io: context.io)
+                 maxFileBytes: maxFileBytes, lineFormat: lineFormat, io: context.io)
     }
 }
 
 extension SinkSettings where Self == FileSinkSettings {
-    /// JSON Lines files in `directory` (`nil`: `<data dir>/delivered`), rolled at `maxFileBytes`.
-    public static func file(directory: String? = nil, maxFileBytes: Int64 = 64 << 20) -> FileSinkSettings {
-        FileSinkSettings(directory: directory, maxFileBytes: maxFileBytes)
+    /// JSON Lines files in `directory` (`nil`: `<data dir>/delivered`), rolled at `maxFileBytes`,
+    /// in line format `lineFormat`.
+    public static func file(directory: String? = nil, maxFileBytes: Int64 = 64 << 20, lineFormat: Int = FileSink.currentLineFormat) -> FileSinkSettings {
+        FileSinkSettings(directory: directory, maxFileBytes: maxFileBytes, lineFormat: lineFormat)
     }
 }
 
 extension SinkKind {
-    /// The embedded file sink: `{"type": "file", "directory": …, "maxFileBytes": …}`.
+    /// The embedded file sink: `{"type": "file", "directory": …, "maxFileBytes": …, "lineFormat": …}`.
     public static let file = SinkKind(FileSinkSettings.self) { object, fields, keyPath in
         let settings = FieldBox(FileSinkSettings())
         try fields.apply(object, [
             "directory": .string { settings.value.directory = $0 },
             "maxFileBytes": .int { settings.value.maxFileBytes = Int64($0) },
+            "lineFormat": .int { settings.value.lineFormat = $0 },
         ], at: keyPath)
         return settings.value
     }

@@ -117,6 +117,15 @@ package enum GateDecision: Sendable {
 package protocol DeliveryGate: Sendable {
     /// Decides what of `batch` may go to `sink` now.
     func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision
+    /// Whether ``admit(_:sink:)`` would answer ``GateDecision/paused`` whatever the batch: the
+    /// loop asks before reading the log, so a paused sink does not re-read its next batch at every
+    /// commit. Must be cheap (a lock and a flag); `false` when unsure (`admit` still decides).
+    func isPaused(sink: String) -> Bool
+}
+
+extension DeliveryGate {
+    /// Never paused (the gate decides per batch).
+    package func isPaused(sink: String) -> Bool { false }
 }
 
 /// A gate that admits everything (no consent engine).

@@ -368,6 +368,13 @@ final class IngestServer: Sendable {
                    version: version)
             return
         }
+        // Reserved bits must be 0: a bit this agent does not know could change how the message
+        // is meant to be read, so it refuses the message rather than guess.
+        guard header.flags == 0 else {
+            refuse(peer: peer, requestID: header.requestID, .malformedMessage,
+                   "header flags 0x\(String(header.flags, radix: 16)) are reserved and must be 0", socket, version: header.version)
+            return
+        }
         guard header.kind == .events else {
             refuse(peer: peer, requestID: header.requestID, .unknownKind,
                    "message kind \(header.kind.rawValue) is not accepted on the ingest socket; send kind 1 (events)", socket,
@@ -407,6 +414,12 @@ final class IngestServer: Sendable {
                 // The extension block is protocol 2: a version 1 sender cannot have meant it.
                 guard header.version >= 2 || !event.flags.contains(.extended) else {
                     items.append(.refused(AckEntry(id: id, status: .rejected, reason: .malformed), frame: frame))
+                    continue
+                }
+                // An event flag this agent does not know may carry a promise it cannot keep
+                // (as `localOnly` does): refused like an unknown critical extension.
+                guard event.flags.isSubset(of: .known) else {
+                    items.append(.refused(AckEntry(id: id, status: .rejected, reason: .unsupportedField), frame: frame))
                     continue
                 }
                 items.append(.event(event, frame: frame))

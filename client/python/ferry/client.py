@@ -1,0 +1,751 @@
+"""`Client`: sends events to the local ferryd without ever blocking the caller."""
+from __future__ import annotations
+
+import atexit
+import collections
+import enum
+import logging
+import math
+import os
+import sys
+import threading
+import time
+import uuid
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Deque, Dict, List, Mapping, Optional, Tuple, Union
+
+import zmq
+
+from . import protocol as wire
+from .errors import ClientClosed, FerryTimeout, SocketError
+from .paths import ingest_endpoint, runtime_dir as default_runtime_dir
+
+__all__ = ["Client", "Event", "Receipt", "Status", "Statistics", "OverflowPolicy"]
+
+_log = logging.getLogger("ferry")
+
+Properties = Optional[Mapping[str, Any]]
+
+
+class Status(str, enum.Enum):
+    """What finally became of an event."""
+
+    #: Durable in the agent's queue.
+    ACCEPTED = "accepted"
+    #: The agent already had it (a re-send); the first copy is durable.
+    DUPLICATE = "duplicate"
+    #: The agent refused it (see `Receipt.reason`).
+    REJECTED = "rejected"
+    #: Refused by the agent's consent state.
+    BLOCKED = "blocked"
+    #: Recorded locally by the agent, never delivered.
+    SUPPRESSED = "suppressed"
+    #: Dropped by the client's outbox overflow policy; it never reached the agent.
+    DROPPED_FROM_OUTBOX = "dropped_from_outbox"
+    #: The client was closed before the agent acked it.
+    CLIENT_CLOSED = "client_closed"
+    #: The agent refused the whole message it travelled in (`Receipt.reason` holds the error code
+    #: name, e.g. `access_denied`); nothing of it was stored.
+    REFUSED_BY_AGENT = "refused_by_agent"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """The final status of one event."""
+
+    id: uuid.UUID
+    status: Status
+    #: For `rejected`, `blocked` and `suppressed`: the agent's reason (`too_large`, …) when it gave
+    #: one; for `refused_by_agent`: the error code's name.
+    reason: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        """True when the agent holds the event durably (`accepted` or `duplicate`)."""
+        return self.status in (Status.ACCEPTED, Status.DUPLICATE)
+
+
+@dataclass
+class Statistics:
+    """Counters of a `Client` (a copy; read `Client.statistics` again for fresh values)."""
+
+    #: Events handed to the client.
+    enqueued: int = 0
+    #: Events acked `accepted`.
+    accepted: int = 0
+    #: Events acked `duplicate`.
+    duplicate: int = 0
+    #: Events acked `rejected` or `blocked`, or refused with an error reply.
+    rejected: int = 0
+    #: Events acked `suppressed`.
+    suppressed: int = 0
+    #: Of `rejected`, events acked `blocked` by the agent's consent state.
+    blocked: int = 0
+    #: Events dropped by the overflow policy.
+    dropped_from_outbox: int = 0
+    #: Messages sent again after no ack came.
+    resent_batches: int = 0
+    #: Events waiting for an ack (sent or not).
+    pending: int = 0
+
+
+class OverflowPolicy(str, enum.Enum):
+    """What to drop when the outbox is full."""
+
+    #: Drop the oldest event not yet sent (fresh data wins). If every held event is already in
+    #: flight, the new one is dropped instead.
+    DROP_OLDEST = "drop-oldest"
+    #: Drop the new event.
+    DROP_NEWEST = "drop-newest"
+
+
+@dataclass
+class Event:
+    """An event to send: what the app knows. The client fills in the id, timestamp, sequence
+    number, pid, session and source.
+
+    `category` is a consent category: 0 (derive from the type), a code, or a built-in name
+    (`"analytics"`, `"advertising"`, `"personalization"`, `"diagnostics"`, `"push"`).
+    """
+
+    type: str = "track"
+    name: str = ""
+    properties: Properties = None
+    user_id: str = ""
+    anonymous_id: Optional[str] = None
+    group_id: Optional[str] = None
+    previous_id: Optional[str] = None
+    context: Properties = None
+    once_key: str = ""
+    category: Union[int, str] = 0
+    local_only: bool = False
+
+
+class _Entry:
+    __slots__ = ("index", "id", "frame")
+
+    def __init__(self, index: int, event_id: bytes, frame: bytes) -> None:
+        self.index = index
+        self.id = event_id
+        self.frame = frame
+
+
+class _Batch:
+    __slots__ = ("entries", "message", "sent_at")
+
+    def __init__(self, entries: List[_Entry], message: List[bytes], sent_at: float) -> None:
+        self.entries = entries
+        self.message = message
+        self.sent_at = sent_at
+
+
+_ReceiptCallback = Callable[[Receipt], None]
+
+# Every client alive in this process, for the fork handlers and the exit handler.
+_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
+# Sockets and contexts inherited from the parent through fork(): kept referenced forever in the
+# child so that nothing in the child ever closes or terminates them (they are the parent's).
+_inherited: List[Any] = []
+
+
+def _process_name() -> str:
+    name = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    return name if name and name != "-c" else "python"
+
+
+class Client:
+    """Sends events to the local `ferryd`; `track()` and friends return at once.
+
+    >>> import ferry
+    >>> with ferry.Client(source="checkout") as client:
+    ...     client.track("Order Completed", {"total": 42.5}, user_id="u-1")
+    ...     client.flush(timeout=5)
+
+    Each call encodes the event and puts it in a bounded in-memory outbox. A background I/O thread
+    owns the ZeroMQ DEALER socket and sends the outbox in batches; an event leaves the outbox only
+    when the agent acks it. Unacked batches are sent again after `resend_after` seconds and
+    whenever the agent comes back, so the agent may start after the client, restart or crash: each
+    client has a session and numbers its events, so the agent stores every event exactly once
+    however late a re-send comes (docs/PROTOCOL.md, "Exactly once").
+
+    The client is thread-safe. It is fork-safe: in a child process made by `fork()` it opens a
+    fresh connection with a new session and an empty outbox (the parent's events stay the
+    parent's) and never touches the parent's socket.
+
+    Against an agent that speaks only protocol 1 it falls back to protocol 1 for the rest of its
+    life (no session, no extension fields: `anonymous_id`, `group_id`, `previous_id` and
+    `context` are then left out), as the Swift client does.
+    """
+
+    # Per-process state, made by `_fresh_state()` (again in a child after fork()).
+    _lock: threading.Lock
+    _cond: threading.Condition
+    _pid: int
+    _session: bytes
+    _sequence: int
+    _ids: wire.UUIDv7
+    _pending: Deque[_Entry]
+    _in_flight: Dict[int, _Batch]
+    _in_flight_events: int
+    _next_index: int
+    _next_request_id: int
+    _protocol_version: int
+    _receipts: Dict[int, _ReceiptCallback]
+    _stats: Statistics
+    _io_idle: bool
+    _thread: Optional[threading.Thread]
+    _context: Optional[zmq.Context]
+    _socket: Optional[zmq.Socket]
+    _wake_r: int
+    _wake_w: int
+
+    def __init__(self, source: Optional[str] = None, *, runtime_dir: Optional[str] = None,
+                 outbox_capacity: int = 10_000,
+                 overflow_policy: Union[OverflowPolicy, str] = OverflowPolicy.DROP_OLDEST,
+                 batch_max_events: int = 256, max_in_flight_batches: int = 8, resend_after: float = 2.0,
+                 exit_flush_timeout: float = 5.0) -> None:
+        """Creates a client and starts its I/O thread; works whether or not the agent runs.
+
+        - `source`: the name events are stamped with (default: the program's name).
+        - `runtime_dir`: the agent's runtime directory (default: `$FERRY_RUNTIME_DIR`, else the
+          per-user agent's if it runs, else `/run/ferry` if the system agent runs, else the
+          per-user directory).
+        - `outbox_capacity`: most events held waiting for an ack; `overflow_policy` says which to
+          drop beyond it (`"drop-oldest"`, the default, or `"drop-newest"`).
+        - `batch_max_events` (1-4096), `max_in_flight_batches`: events per message, messages sent
+          but not yet acked.
+        - `resend_after`: seconds without an ack before a message is sent again.
+        - `exit_flush_timeout`: how long leaving a `with` block waits for the acks.
+        """
+        self.source = _process_name() if source is None else source
+        wire._utf8("source", self.source, wire.MAX_TEXT_BYTES)
+        if not isinstance(outbox_capacity, int) or outbox_capacity < 1:
+            raise ValueError("outbox_capacity must be a positive int")
+        if not isinstance(batch_max_events, int) or not 1 <= batch_max_events <= wire.MAX_EVENTS_PER_MESSAGE:
+            raise ValueError("batch_max_events must be 1 to %d" % wire.MAX_EVENTS_PER_MESSAGE)
+        if not isinstance(max_in_flight_batches, int) or max_in_flight_batches < 1:
+            raise ValueError("max_in_flight_batches must be a positive int")
+        if not resend_after > 0:
+            raise ValueError("resend_after must be positive")
+        self.runtime_dir = runtime_dir or default_runtime_dir()
+        self.endpoint = ingest_endpoint(self.runtime_dir)
+        self.outbox_capacity = outbox_capacity
+        self.overflow_policy = OverflowPolicy(overflow_policy)
+        self.batch_max_events = batch_max_events
+        self.max_in_flight_batches = max_in_flight_batches
+        self.resend_after = float(resend_after)
+        self.exit_flush_timeout = exit_flush_timeout
+        self._closed = False
+        self._fresh_state()
+        self._start()
+        _clients.add(self)
+
+    # --- emitting --------------------------------------------------------------------------------
+
+    def track(self, name: str, properties: Properties = None, *, user_id: str = "", **fields: Any) -> uuid.UUID:
+        """Queues a `track` event and returns its id at once. Further keyword fields:
+        `anonymous_id`, `context`, `once_key`, `category`, `local_only` (see `Event`)."""
+        return self.enqueue(Event("track", name, properties, user_id, **fields))
+
+    def screen(self, name: str, properties: Properties = None, *, user_id: str = "", **fields: Any) -> uuid.UUID:
+        """Queues a `screen` event (a screen of an app) and returns its id at once."""
+        return self.enqueue(Event("screen", name, properties, user_id, **fields))
+
+    def page(self, name: str, properties: Properties = None, *, user_id: str = "", **fields: Any) -> uuid.UUID:
+        """Queues a `page` event (a web page) and returns its id at once."""
+        return self.enqueue(Event("page", name, properties, user_id, **fields))
+
+    def identify(self, user_id: str, traits: Properties = None, **fields: Any) -> uuid.UUID:
+        """Queues an `identify` event: who the user is (`traits` travel as the properties)."""
+        return self.enqueue(Event("identify", "", traits, user_id, **fields))
+
+    def group(self, group_id: str, traits: Properties = None, *, user_id: str = "", **fields: Any) -> uuid.UUID:
+        """Queues a `group` event: the user belongs to `group_id` (with the group's `traits`)."""
+        return self.enqueue(Event("group", "", traits, user_id, group_id=group_id, **fields))
+
+    def alias(self, user_id: str, previous_id: str, **fields: Any) -> uuid.UUID:
+        """Queues an `alias` event: `previous_id` (an earlier user or anonymous id) is `user_id`."""
+        return self.enqueue(Event("alias", "", None, user_id, previous_id=previous_id, **fields))
+
+    def enqueue(self, event: Event, on_receipt: Optional[_ReceiptCallback] = None) -> uuid.UUID:
+        """Queues any event and returns its id at once.
+
+        `on_receipt`, if given, is called once with the event's final `Receipt`, on the client's
+        I/O thread (or on the caller's, when the event is refused at once); it must be quick and
+        must not wait for the client. Raises `TypeError`/`ValueError` for an event that cannot be
+        encoded (nothing is queued then). After `close()` the event is dropped (receipt
+        `client_closed`).
+        """
+        properties = b"" if not event.properties else wire.encode_json_object(event.properties, "properties")
+        context = None if event.context is None else wire.encode_json_object(event.context, "context")
+        context = context if context != b"{}" else None
+        category = wire.category_code(event.category)
+        flags = wire.FLAG_LOCAL_ONLY if event.local_only else 0
+        if event.type not in wire.EVENT_TYPES:
+            raise ValueError("unknown event type %r; valid: %s" % (event.type, ", ".join(wire.EVENT_TYPES)))
+        with self._lock:
+            self._ensure_started()
+            self._sequence += 1
+            sequence, session, pid = self._sequence, self._session, self._pid
+        event_id = self._ids.next()
+        frame = wire.WireEvent(
+            id=event_id, timestamp=int(time.time() * 1000), sequence=sequence, pid=pid, type=event.type,
+            source=self.source, name=event.name, user_id=event.user_id, once_key=event.once_key,
+            properties=properties, category=category, flags=flags, session=session,
+            anonymous_id=event.anonymous_id, group_id=event.group_id, previous_id=event.previous_id,
+            context=context).encode()
+        return self._enqueue_frame(event_id, frame, on_receipt)
+
+    def _enqueue_frame(self, event_id: bytes, frame: bytes, on_receipt: Optional[_ReceiptCallback]) -> uuid.UUID:
+        dropped: Optional[Tuple[_Entry, Optional[_ReceiptCallback]]] = None
+        refused: Optional[Status] = None
+        with self._lock:
+            if self._closed:
+                refused = Status.CLIENT_CLOSED
+            else:
+                self._stats.enqueued += 1
+                if len(self._pending) + self._in_flight_events >= self.outbox_capacity:
+                    self._stats.dropped_from_outbox += 1
+                    if self.overflow_policy is OverflowPolicy.DROP_OLDEST and self._pending:
+                        oldest = self._pending.popleft()
+                        dropped = (oldest, self._receipts.pop(oldest.index, None))
+                        self._cond.notify_all()
+                    else:
+                        refused = Status.DROPPED_FROM_OUTBOX
+            if refused is None:
+                index = self._next_index
+                self._next_index += 1
+                self._pending.append(_Entry(index, event_id, frame))
+                if on_receipt is not None:
+                    self._receipts[index] = on_receipt
+                wake, self._io_idle = self._io_idle, False
+        if dropped is not None and dropped[1] is not None:
+            _call(dropped[1], Receipt(uuid.UUID(bytes=dropped[0].id), Status.DROPPED_FROM_OUTBOX))
+        if refused is not None:
+            if on_receipt is not None:
+                _call(on_receipt, Receipt(uuid.UUID(bytes=event_id), refused))
+        elif wake:
+            self._wake()
+        return uuid.UUID(bytes=event_id)
+
+    def send(self, event: Event, timeout: Optional[float] = None) -> Receipt:
+        """Queues `event` and waits for its final `Receipt` (accepted, duplicate, rejected, …).
+        Waits as long as it takes for the agent to come up unless `timeout` (seconds) is given;
+        then raises `FerryTimeout` (the event stays queued)."""
+        done = threading.Event()
+        result: List[Receipt] = []
+
+        def receive(receipt: Receipt) -> None:
+            result.append(receipt)
+            done.set()
+
+        event_id = self.enqueue(event, receive)
+        if not done.wait(timeout):
+            raise FerryTimeout("no final status for event %s after %ss" % (event_id, timeout))
+        return result[0]
+
+    # --- waiting ---------------------------------------------------------------------------------
+
+    def flush(self, timeout: Optional[float] = None) -> None:
+        """Waits until every event queued before this call has a final status (acked, or dropped
+        by the overflow policy). Raises `FerryTimeout` after `timeout` seconds (the events stay
+        queued), `ClientClosed` if the client is closed meanwhile."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            target = self._next_index - 1
+            while self._lowest_unresolved() <= target:
+                if self._closed:
+                    raise ClientClosed("the client was closed with events unacknowledged")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise FerryTimeout("%d events still unacknowledged after %ss"
+                                       % (len(self._pending) + self._in_flight_events, timeout))
+                self._cond.wait(remaining)
+
+    @property
+    def statistics(self) -> Statistics:
+        """A copy of the current counters."""
+        with self._lock:
+            stats = Statistics(**vars(self._stats))
+            stats.pending = len(self._pending) + self._in_flight_events
+            return stats
+
+    @property
+    def session(self) -> uuid.UUID:
+        """This client's session in this process (a new one after `fork()`)."""
+        with self._lock:
+            return uuid.UUID(bytes=self._session)
+
+    @property
+    def protocol_version(self) -> int:
+        """2, or 1 after an agent that speaks only protocol 1 refused version 2."""
+        with self._lock:
+            return self._protocol_version
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close()` was called."""
+        return self._closed
+
+    def close(self, flush_timeout: Optional[float] = None) -> None:
+        """Stops the I/O thread and closes the socket. With `flush_timeout`, first waits up to
+        that long for the acks. Events still unacked are abandoned (their `on_receipt` gets
+        `client_closed`). Idempotent."""
+        if flush_timeout is not None and not self._closed:
+            try:
+                self.flush(flush_timeout)
+            except FerryTimeout:
+                _log.warning("ferry client closing with %d events unacknowledged", self.statistics.pending)
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+            thread = self._thread
+        self._wake()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(10)
+        with self._lock:
+            receipts = self._receipts
+            self._receipts = {}
+            entries = list(self._pending) + [e for batch in self._in_flight.values() for e in batch.entries]
+        ids = {entry.index: entry.id for entry in entries}
+        for index, callback in receipts.items():
+            _call(callback, Receipt(uuid.UUID(bytes=ids.get(index, bytes(16))), Status.CLIENT_CLOSED))
+        self._close_wake_pipe()
+        _clients.discard(self)
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        """Waits up to `exit_flush_timeout` for the acks, then closes."""
+        self.close(flush_timeout=self.exit_flush_timeout)
+
+    def __repr__(self) -> str:
+        return "<ferry.Client source=%r endpoint=%r%s>" % (self.source, self.endpoint, " closed" if self._closed else "")
+
+    # --- state and start -------------------------------------------------------------------------
+
+    def _fresh_state(self) -> None:
+        """Everything that belongs to one process: a new session, sequence, ids and outbox."""
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        self._pid = os.getpid()
+        self._session = os.urandom(16)
+        self._sequence = 0
+        self._ids = wire.UUIDv7()
+        self._pending = collections.deque()
+        self._in_flight = {}
+        self._in_flight_events = 0
+        self._next_index = 1
+        self._next_request_id = 1
+        self._protocol_version = wire.PROTOCOL_VERSION
+        self._receipts = {}
+        self._stats = Statistics()
+        self._io_idle = False
+        self._thread = None
+        self._context = None
+        self._socket = None
+        self._wake_r = self._wake_w = -1
+
+    def _start(self) -> None:
+        """Creates the wake pipe, the ZeroMQ context and the I/O thread, and waits until the
+        thread has its socket."""
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        self._context = zmq.Context()
+        ready = threading.Event()
+        failure: List[BaseException] = []
+        self._thread = threading.Thread(target=self._run, args=(ready, failure), name="ferry-client", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._context.term()
+            self._close_wake_pipe()
+            raise SocketError("cannot connect to %s: %s" % (self.endpoint, failure[0]))
+
+    def _ensure_started(self) -> None:
+        """After fork(): the first use in the child starts its own connection. Called locked."""
+        if self._thread is None and not self._closed:
+            self._start()
+
+    def _after_fork_in_child(self) -> None:
+        _inherited.extend([self._context, self._socket])
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        closed = self._closed
+        self._fresh_state()  # new locks: the parent's may be held by threads that do not exist here
+        self._closed = closed
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"\0")
+        except (BlockingIOError, OSError):
+            pass  # already signalled (a full pipe), or closed
+
+    def _close_wake_pipe(self) -> None:
+        for fd in (self._wake_r, self._wake_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._wake_r = self._wake_w = -1
+
+    def _lowest_unresolved(self) -> int:
+        lowest = self._pending[0].index if self._pending else self._next_index
+        for batch in self._in_flight.values():
+            if batch.entries and batch.entries[0].index < lowest:
+                lowest = batch.entries[0].index
+        return lowest
+
+    # --- the I/O thread --------------------------------------------------------------------------
+
+    def _run(self, ready: threading.Event, failure: List[BaseException]) -> None:
+        context, wake_r = self._context, self._wake_r
+        assert context is not None
+        sock = None
+        try:
+            sock = context.socket(zmq.DEALER)
+            sock.setsockopt(zmq.LINGER, 0)
+            # Without a connected agent, sends fail at once instead of queueing in a pipe the
+            # agent may never read; the events wait in the outbox instead.
+            sock.setsockopt(zmq.IMMEDIATE, 1)
+            sock.setsockopt(zmq.RECONNECT_IVL, 50)
+            sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+            sock.connect(self.endpoint)
+        except zmq.ZMQError as error:
+            if sock is not None:
+                sock.close(linger=0)  # else terminating the context would wait for it
+            failure.append(error)
+            ready.set()
+            return
+        self._socket = sock
+        ready.set()
+        poller = zmq.Poller()
+        poller.register(sock, zmq.POLLIN)
+        poller.register(wake_r, zmq.POLLIN)
+        send_blocked = False
+        try:
+            while True:
+                with self._lock:
+                    if self._closed:
+                        break
+                    timeout = self._io_timeout(send_blocked)
+                    self._io_idle = timeout != 0
+                ready_sockets = dict(poller.poll(None if timeout is None else math.ceil(timeout * 1000)))
+                with self._lock:
+                    self._io_idle = False
+                    if self._closed:
+                        break
+                if wake_r in ready_sockets:
+                    try:
+                        while os.read(wake_r, 4096):
+                            pass
+                    except (BlockingIOError, OSError):
+                        pass
+                try:
+                    if sock in ready_sockets:
+                        self._read_replies(sock)
+                    now = time.monotonic()
+                    send_blocked = not self._resend_overdue(sock, now)
+                    if not send_blocked:
+                        send_blocked = not self._send_pending(sock, now)
+                except zmq.ContextTerminated:
+                    raise
+                except Exception:  # a bug must not stop delivery for good: log it and go on
+                    _log.exception("ferry client I/O error")
+                    send_blocked = True
+        except zmq.ContextTerminated:
+            pass
+        finally:
+            sock.close(linger=0)
+            context.term()
+
+    def _io_timeout(self, send_blocked: bool) -> Optional[float]:
+        """Seconds to sleep: 0 when a batch can go out, until the oldest in-flight batch is due
+        for re-sending, briefly while sending fails (no agent), or until woken (None)."""
+        can_send = bool(self._pending) and len(self._in_flight) < self.max_in_flight_batches
+        if can_send and not send_blocked:
+            return 0
+        wait: Optional[float] = 0.05 if send_blocked else None
+        if self._in_flight:
+            oldest = min(batch.sent_at for batch in self._in_flight.values())
+            due = max(0.0, oldest + self.resend_after - time.monotonic())
+            wait = due if wait is None else min(wait, due)
+        return wait
+
+    def _resend_overdue(self, sock: zmq.Socket, now: float) -> bool:
+        """Re-sends batches whose ack is overdue. False if the socket refused (no agent)."""
+        with self._lock:
+            overdue = sorted(((rid, b) for rid, b in self._in_flight.items() if now - b.sent_at >= self.resend_after),
+                             key=lambda item: item[0])
+        for request_id, batch in overdue:
+            try:
+                sock.send_multipart(batch.message, flags=zmq.DONTWAIT)
+            except zmq.Again:
+                return False
+            with self._lock:
+                batch.sent_at = now
+                self._stats.resent_batches += 1
+        return True
+
+    def _send_pending(self, sock: zmq.Socket, now: float) -> bool:
+        """Sends new batches from the outbox while the in-flight window allows. False if the
+        socket refused (no agent, or its pipe is full)."""
+        while True:
+            # The send happens under the lock (a non-blocking copy into libzmq), so an event is
+            # either pending or in flight, never in between where the overflow policy misses it.
+            with self._lock:
+                if not self._pending or len(self._in_flight) >= self.max_in_flight_batches:
+                    return True
+                request_id = self._next_request_id
+                count = min(self.batch_max_events, len(self._pending))
+                entries = [self._pending[i] for i in range(count)]
+                version = self._protocol_version
+                message = [wire.encode_header(wire.KIND_EVENTS, request_id, version=version)]
+                message += [e.frame if version >= 2 else wire.strip_extensions(e.frame) for e in entries]
+                try:
+                    sock.send_multipart(message, flags=zmq.DONTWAIT)
+                except zmq.Again:
+                    return False
+                self._next_request_id = request_id + 1 if request_id < 0xFFFF_FFFF else 1
+                for _ in range(count):
+                    self._pending.popleft()
+                self._in_flight[request_id] = _Batch(entries, message, now)
+                self._in_flight_events += count
+
+    def _read_replies(self, sock: zmq.Socket) -> None:
+        while True:
+            try:
+                message = sock.recv_multipart(flags=zmq.DONTWAIT)
+            except zmq.Again:
+                return
+            try:
+                if len(message) != 2:
+                    raise wire.ProtocolError("reply has %d frames, expected 2" % len(message))
+                header = wire.decode_header(message[0])
+                if header.kind == wire.KIND_ACK:
+                    entries = wire.decode_ack(message[1])
+                    self._complete(header.request_id, lambda i: _ack_status(entries, i))
+                elif header.kind == wire.KIND_ERROR:
+                    self._handle_error(header.request_id, wire.decode_error(message[1]))
+            except wire.ProtocolError as error:
+                _log.warning("ferry client: ignoring an unreadable reply from the agent: %s", error)
+
+    def _handle_error(self, request_id: int, error: wire.ErrorReply) -> None:
+        if error.name == "unsupported_version" and self._downgrade():
+            _log.warning("ferry agent speaks protocol 1 only: sending without a session "
+                         "(re-sends are then deduplicated by id only; extension fields are left out)")
+            return
+        if error.name == "shutting_down":
+            # Not a verdict on the events: the agent is stopping. The batch stays in flight and
+            # is sent again (after resend_after) to the next agent.
+            return
+        _log.error("ferry agent refused a message: %s: %s", error.name, error.message)
+        self._complete(request_id, lambda _: (Status.REFUSED_BY_AGENT, error.name))
+
+    def _downgrade(self) -> bool:
+        """Switches to protocol 1 after an older agent refused version 2: the in-flight batches
+        are rebuilt without extensions and go out again at once. False if already on 1."""
+        with self._lock:
+            if self._protocol_version <= 1:
+                return False
+            self._protocol_version = 1
+            for request_id, batch in self._in_flight.items():
+                batch.message = [wire.encode_header(wire.KIND_EVENTS, request_id, version=1)] + \
+                    [wire.strip_extensions(entry.frame) for entry in batch.entries]
+                batch.sent_at -= self.resend_after  # overdue: the next turn of the loop re-sends it
+            return True
+
+    def _complete(self, request_id: int, status_of: Callable[[int], Tuple[Status, Optional[str]]]) -> None:
+        """Resolves every event of an in-flight batch (a late reply to a batch already resolved
+        is ignored)."""
+        calls = []
+        with self._lock:
+            batch = self._in_flight.pop(request_id, None)
+            if batch is None:
+                return
+            self._in_flight_events -= len(batch.entries)
+            stats = self._stats
+            for offset, entry in enumerate(batch.entries):
+                status, reason = status_of(offset)
+                if status is Status.ACCEPTED:
+                    stats.accepted += 1
+                elif status is Status.DUPLICATE:
+                    stats.duplicate += 1
+                elif status is Status.SUPPRESSED:
+                    stats.suppressed += 1
+                else:
+                    stats.rejected += 1
+                    if status is Status.BLOCKED:
+                        stats.blocked += 1
+                callback = self._receipts.pop(entry.index, None)
+                if callback is not None:
+                    calls.append((callback, Receipt(uuid.UUID(bytes=entry.id), status, reason)))
+            self._cond.notify_all()
+        for callback, receipt in calls:
+            _call(callback, receipt)
+
+
+def _ack_status(entries: List[wire.AckEntry], index: int) -> Tuple[Status, Optional[str]]:
+    if index >= len(entries):
+        return Status.REJECTED, "malformed"
+    entry = entries[index]
+    return Status(entry.status), (None if entry.reason == "none" else entry.reason)
+
+
+def _call(callback: _ReceiptCallback, receipt: Receipt) -> None:
+    try:
+        callback(receipt)
+    except Exception:
+        _log.exception("ferry client: on_receipt callback raised")
+
+
+# --- fork and exit -------------------------------------------------------------------------------
+
+_held: List[Client] = []
+
+
+def _before_fork() -> None:
+    # Hold every client's lock across fork(), so the child never inherits one held by another
+    # thread mid-change.
+    for client in list(_clients):
+        client._lock.acquire()
+        _held.append(client)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop()._lock.release()
+
+
+def _after_fork_in_child() -> None:
+    _held.clear()
+    for client in list(_clients):
+        client._after_fork_in_child()
+
+
+def _close_all_at_exit() -> None:
+    for client in list(_clients):
+        try:
+            client.close()
+        except Exception:
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
+atexit.register(_close_all_at_exit)

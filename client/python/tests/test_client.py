@@ -1,0 +1,248 @@
+"""ferry.Client against a real ferryd: delivery, exactly once across a crash, the outbox, threads."""
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+import zmq
+
+import ferry
+from ferry import protocol as wire
+
+from conftest import wait_for
+
+
+def assert_exactly_once(events, count, session=None):
+    ids = [e["id"] for e in events]
+    assert len(ids) == len(set(ids)), "an event was delivered twice"
+    assert sorted(e["seq"] for e in events) == list(range(1, count + 1))
+    if session is not None:
+        assert {e.get("session") for e in events} == {str(session)}
+
+
+def test_agent_started_after_the_client(make_agent, make_client):
+    agent = make_agent()
+    client = make_client(source="early", runtime_dir=agent.runtime_dir, resend_after=0.5)
+    ids = [client.track("Before Agent", {"i": i}) for i in range(50)]
+    with pytest.raises(ferry.FerryTimeout):
+        client.flush(timeout=0.2)
+    assert client.statistics.pending == 50
+
+    agent.start().wait_ready()
+    client.flush(timeout=30)
+    stats = client.statistics
+    assert (stats.accepted, stats.pending, stats.rejected) == (50, 0, 0)
+    events = agent.wait_delivered(50, source="early")
+    assert_exactly_once(events, 50, client.session)
+    assert [e["id"] for e in sorted(events, key=lambda e: e["seq"])] == [str(i) for i in ids]
+    assert events[0]["properties"] == {"i": events[0]["seq"] - 1}
+
+
+@pytest.mark.parametrize("stop", ["kill -9", "SIGTERM"])
+def test_agent_stopped_mid_stream_then_restarted_stores_every_event_exactly_once(agent, make_client, stop):
+    total = 3000
+    client = make_client(source="crashy", runtime_dir=agent.runtime_dir, batch_max_events=10,
+                         max_in_flight_batches=2, resend_after=0.3)
+    for i in range(total):
+        client.track("Stream", {"i": i})
+    wait_for("the first 300 acks", lambda: client.statistics.accepted >= 300)
+    agent.kill9() if stop == "kill -9" else agent.terminate()
+    at_kill = client.statistics
+    assert at_kill.pending > 0, "the agent was killed after the stream, not in the middle of it"
+
+    agent.start().wait_ready()
+    client.flush(timeout=60)
+    stats = client.statistics
+    assert stats.accepted + stats.duplicate == total and stats.rejected == 0, stats
+    events = agent.wait_delivered(total, source="crashy", timeout=60)
+    assert_exactly_once(events, total, client.session)
+    assert len(agent.delivered()) == total
+
+
+def test_send_returns_the_final_status(agent, make_client):
+    client = make_client(source="send", runtime_dir=agent.runtime_dir)
+    receipt = client.send(ferry.Event(name="Signed Up", properties={"plan": "pro"}), timeout=30)
+    assert receipt.status is ferry.Status.ACCEPTED and receipt.ok and receipt.reason is None
+    assert client.send(ferry.Event(name="Private", local_only=True), timeout=30).status is ferry.Status.SUPPRESSED
+    huge = client.send(ferry.Event(name="Huge", properties={"blob": "x" * 70_000}), timeout=30)
+    assert (huge.status, huge.reason) == (ferry.Status.REJECTED, "too_large")
+    stats = client.statistics
+    assert (stats.accepted, stats.suppressed, stats.rejected) == (1, 1, 1)
+
+
+def test_event_helpers_and_the_event_model_fields(agent, make_client):
+    client = make_client(source="model", runtime_dir=agent.runtime_dir)
+    client.track("Order Completed", {"total": 42.5}, user_id="u-1", anonymous_id="anon-1",
+                 context={"app": {"version": "1.2"}})
+    client.screen("Home", anonymous_id="anon-1")
+    client.page("Pricing", {"path": "/pricing"}, user_id="u-1")
+    client.identify("u-1", {"plan": "pro"}, anonymous_id="anon-1")
+    client.group("g-1", {"seats": 5}, user_id="u-1")
+    client.alias("u-1", previous_id="anon-1")
+    client.flush(timeout=30)
+    assert client.statistics.accepted == 6
+    events = sorted(agent.wait_delivered(6, source="model"), key=lambda e: e["seq"])
+    assert [e["type"] for e in events] == ["track", "screen", "page", "identify", "group", "alias"]
+    assert events[0]["properties"] == {"total": 42.5} and events[0]["user_id"] == "u-1"
+    assert events[2]["name"] == "Pricing" and events[3]["properties"] == {"plan": "pro"}
+    if "anonymous_id" not in events[0]:
+        pytest.xfail("this ferryd does not write the event model fields yet (extension tags 2-5)")
+    assert events[0]["anonymous_id"] == "anon-1" and events[0]["context"] == {"app": {"version": "1.2"}}
+    assert events[4]["group_id"] == "g-1" and events[5]["previous_id"] == "anon-1"
+    assert "group_id" not in events[0] and "previous_id" not in events[0]
+
+
+def test_bad_input_is_refused_at_the_call_and_queues_nothing(make_client, workdir):
+    client = make_client(source="bad", runtime_dir=workdir)
+    with pytest.raises(TypeError, match="properties"):
+        client.track("x", {"when": object()})
+    with pytest.raises(ValueError, match="JSON"):
+        client.track("x", {"ratio": float("inf")})
+    with pytest.raises(ValueError, match="anonymous_id"):
+        client.track("x", anonymous_id="a" * 2000)
+    with pytest.raises(ValueError, match="category"):
+        client.track("x", category="sports")
+    with pytest.raises(ValueError, match="event type"):
+        client.enqueue(ferry.Event(type="click", name="x"))
+    with pytest.raises(TypeError, match="context"):
+        client.track("x", context=["not", "an", "object"])
+    with pytest.raises(ValueError):
+        ferry.Client(source="s", runtime_dir=workdir, batch_max_events=5000)
+    assert client.statistics == ferry.Statistics()
+
+
+@pytest.mark.parametrize("policy, kept", [("drop-oldest", range(16, 26)), ("drop-newest", range(1, 11))])
+def test_the_outbox_is_bounded(make_agent, make_client, policy, kept):
+    agent = make_agent()
+    client = make_client(source="bounded", runtime_dir=agent.runtime_dir, outbox_capacity=10, overflow_policy=policy)
+    receipts = {}
+    lock = threading.Lock()
+
+    def remember(receipt):
+        with lock:
+            receipts[receipt.id] = receipt.status
+
+    ids = [client.enqueue(ferry.Event(name="E%d" % i), remember) for i in range(1, 26)]
+    stats = client.statistics
+    assert (stats.enqueued, stats.dropped_from_outbox, stats.pending) == (25, 15, 10)
+    dropped = [i for n, i in enumerate(ids, start=1) if n not in kept]
+    assert all(receipts.get(i) is ferry.Status.DROPPED_FROM_OUTBOX for i in dropped)
+
+    agent.start().wait_ready()
+    client.flush(timeout=30)
+    events = agent.wait_delivered(10, source="bounded")
+    assert sorted(e["seq"] for e in events) == list(kept)
+    assert all(receipts[ids[n - 1]] is ferry.Status.ACCEPTED for n in kept)
+
+
+def test_many_threads_share_one_client(agent, make_client):
+    client = make_client(source="threads", runtime_dir=agent.runtime_dir)
+    threads = [threading.Thread(target=lambda: [client.track("T", {"n": n}) for n in range(250)]) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    client.flush(timeout=60)
+    assert client.statistics.accepted == 2000
+    assert_exactly_once(agent.wait_delivered(2000, source="threads"), 2000, client.session)
+
+
+def test_context_manager_flushes_then_closes(agent):
+    receipts = []
+    with ferry.Client(source="ctx", runtime_dir=agent.runtime_dir) as client:
+        for i in range(20):
+            client.track("In Block", {"i": i})
+    assert client.closed and client.statistics.accepted == 20
+    late = client.enqueue(ferry.Event(name="Too Late"), receipts.append)
+    assert receipts == [ferry.Receipt(late, ferry.Status.CLIENT_CLOSED)]
+    client.close()  # idempotent
+    assert len(agent.wait_delivered(20, source="ctx")) == 20
+
+
+def test_close_abandons_unacked_events_with_a_receipt(make_client, workdir):
+    client = make_client(source="abandon", runtime_dir=workdir)
+    receipts = []
+    client.enqueue(ferry.Event(name="Never Sent"), receipts.append)
+    client.close()
+    assert [r.status for r in receipts] == [ferry.Status.CLIENT_CLOSED]
+    with pytest.raises(ferry.ClientClosed):
+        client.flush(timeout=1)
+
+
+def test_falls_back_to_protocol_1_for_an_older_agent(workdir, make_client):
+    """A protocol-1 agent (no real one is left to run, so a ROUTER playing one) answers version 2
+    with unsupported_version; the client sends the same events again as version 1, without
+    their extension block, and keeps to version 1."""
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind("ipc://%s/ingest" % workdir)
+    seen_versions = []
+    stop = threading.Event()
+
+    def old_agent():
+        while not stop.is_set():
+            if not router.poll(20):
+                continue
+            peer, header, *frames = router.recv_multipart()
+            version, kind, _, request_id = wire.decode_header(header)
+            seen_versions.append(version)
+            if version != 1:
+                router.send_multipart([peer, wire.encode_header(wire.KIND_ERROR, request_id, version=1),
+                                       wire.encode_error(2, "unsupported protocol version %d" % version)])
+                continue
+            for frame in frames:
+                assert not wire.decode_event(frame, version=1).flags & wire.FLAG_EXTENDED
+            router.send_multipart([peer, wire.encode_header(wire.KIND_ACK, request_id, version=1),
+                                   wire.encode_ack([(f[:16], 0, 0) for f in frames])])
+
+    thread = threading.Thread(target=old_agent)
+    thread.start()
+    try:
+        client = make_client(source="old", runtime_dir=workdir)
+        first = client.send(ferry.Event(name="First", anonymous_id="a"), timeout=30)
+        second = client.send(ferry.Event(name="Second"), timeout=30)
+        assert (first.status, second.status) == (ferry.Status.ACCEPTED, ferry.Status.ACCEPTED)
+        assert client.protocol_version == 1
+        assert seen_versions == [2, 1, 1]
+    finally:
+        stop.set()
+        thread.join()
+        router.close()
+        context.term()
+
+
+def test_an_agent_refusal_of_the_whole_message_is_final(workdir, make_client):
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind("ipc://%s/ingest" % workdir)
+    try:
+        client = make_client(source="denied", runtime_dir=workdir)
+        receipts = []
+        client.enqueue(ferry.Event(name="x"), receipts.append)
+        assert router.poll(10_000)
+        peer, header, _ = router.recv_multipart()
+        request_id = wire.decode_header(header).request_id
+        router.send_multipart([peer, wire.encode_header(wire.KIND_ERROR, request_id),
+                               wire.encode_error(6, "access denied: ingest is for root")])
+        client.flush(timeout=10)
+        assert [(r.status, r.reason) for r in receipts] == [(ferry.Status.REFUSED_BY_AGENT, "access_denied")]
+        assert client.statistics.rejected == 1
+    finally:
+        router.close()
+        context.term()
+
+
+def test_ids_are_uuids_and_sessions_differ_per_client(make_client, workdir):
+    a = make_client(source="a", runtime_dir=workdir)
+    b = make_client(source="b", runtime_dir=workdir)
+    assert isinstance(a.track("x"), uuid.UUID)
+    assert a.session != b.session
+
+
+def test_an_unusable_runtime_directory_is_a_clear_error(workdir):
+    too_long = workdir + "/" + "d" * 120  # longer than a Unix socket path may be
+    with pytest.raises(ferry.SocketError, match="cannot connect"):
+        ferry.Client(source="x", runtime_dir=too_long)
