@@ -116,9 +116,10 @@ struct HTTPSinkTests {
                 #expect(((event["properties"] as? [String: Any])?["i"] as? NSNumber)?.intValue == i)
                 if i % 2 == 0 { #expect(event["user_id"] as? String == "user-\(i)") }
             }
-            // The same event objects as the file sink's lines: one serialiser.
+            // The same event objects as the file sink's lines (without `line_format`, which only
+            // file lines carry): one serialiser.
             var lines: [UInt8] = []
-            for event in batch.events { FileSink.appendLine(for: event, to: &lines) }
+            for event in batch.events { FileSink.appendLine(for: event, lineFormat: 1, to: &lines) }
             let expectedBody = #"{"batch_id":"\#(batch.idempotencyKey)","sent_at":\#(sentAt),"consent":{"ad_storage":"granted","analytics_storage":"denied"},"events":["#
                 + String(decoding: lines, as: UTF8.self).split(separator: "\n").joined(separator: ",") + "]}"
             #expect(String(decoding: request.body, as: UTF8.self) == expectedBody)
