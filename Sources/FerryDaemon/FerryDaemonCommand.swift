@@ -217,7 +217,7 @@ struct ValidateCommand: ParsableCommand {
         }
         let consent = c.consent
         lines.append("consent: defaultConsent=\(consent.defaultConsent.rawValue) undetermined.policy=\(consent.undetermined.policy.rawValue) trackingInitial=\(consent.trackingInitial) autoStart=\(consent.autoStart)")
-        lines.append("reloadable on SIGHUP: \(FerryAgent.reloadableKeys.joined(separator: ", ")), HTTP sink tokens; every other key needs a restart")
+        lines.append("reloadable on SIGHUP: \(FerryAgent.reloadableKeys.joined(separator: ", ")), HTTP sink credentials (tokenFile, tokenEnvironment, writeKeyFile); every other key needs a restart")
         return lines.joined(separator: "\n")
     }
 }

@@ -41,13 +41,82 @@ enum HTTPBatchBody {
     }
 
     static func segment(_ batch: DeliveryBatch, sentAt: UInt64) -> [UInt8] {
+        segment(messages: batch.events.map(segmentEvent), consent: batch.consent, sentAt: sentAt)
+    }
+
+    /// The segment body holding `messages` (each from ``segmentEvent(_:)``).
+    static func segment(messages: [[UInt8]], consent: [String: String], sentAt: UInt64) -> [UInt8] {
         var json = JSONWriter()
-        json.rawField("batch", array(batch.events.map(segmentEvent)))
+        json.rawField("batch", array(messages))
         json.field("sentAt", CivilTime.iso8601(milliseconds: sentAt))
         var context = JSONWriter()
-        context.rawField("consent", consentObject(batch.consent))
+        context.rawField("consent", consentObject(consent))
         json.rawField("context", context.finish())
         return json.finish()
+    }
+
+    // MARK: Segment's limits
+
+    /// Segment's limit for one message in a batch ("32 KB"), counted as the bytes of the
+    /// message's JSON; taken as 32,000 so it holds whether the collector means 1000 or 1024.
+    static let segmentMaxMessageBytes = 32_000
+    /// Segment's limit for one `/v1/batch` request body ("500 KB"), uncompressed; 500,000 for the
+    /// same reason.
+    static let segmentMaxBatchBytes = 500_000
+
+    /// How a batch goes out in `segment` format: the events Segment can never accept, and the
+    /// rest cut into parts (in order) whose bodies each fit ``segmentMaxBatchBytes``.
+    struct SegmentPlan {
+        var rejections: [SinkRejection]
+        var parts: [DeliveryBatch]
+    }
+
+    /// Checks every event of `batch` against Segment's rules and cuts the rest into parts that
+    /// fit. The cut depends on the events and the consent stamp only (`sentAt` always has the
+    /// same length), so the same events give the same parts on every attempt.
+    static func segmentPlan(_ batch: DeliveryBatch, maxMessageBytes: Int = segmentMaxMessageBytes,
+                            maxBatchBytes: Int = segmentMaxBatchBytes) -> SegmentPlan {
+        // The body around the messages: `{"batch":[` … `],"sentAt":"…","context":{…}}`.
+        let overhead = segment(messages: [], consent: batch.consent, sentAt: 0).count
+        var plan = SegmentPlan(rejections: [], parts: [])
+        var part: [StoredEvent] = []
+        var size = overhead
+        for stored in batch.events {
+            let message = segmentEvent(stored)
+            if let reason = segmentRejection(stored, messageBytes: message.count, maxMessageBytes: maxMessageBytes) {
+                plan.rejections.append(SinkRejection(event: stored, reason: reason))
+                continue
+            }
+            let added = message.count + (part.isEmpty ? 0 : 1)  // the comma between messages
+            if !part.isEmpty && size + added > maxBatchBytes {
+                plan.parts.append(DeliveryBatch(events: part, consent: batch.consent))
+                part = []
+                size = overhead
+            }
+            size += message.count + (part.isEmpty ? 0 : 1)
+            part.append(stored)
+        }
+        if !part.isEmpty { plan.parts.append(DeliveryBatch(events: part, consent: batch.consent)) }
+        return plan
+    }
+
+    /// Why Segment would refuse `stored` for good (its message being `messageBytes` long), or
+    /// `nil`: every message needs a `userId` or an `anonymousId`, a `track` needs an `event`
+    /// name, and a message may be at most `maxMessageBytes`.
+    static func segmentRejection(_ stored: StoredEvent, messageBytes: Int, maxMessageBytes: Int = segmentMaxMessageBytes) -> String? {
+        guard let event = try? stored.decoded() else {
+            return "segment: the stored event \(stored.decodedID) cannot be decoded"
+        }
+        if event.userID.isEmpty {
+            return "segment: a \(event.type) message needs a userId or an anonymousId; the event has neither"
+        }
+        if event.type == .track && event.name.isEmpty {
+            return "segment: a track message needs an event name; the event's name is empty"
+        }
+        if messageBytes > maxMessageBytes {
+            return "segment: the message is \(messageBytes) bytes, over Segment's limit of \(maxMessageBytes) bytes per message"
+        }
+        return nil
     }
 
     /// One Segment-style event: `track` names go to `event`, `page`/`screen` names to `name`;

@@ -26,10 +26,17 @@ import Synchronization
 /// | 3xx | `.permanent` (redirects are not followed for POST) |
 /// | other 4xx | `.permanent`, with the status and the start of the body |
 ///
-/// The bearer token is read once (``recover(checkpoint:)`` or the first delivery, and again after a
-/// configuration reload) from the
-/// configured file or environment variable. It is never logged and is cut out of upstream
-/// body excerpts.
+/// In `segment` format a batch is first checked against Segment's limits: events that can never
+/// be accepted are rejected (``rejections(in:)``: the delivery loop dead-letters them one by one)
+/// and the rest is cut into requests that fit (``HTTPBatchBody/segmentPlan(_:maxMessageBytes:maxBatchBytes:)``).
+///
+/// When a batch goes out in several requests (segment parts, 413 halves) and a later one fails
+/// with a retryable error, the events already acknowledged are remembered and left out of the
+/// retry of that batch, so they are not posted twice by the same process.
+///
+/// The credential (a bearer token or a Segment write key) is read once (``recover(checkpoint:)`` or
+/// the first delivery, and again after a configuration reload) from the configured file or
+/// environment variable. It is never logged and is cut out of upstream body excerpts.
 public final class HTTPSink: Sink, CustomStringConvertible {
     public let name: String
     /// The configuration the sink runs with.
@@ -42,9 +49,21 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     private let io: BlockingExecutor
 
     private struct State {
-        /// `nil` until loaded; then `.some(nil)` when no token is configured.
-        var token: String??
+        /// `nil` until loaded; then `.some(nil)` when no credential is configured.
+        var credential: Credential??
+        /// Events of the batch in hand that a collector already acknowledged (a batch sent in
+        /// several requests whose later request failed): the retry leaves them out. Emptied when
+        /// a batch is done, delivered or refused for good.
+        var acknowledged: Set<EventID> = []
         var isShutDown = false
+    }
+
+    /// The `Authorization` value and the secrets in it, which never leave the process.
+    struct Credential: Sendable {
+        /// The header value: `Bearer <token>` or `Basic <base64(key:)>`.
+        var authorization: String
+        /// Text cut out of upstream body excerpts: the token, or the key and its base64 form.
+        var secrets: [String]
     }
 
     /// How much of an error response's body is kept for the dead letter (``SinkError/upstreamBody``).
@@ -104,8 +123,43 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     }
 
     public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {
-        try await send(batch)
+        let done = state.withLock { $0.acknowledged }
+        var remaining = batch
+        if !done.isEmpty { remaining.events.removeAll { done.contains($0.decodedID) } }
+        do {
+            switch configuration.format {
+            case .envelope:
+                if !remaining.events.isEmpty { try await send(remaining) }
+            case .segment:
+                let plan = HTTPBatchBody.segmentPlan(remaining)
+                if let first = plan.rejections.first {
+                    // Only a replayed dead letter gets here: the delivery loop takes rejected
+                    // events out first (rejections(in:)).
+                    let more = plan.rejections.count > 1 ? " (and \(plan.rejections.count - 1) more events that Segment cannot accept)" : ""
+                    throw SinkError(.permanent, first.reason + more)
+                }
+                if plan.parts.count > 1 {
+                    logger.debug("http sink: segment batch split to fit 500 KB", metadata: [
+                        "batch": "\(batch.idempotencyKey)", "parts": "\(plan.parts.count)",
+                    ])
+                }
+                for part in plan.parts { try await send(part) }
+            }
+        } catch let error as SinkError where error.disposition != .permanent {
+            throw error  // Keep what was acknowledged for the retry of this batch.
+        } catch {
+            state.withLock { $0.acknowledged = [] }
+            throw error
+        }
+        state.withLock { $0.acknowledged = [] }
         return nil
+    }
+
+    /// In `segment` format, the events Segment would refuse whatever happens: no `userId` or
+    /// `anonymousId`, a `track` without a name, a message over 32 KB. None in `envelope` format.
+    public func rejections(in batch: DeliveryBatch) -> [SinkRejection] {
+        guard configuration.format == .segment else { return [] }
+        return HTTPBatchBody.segmentPlan(batch).rejections
     }
 
     public func shutdown() async throws {
@@ -121,11 +175,13 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// Posts `batch`; on 413 posts each half instead (recursively).
     ///
     /// A failure after the first half was acknowledged fails the whole batch: the loop retries
-    /// it and the first half goes out again, with the same idempotency key and event ids.
+    /// it, and ``deliver(_:)`` leaves out the events acknowledged so far (unless `ferryd`
+    /// restarted in between: then they go out again, with the same event ids).
     private func send(_ batch: DeliveryBatch) async throws {
         let (status, headers, excerpt) = try await post(batch)
         switch Self.classify(status: status, retryAfter: headers.first(name: "Retry-After")) {
         case .acknowledged:
+            state.withLock { $0.acknowledged.formUnion(batch.events.map(\.decodedID)) }
             logger.debug("http sink: batch acknowledged", metadata: [
                 "batch": "\(batch.idempotencyKey)", "events": "\(batch.events.count)", "status": "\(status)",
             ])
@@ -224,18 +280,48 @@ public final class HTTPSink: Sink, CustomStringConvertible {
 
     // MARK: Credentials
 
-    /// Forgets the loaded token: the next request reads `tokenFile` (or the environment) again.
+    /// Forgets the loaded credential: the next request reads `tokenFile`, `writeKeyFile` (or the
+    /// environment) again.
     public func reloadCredentials() async {
-        state.withLock { $0.token = nil }
+        state.withLock { $0.credential = nil }
     }
 
-    /// `Bearer <token>`, or `nil` without a configured token. Loads the token on first use.
+    /// The `Authorization` value, or `nil` without a configured credential. Loads it on first use.
     private func authorization() async throws -> String? {
-        if let loaded = state.withLock({ $0.token }) { return loaded.map { "Bearer " + $0 } }
+        if let loaded = state.withLock({ $0.credential }) { return loaded?.authorization }
         let configuration = self.configuration, logger = self.logger
-        let token = try await io.run { try Self.loadToken(configuration, logger: logger) }
-        state.withLock { $0.token = .some(token) }
-        return token.map { "Bearer " + $0 }
+        let credential = try await io.run { try Self.loadCredential(configuration, logger: logger) }
+        state.withLock { $0.credential = .some(credential) }
+        return credential?.authorization
+    }
+
+    /// The configured credential as a header value: a bearer token, or a Segment write key as
+    /// HTTP Basic (the key as the user name, an empty password). Errors never contain it.
+    static func loadCredential(_ configuration: HTTPSinkConfiguration, logger: Logger) throws -> Credential? {
+        if let path = configuration.writeKeyFile {
+            let key = try readSecret(path, key: "writeKeyFile", logger: logger)
+            guard !key.isEmpty else { throw AgentError(code: .configuration, message: "sink (http): the write key (file \(path)) is empty") }
+            // A colon would end the user name early (RFC 7617).
+            guard key.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F && $0 != UInt8(ascii: ":") }) else {
+                throw AgentError(code: .configuration, message: "sink (http): the write key (file \(path)) holds characters a write key cannot have (a colon, controls, spaces or non-ASCII)")
+            }
+            let encoded = Data((key + ":").utf8).base64EncodedString()
+            return Credential(authorization: "Basic " + encoded, secrets: [encoded, key])
+        }
+        return try loadToken(configuration, logger: logger).map { Credential(authorization: "Bearer " + $0, secrets: [$0]) }
+    }
+
+    /// The contents of the secret file `path` (the value of configuration key `key`), trimmed;
+    /// warns when other users can read it.
+    private static func readSecret(_ path: String, key: String, logger: Logger) throws -> String {
+        guard let bytes = try? FileIO.readFile(path, followSymlinks: true) else {
+            throw AgentError(code: .configuration, message: "sink (http): cannot read \(key) \(path)")
+        }
+        if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+           let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 {
+            logger.warning("http sink: \(key) is readable by other users; chmod 600 it", metadata: ["path": "\(path)"])
+        }
+        return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
     /// Reads the token from the configured file or environment variable. Errors never contain it.
@@ -243,12 +329,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
         func fail(_ message: String) -> AgentError { AgentError(code: .configuration, message: "sink (http): " + message) }
         let raw: String
         if let path = configuration.tokenFile {
-            guard let bytes = try? FileIO.readFile(path, followSymlinks: true) else { throw fail("cannot read tokenFile \(path)") }
-            raw = String(decoding: bytes, as: UTF8.self)
-            if let attributes = try? FileManager.default.attributesOfItem(atPath: path),
-               let mode = (attributes[.posixPermissions] as? NSNumber)?.intValue, mode & 0o077 != 0 {
-                logger.warning("http sink: tokenFile is readable by other users; chmod 600 it", metadata: ["path": "\(path)"])
-            }
+            raw = try readSecret(path, key: "tokenFile", logger: logger)
         } else if let variable = configuration.tokenEnvironment {
             guard let value = ProcessInfo.processInfo.environment[variable] else {
                 throw fail("environment variable \(variable) (tokenEnvironment) is not set")
@@ -266,10 +347,14 @@ public final class HTTPSink: Sink, CustomStringConvertible {
         return token
     }
 
-    /// `text` with the token (if loaded) replaced by `<redacted>`: some collectors echo the
+    /// `text` with the credential (if loaded) replaced by `<redacted>`: some collectors echo the
     /// request back in error bodies.
     private func redact(_ text: String) -> String {
-        guard let token = state.withLock({ $0.token }) ?? nil, !token.isEmpty else { return text }
-        return text.replacingOccurrences(of: token, with: "<redacted>")
+        guard let credential = state.withLock({ $0.credential }) ?? nil else { return text }
+        var text = text
+        for secret in credential.secrets where !secret.isEmpty {
+            text = text.replacingOccurrences(of: secret, with: "<redacted>")
+        }
+        return text
     }
 }

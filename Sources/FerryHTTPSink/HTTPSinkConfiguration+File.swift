@@ -12,6 +12,10 @@ extension HTTPSinkConfiguration {
     ///  "requestTimeoutMilliseconds": 30000, "connectTimeoutMilliseconds": 10000,
     ///  "tlsVerify": true, "caFile": "/etc/ferry/ca.pem"}
     /// ```
+    ///
+    /// For Segment: `{"type": "http", "url": "https://api.segment.io/v1/batch", "format": "segment",
+    /// "writeKeyFile": "/etc/ferry/segment.key"}` (at most one of `tokenFile`, `tokenEnvironment`,
+    /// `writeKeyFile`).
     static func parse(_ object: [String: Any], path: String, at prefix: String) throws -> HTTPSinkConfiguration {
         var reader = FieldReader(path: path)
         guard object["url"] != nil else { throw reader.fail(prefix + ".url", "required for an http sink") }
@@ -22,6 +26,7 @@ extension HTTPSinkConfiguration {
             "headers": .stringMap { config.headers = $0 },
             "tokenFile": .string { config.tokenFile = $0 },
             "tokenEnvironment": .string { config.tokenEnvironment = $0 },
+            "writeKeyFile": .string { config.writeKeyFile = $0 },
             "tlsVerify": .bool { config.tlsVerify = $0 },
             "caFile": .string { config.caFile = $0 },
             "requestTimeoutMilliseconds": .int { config.requestTimeoutMilliseconds = $0 },

@@ -3,29 +3,36 @@ import Foundation
 
 /// How the HTTP sink posts batches to a collector. See `docs/HTTP-SINK.md`.
 ///
-/// The bearer token is never part of the configuration: only where to read it from
-/// (``tokenFile`` or ``tokenEnvironment``), so it stays out of config files, command lines,
-/// `ferry status` and logs.
+/// Credentials are never part of the configuration: only where to read them from
+/// (``tokenFile`` or ``tokenEnvironment`` for a bearer token, ``writeKeyFile`` for a Segment
+/// write key), so they stay out of config files, command lines, `ferry status` and logs.
 public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible {
     /// The JSON shape of a request body.
     public enum BodyFormat: String, Sendable, Hashable, CaseIterable {
         /// `{"batch_id", "sent_at", "consent", "events": [...]}` with Ferry's own event objects.
         case envelope
-        /// A Segment-style batch: `{"batch": [...], "sentAt", "context": {"consent"}}`.
+        /// A batch for Segment's HTTP tracking API (`/v1/batch`) and compatible collectors:
+        /// `{"batch": [...], "sentAt", "context": {"consent"}}`, split to Segment's limits
+        /// (32 KB per message, 500 KB per request; see `docs/HTTP-SINK.md`).
         case segment
     }
 
     /// The collector's URL (`http://` or `https://`); batches are POSTed to it. Must not carry
-    /// credentials (`user:pass@`): use ``tokenFile`` or ``tokenEnvironment``.
+    /// credentials (`user:pass@`): use ``tokenFile``, ``tokenEnvironment`` or ``writeKeyFile``.
     public var url: String
     /// Extra request headers (for example a tenant id). Values are never logged. The headers
     /// the sink sets itself (``reservedHeaders``) cannot be overridden.
     public var headers: [String: String]
     /// A file holding the bearer token (surrounding whitespace ignored), sent as
-    /// `Authorization: Bearer <token>`. Read once when the agent starts.
+    /// `Authorization: Bearer <token>`. Read when the agent starts and again after a reload.
     public var tokenFile: String?
     /// The name of an environment variable of `ferryd` holding the bearer token.
     public var tokenEnvironment: String?
+    /// A file holding a Segment write key (surrounding whitespace ignored), sent as HTTP Basic
+    /// authentication with the key as the user name and an empty password:
+    /// `Authorization: Basic base64("<key>:")`. Read when the agent starts and again after a
+    /// reload. At most one of ``tokenFile``, ``tokenEnvironment`` and this.
+    public var writeKeyFile: String?
     /// Whether the server's TLS certificate and host name are verified (default `true`).
     public var tlsVerify: Bool
     /// A PEM file of CA certificates to trust instead of the system's.
@@ -48,13 +55,14 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
     /// Creates a configuration; only `url` is required.
     public init(
         url: String, headers: [String: String] = [:], tokenFile: String? = nil, tokenEnvironment: String? = nil,
-        tlsVerify: Bool = true, caFile: String? = nil, requestTimeoutMilliseconds: Int = 30_000,
+        writeKeyFile: String? = nil, tlsVerify: Bool = true, caFile: String? = nil, requestTimeoutMilliseconds: Int = 30_000,
         connectTimeoutMilliseconds: Int = 10_000, format: BodyFormat = .envelope, gzip: Bool = false
     ) {
         self.url = url
         self.headers = headers
         self.tokenFile = tokenFile
         self.tokenEnvironment = tokenEnvironment
+        self.writeKeyFile = writeKeyFile
         self.tlsVerify = tlsVerify
         self.caFile = caFile
         self.requestTimeoutMilliseconds = requestTimeoutMilliseconds
@@ -71,12 +79,13 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
             throw fail("url must be an absolute http:// or https:// URL with a host")
         }
         guard components.user == nil, components.password == nil else {
-            throw fail("url must not contain credentials; use tokenFile or tokenEnvironment")
+            throw fail("url must not contain credentials; use tokenFile, tokenEnvironment or writeKeyFile")
         }
-        guard tokenFile == nil || tokenEnvironment == nil else {
-            throw fail("set at most one of tokenFile and tokenEnvironment")
+        guard [tokenFile, tokenEnvironment, writeKeyFile].compactMap({ $0 }).count <= 1 else {
+            throw fail("set at most one of tokenFile, tokenEnvironment and writeKeyFile")
         }
         if let tokenFile, tokenFile.isEmpty { throw fail("tokenFile must not be empty") }
+        if let writeKeyFile, writeKeyFile.isEmpty { throw fail("writeKeyFile must not be empty") }
         if let tokenEnvironment, tokenEnvironment.isEmpty { throw fail("tokenEnvironment must not be empty") }
         if let caFile, caFile.isEmpty { throw fail("caFile must not be empty") }
         guard requestTimeoutMilliseconds > 0, connectTimeoutMilliseconds > 0 else {
@@ -88,7 +97,7 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
             }
             guard !Self.reservedHeaders.contains(name.lowercased()) else {
                 throw fail("header \(name) is set by the sink and cannot be configured"
-                    + (name.lowercased() == "authorization" ? " (use tokenFile or tokenEnvironment)" : ""))
+                    + (name.lowercased() == "authorization" ? " (use tokenFile, tokenEnvironment or writeKeyFile)" : ""))
             }
             guard value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
                 throw fail("header \(name) has a control character in its value")
@@ -106,13 +115,14 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
         }
     }
 
-    /// A description safe for logs: header values are left out, and the token only appears as
-    /// where it comes from.
+    /// A description safe for logs: header values are left out, and the token or write key only
+    /// appears as where it comes from.
     public var description: String {
         var parts = ["url: \(url)", "format: \(format.rawValue)", "gzip: \(gzip)", "tlsVerify: \(tlsVerify)"]
         if let caFile { parts.append("caFile: \(caFile)") }
         if let tokenFile { parts.append("token: <redacted, from file \(tokenFile)>") }
         if let tokenEnvironment { parts.append("token: <redacted, from $\(tokenEnvironment)>") }
+        if let writeKeyFile { parts.append("writeKey: <redacted, from file \(writeKeyFile)>") }
         if !headers.isEmpty { parts.append("headers: \(headers.keys.sorted().joined(separator: ", ")) (values redacted)") }
         parts.append("requestTimeoutMilliseconds: \(requestTimeoutMilliseconds)")
         parts.append("connectTimeoutMilliseconds: \(connectTimeoutMilliseconds)")

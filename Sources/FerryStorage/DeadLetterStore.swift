@@ -5,7 +5,7 @@ import Foundation
 /// can be looked at, replayed exactly or dropped on purpose, never silently lost.
 ///
 /// File `<data>/deadletter/<sink>/<id>.json`: a JSON object with `id`, `sink`, `created_at` (ms),
-/// `reason` (`permanent`, `max_elapsed`), `error`, `upstream_status`, `upstream_body` (an excerpt),
+/// `reason` (`permanent`, `max_elapsed`, `rejected`), `error`, `upstream_status`, `upstream_body` (an excerpt),
 /// `attempts`, `idempotency_key`, `consent`, `event_count`, `events` (the events as the file sink
 /// writes them) and `frames` (`id`, `accepted_at`, `frame`: the stored event frame in base64, for
 /// an exact replay).
@@ -17,7 +17,8 @@ package struct DeadLetter: Sendable {
     package var sink: String
     /// When it was dead-lettered (ms since the Unix epoch).
     package var createdAt: UInt64
-    /// `permanent` (the sink said retrying cannot help) or `max_elapsed` (retries ran out).
+    /// `permanent` (the sink said retrying cannot help), `max_elapsed` (retries ran out) or
+    /// `rejected` (one event the sink can never deliver, taken out of its batch before sending).
     package var reason: String
     /// The last error's message.
     package var error: String

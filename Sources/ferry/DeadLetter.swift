@@ -10,7 +10,9 @@ struct DeadLetterCommand: ParsableCommand {
         abstract: "List, show, replay or drop dead-lettered batches.",
         discussion: """
             A batch lands in <data>/deadletter/<sink>/<id>.json when its sink refuses it for good \
-            (for HTTP: 400/401/403/404/422) or keeps failing past the sink's retry.maxElapsedMilliseconds. \
+            (for HTTP: 400/401/403/404/422) or keeps failing past the sink's retry.maxElapsedMilliseconds; \
+            a single event lands there (reason rejected) when its sink can never take it (HTTP segment \
+            format: no userId or anonymousId, over 32 KB). \
             list, show and drop read the directory (no agent needed); replay asks the running agent to \
             hand the batch to its sink once more: on success the file is deleted, on failure it is kept.
             """,

@@ -71,8 +71,13 @@ struct HTTPSinkConfigurationTests {
         (#"{"sink": {"type": "http", "url": "ftp://h/"}}"#, "url must be an absolute http:// or https:// URL"),
         (#"{"sink": {"type": "http", "url": "/relative"}}"#, "url must be an absolute http:// or https:// URL"),
         (#"{"sink": {"type": "http", "url": "https://u:p@h/"}}"#, "url must not contain credentials"),
-        (#"{"sink": {"type": "http", "url": "http://h/", "tokenFile": "/t", "tokenEnvironment": "T"}}"#, "at most one of tokenFile and tokenEnvironment"),
-        (#"{"sink": {"type": "http", "url": "http://h/", "headers": {"Authorization": "Bearer x"}}}"#, "use tokenFile or tokenEnvironment"),
+        (#"{"sink": {"type": "http", "url": "http://h/", "tokenFile": "/t", "tokenEnvironment": "T"}}"#, "at most one of tokenFile, tokenEnvironment and writeKeyFile"),
+        (#"{"sink": {"type": "http", "url": "http://h/", "tokenFile": "/t", "writeKeyFile": "/k"}}"#, "at most one of tokenFile, tokenEnvironment and writeKeyFile"),
+        (#"{"sink": {"type": "http", "url": "http://h/", "tokenEnvironment": "T", "writeKeyFile": "/k"}}"#, "at most one of tokenFile, tokenEnvironment and writeKeyFile"),
+        (#"{"sink": {"type": "http", "url": "http://h/", "writeKeyFile": ""}}"#, "writeKeyFile must not be empty"),
+        (#"{"sink": {"type": "http", "url": "http://h/", "writeKeyFile": 7}}"#, "sink.writeKeyFile: expected a string"),
+        (#"{"sink": {"type": "http", "url": "http://h/", "writeKey": "abc"}}"#, "sink.writeKey: unknown key"),
+        (#"{"sink": {"type": "http", "url": "http://h/", "headers": {"Authorization": "Bearer x"}}}"#, "use tokenFile, tokenEnvironment or writeKeyFile"),
         (#"{"sink": {"type": "http", "url": "http://h/", "headers": {"Content-Type": "text/plain"}}}"#, "set by the sink"),
         (#"{"sink": {"type": "http", "url": "http://h/", "headers": {"Bad Name": "x"}}}"#, "not a valid HTTP field name"),
         (#"{"sink": {"type": "http", "url": "http://h/", "requestTimeoutMilliseconds": 0}}"#, "must be positive"),
@@ -89,6 +94,17 @@ struct HTTPSinkConfigurationTests {
         #expect(config.description.contains("token: <redacted, from $FERRY_TOKEN>"))
         #expect(config.description.contains("X-Api-Key"))
         #expect(!config.description.contains("secret-value"))
+        let segment = HTTPSinkConfiguration(url: "https://api.segment.io/v1/batch", writeKeyFile: "/etc/ferry/segment.key", format: .segment)
+        #expect(segment.description.contains("writeKey: <redacted, from file /etc/ferry/segment.key>"))
+    }
+
+    @Test("writeKeyFile is read from the file")
+    func writeKeyFile() throws {
+        let config = try Self.load(#"""
+        {"sink": {"type": "http", "url": "https://api.segment.io/v1/batch", "writeKeyFile": "/etc/ferry/segment.key", "format": "segment"}}
+        """#)
+        #expect(config.sinks.first?.settings(as: HTTPSinkConfiguration.self) == .http(HTTPSinkConfiguration(
+            url: "https://api.segment.io/v1/batch", writeKeyFile: "/etc/ferry/segment.key", format: .segment)))
     }
 
     // MARK: Retry-After

@@ -116,9 +116,10 @@ struct HTTPSinkTests {
                 #expect(((event["properties"] as? [String: Any])?["i"] as? NSNumber)?.intValue == i)
                 if i % 2 == 0 { #expect(event["user_id"] as? String == "user-\(i)") }
             }
-            // The same event objects as the file sink's lines: one serialiser.
+            // The same event objects as the file sink's lines (without `line_format`, which only
+            // file lines carry): one serialiser.
             var lines: [UInt8] = []
-            for event in batch.events { FileSink.appendLine(for: event, to: &lines) }
+            for event in batch.events { FileSink.appendLine(for: event, lineFormat: 1, to: &lines) }
             let expectedBody = #"{"batch_id":"\#(batch.idempotencyKey)","sent_at":\#(sentAt),"consent":{"ad_storage":"granted","analytics_storage":"denied"},"events":["#
                 + String(decoding: lines, as: UTF8.self).split(separator: "\n").joined(separator: ",") + "]}"
             #expect(String(decoding: request.body, as: UTF8.self) == expectedBody)
@@ -135,7 +136,7 @@ struct HTTPSinkTests {
                 WireEvent(id: ids.next(), timestamp: 1_714_564_800_000, sequence: 2, pid: 7, type: .identify,
                           source: "web", name: "", userID: "u1", properties: Array(#"{"email":"a@b.c"}"#.utf8)),
                 WireEvent(id: ids.next(), timestamp: 951_782_400_000, sequence: 3, pid: 7, type: .page,
-                          source: "web", name: "Pricing"),
+                          source: "web", name: "Pricing", userID: "u2"),
             ]
             let batch = DeliveryBatch(events: FileSinkTests.stored(events), consent: Self.consent)
             _ = try await Self.withSink(server, configure: { $0.format = .segment }) { try await $0.deliver(batch) }
@@ -170,7 +171,7 @@ struct HTTPSinkTests {
 
             #expect(sent[2]["type"] as? String == "page")
             #expect(sent[2]["name"] as? String == "Pricing")
-            #expect(sent[2]["userId"] == nil)
+            #expect(sent[2]["userId"] as? String == "u2")
             #expect(sent[2]["timestamp"] as? String == "2000-02-29T00:00:00.000Z")
             #expect((sent[2]["properties"] as? [String: Any])?.isEmpty == true)
         }

@@ -98,7 +98,7 @@ struct HostServiceTests {
     func validate() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        for example in ["ferryd.example.json", "ferryd.consent-optin.example.json", "ferryd.http.example.json", "ferryd.jetstream.example.json"] {
+        for example in ["ferryd.example.json", "ferryd.consent-optin.example.json", "ferryd.http.example.json", "ferryd.segment.example.json", "ferryd.jetstream.example.json"] {
             let result = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/" + example])
             #expect(result.status == .exited(0), "\(example): \(result)")
             #expect(result.stdout.contains("daemon/\(example): valid (ferryd \(FerryVersion.current))"), "\(result)")

@@ -109,7 +109,7 @@ public final class FerryAgent: Service, Sendable {
     public var currentConfiguration: AgentConfiguration { live.withLock { $0 } }
 
     /// The keys a reload (``reload(_:)``, `ferryd` on SIGHUP) applies without a restart.
-    /// HTTP sink tokens (`tokenFile`, `tokenEnvironment`) are read again on every reload.
+    /// HTTP sink credentials (`tokenFile`, `tokenEnvironment`, `writeKeyFile`) are read again on every reload.
     public static let reloadableKeys = [
         "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit", "access.ingest", "access.control",
     ]

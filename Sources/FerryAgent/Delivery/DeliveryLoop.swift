@@ -325,6 +325,7 @@ final class DeliveryLoop: Sendable {
         var attempts = 0
         var pending = original
         var firstAttemptAt: UInt64?
+        var screened = false
         while !Task.isCancelled {
             let admission = breaker.withLock { $0.admit(now: WallClock.unixMilliseconds()) }
             if let wait = admission.wait {
@@ -336,7 +337,7 @@ final class DeliveryLoop: Sendable {
                 continue
             }
             if let change = admission.changed { announce(change) }
-            let batch: DeliveryBatch
+            var batch: DeliveryBatch
             switch gate.admit(pending, sink: name) {
             case .paused:
                 return .paused
@@ -344,6 +345,23 @@ final class DeliveryLoop: Sendable {
                 if !refused.isEmpty { blocked(refused, reason) }
                 batch = admitted
                 pending.events = admitted.events
+            }
+            if !screened {
+                // What the sink can never deliver is dead-lettered event by event, before the
+                // first attempt; the rest goes on. Rejections depend on the events alone, so
+                // once per batch is enough.
+                screened = true
+                let rejections = sink.rejections(in: batch)
+                if !rejections.isEmpty {
+                    for rejection in rejections {
+                        let single = DeliveryBatch(events: [rejection.event], consent: batch.consent)
+                        guard case .deadLettered = await deadLetter(single, SinkError(.permanent, rejection.reason),
+                                                                    reason: "rejected", attempts: 0) else { return .cancelled }
+                    }
+                    let rejected = Set(rejections.map(\.event.decodedID))
+                    batch.events.removeAll { rejected.contains($0.decodedID) }
+                    pending.events = batch.events
+                }
             }
             if batch.events.isEmpty { return .delivered(batch, checkpoint: nil) }
             state.withLock { $0.phase = attempts == 0 ? .delivering : .retrying }

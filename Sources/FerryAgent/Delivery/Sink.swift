@@ -72,11 +72,34 @@ public protocol Sink: Sendable {
     /// Called on a configuration reload (SIGHUP): credentials read from files or the
     /// environment (tokens) are read again before the next request. The default does nothing.
     func reloadCredentials() async
+    /// The events of `batch` this sink can never deliver, whatever the upstream answers (too
+    /// large for the upstream's format, missing a field it requires), each with the reason.
+    /// Asked once per batch, after the send-time gate and before ``deliver(_:)``: the delivery
+    /// loop dead-letters each rejected event on its own (reason `rejected`) and hands the rest to
+    /// ``deliver(_:)``, so one bad event does not hold back the others. The default rejects none.
+    func rejections(in batch: DeliveryBatch) -> [SinkRejection]
 }
 
 extension Sink {
     /// Nothing to re-read.
     public func reloadCredentials() async {}
+    /// Every event can be delivered.
+    public func rejections(in batch: DeliveryBatch) -> [SinkRejection] { [] }
+}
+
+/// An event a sink can never deliver, and why (``Sink/rejections(in:)``).
+public struct SinkRejection: Sendable {
+    /// The event, as in the batch.
+    public var event: StoredEvent
+    /// Why, for the dead letter's `error` and the log (`"segment: message is 40960 bytes, over
+    /// the 32000-byte limit"`).
+    public var reason: String
+
+    /// Creates a rejection.
+    public init(event: StoredEvent, reason: String) {
+        self.event = event
+        self.reason = reason
+    }
 }
 
 /// What the send-time gate decided for one batch.

@@ -1,0 +1,220 @@
+import Foundation
+@testable import FerryAgent
+@testable import FerryStorage
+@testable import FerryHTTPSink
+import FerryProtocol
+import FerryTestKit
+import Testing
+
+/// `format: segment` against a Segment-like collector (FerryTestKit's ``SegmentCollector`` on a
+/// real ``HTTPTestServer``): write key, limits, splitting, per-type shapes.
+@Suite("HTTP sink, segment format")
+struct HTTPSinkSegmentTests {
+    static let writeKey = "wk_" + UUID().uuidString.replacingOccurrences(of: "-", with: "")
+
+    /// A track event `e-<sequence>` for user `u<sequence>` (no user when `userID` is empty) with
+    /// `padding` bytes of properties.
+    static func event(_ sequence: UInt64, type: EventType = .track, name: String? = nil, userID: String? = nil,
+                      padding: Int = 0) -> WireEvent {
+        var event = Events.make(sequence, name: name ?? "e-\(sequence)", padding: padding)
+        event.type = type
+        event.userID = userID ?? "u\(sequence)"
+        return event
+    }
+
+    static func batch(_ events: [WireEvent]) -> DeliveryBatch {
+        DeliveryBatch(events: FileSinkTests.stored(events), consent: HTTPSinkTests.consent)
+    }
+
+    /// A collector for ``writeKey``, a server answering with it (or with `handler`, given the
+    /// collector), a segment sink with the write key in a file; runs `body`.
+    static func withCollector<T>(
+        handler: ((SegmentCollector) -> HTTPTestServer.Handler)? = nil,
+        configure: (inout HTTPSinkConfiguration) -> Void = { _ in },
+        _ body: (SegmentCollector, HTTPTestServer, HTTPSink, ScratchDirectory) async throws -> T
+    ) async throws -> T {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        try writeBytes(Array((writeKey + "\n").utf8), to: scratch.appending("segment.key"))
+        chmod(scratch.appending("segment.key"), 0o600)
+        let collector = SegmentCollector(writeKey: writeKey)
+        return try await HTTPSinkTests.withServer(handler?(collector) ?? collector.handler) { server in
+            try await HTTPSinkTests.withSink(server, configure: {
+                $0.format = .segment
+                $0.writeKeyFile = scratch.appending("segment.key")
+                configure(&$0)
+            }) { sink in try await body(collector, server, sink, scratch) }
+        }
+    }
+
+    @Test("the collector accepts every type's body; the write key goes as HTTP Basic with an empty password")
+    func shapes() async throws {
+        try await Self.withCollector { collector, server, sink, _ in
+            let events = [
+                Self.event(1, type: .track, name: "Signed Up"),
+                Self.event(2, type: .identify, name: ""),
+                Self.event(3, type: .page, name: "Pricing"),
+                Self.event(4, type: .screen, name: "Home"),
+            ]
+            _ = try await sink.deliver(Self.batch(events))
+            #expect(collector.refusals.isEmpty, "\(collector.refusals)")
+            let request = try #require(server.requests.first)
+            let expected = "Basic " + Data("\(Self.writeKey):".utf8).base64EncodedString()
+            #expect(request.header("Authorization") == expected)
+            let accepted = collector.accepted
+            #expect(accepted.map(\.messageID) == events.map { $0.id.description })
+            #expect(accepted.map(\.type) == ["track", "identify", "page", "screen"])
+            #expect(accepted[0].json["event"] as? String == "Signed Up")
+            #expect(accepted[1].json["traits"] is [String: Any])
+            #expect(accepted[2].json["name"] as? String == "Pricing")
+            #expect(accepted.allSatisfy { $0.userID != nil })
+        }
+    }
+
+    @Test("an event without userId, a track without a name and a message over 32 KB are rejected with the reason; the rest is sent")
+    func rejections() async throws {
+        try await Self.withCollector { collector, server, sink, _ in
+            let events = [
+                Self.event(1),
+                Self.event(2, userID: ""),
+                Self.event(3, padding: 40_000),
+                Self.event(4, name: ""),
+                Self.event(5),
+            ]
+            let batch = Self.batch(events)
+            let rejections = sink.rejections(in: batch)
+            #expect(rejections.map(\.event.decodedID) == [events[1].id, events[2].id, events[3].id])
+            #expect(rejections[0].reason == "segment: a track message needs a userId or an anonymousId; the event has neither")
+            #expect(rejections[1].reason.hasPrefix("segment: the message is 40"), "\(rejections[1].reason)")
+            #expect(rejections[1].reason.hasSuffix("bytes, over Segment's limit of 32000 bytes per message"))
+            #expect(rejections[2].reason == "segment: a track message needs an event name; the event's name is empty")
+
+            // Handed the whole batch anyway (a replayed dead letter), the sink refuses it for good
+            // without sending anything.
+            let error = await HTTPSinkTests.sinkError { _ = try await sink.deliver(batch) }
+            #expect(error?.disposition == .permanent)
+            #expect(error?.message == rejections[0].reason + " (and 2 more events that Segment cannot accept)")
+            #expect(server.requests.isEmpty)
+
+            // What the delivery loop sends: the rest.
+            _ = try await sink.deliver(Self.batch([events[0], events[4]]))
+            #expect(collector.accepted.map(\.messageID) == [events[0].id.description, events[4].id.description])
+            // The collector would have refused them too.
+            for event in [events[1], events[2], events[3]] {
+                #expect(throws: FerryTestKitError.self) {
+                    try SegmentCollector.validate(body: HTTPBatchBody.segment(Self.batch([event]), sentAt: 0))
+                }
+            }
+        }
+    }
+
+    @Test("a message of exactly 32,000 bytes is sent, one byte more is rejected")
+    func messageLimitBoundary() async throws {
+        let base = HTTPBatchBody.segmentEvent(FileSinkTests.stored([Self.event(1, padding: 1)])[0]).count
+        let exact = Self.event(1, padding: 1 + HTTPBatchBody.segmentMaxMessageBytes - base)
+        let over = Self.event(2, padding: 2 + HTTPBatchBody.segmentMaxMessageBytes - base)
+        let stored = FileSinkTests.stored([exact, over])
+        #expect(HTTPBatchBody.segmentEvent(stored[0]).count == 32_000)
+        #expect(HTTPBatchBody.segmentEvent(stored[1]).count == 32_001)
+        try await Self.withCollector { collector, _, sink, _ in
+            let batch = Self.batch([exact, over])
+            #expect(sink.rejections(in: batch).map(\.event.decodedID) == [over.id])
+            _ = try await sink.deliver(Self.batch([exact]))
+            #expect(collector.accepted.map(\.raw.count) == [32_000])
+        }
+    }
+
+    @Test("a batch over 500 KB goes out in parts under 500 KB, in order, each event once, each part with its own key")
+    func split() async throws {
+        try await Self.withCollector { collector, server, sink, _ in
+            let events = (1...40).map { Self.event(UInt64($0), padding: 30_000) }
+            let batch = Self.batch(events)
+            #expect(HTTPBatchBody.segment(batch, sentAt: 0).count > 1_000_000)
+            _ = try await sink.deliver(batch)
+            #expect(collector.refusals.isEmpty, "\(collector.refusals)")
+            let requests = server.requests
+            #expect(requests.count == 3, "\(requests.map(\.body.count))")
+            #expect(requests.allSatisfy { $0.body.count <= 500_000 })
+            // Greedy: each part but the last is as full as it can be.
+            for request in requests.dropLast() {
+                #expect(request.body.count + 30_100 > 500_000, "\(request.body.count)")
+            }
+            #expect(collector.accepted.map(\.messageID) == events.map { $0.id.description })
+            for request in requests {
+                let ids = request.batchEventIDs
+                #expect(request.header("Idempotency-Key") == "\(ids[0])-\(ids.count)")
+                #expect(request.header("Ferry-Batch-Size") == String(ids.count))
+            }
+            print("[measure] 40 messages of ~30 KB (\(HTTPBatchBody.segment(batch, sentAt: 0).count) bytes) in \(requests.count) requests of \(requests.map(\.body.count)) bytes")
+        }
+    }
+
+    @Test("a later part failing with 503: the retry of the batch sends only the parts not yet acknowledged")
+    func partialFailure() async throws {
+        try await Self.withCollector(handler: { collector in
+            { request in request.index == 1 ? .status(503, body: "busy") : collector.answer(request) }
+        }) { collector, server, sink, _ in
+            let events = (1...40).map { Self.event(UInt64($0), padding: 30_000) }
+            let batch = Self.batch(events)
+            let error = await HTTPSinkTests.sinkError { _ = try await sink.deliver(batch) }
+            #expect(error?.disposition == .retry(after: nil))
+            let first = collector.accepted.count
+            #expect(first > 0 && first < 40)
+            _ = try await sink.deliver(batch)  // the delivery loop's retry: the same batch
+            #expect(collector.accepted.map(\.messageID) == events.map { $0.id.description }, "every event exactly once")
+            #expect(server.requests.count == 4, "part 1, part 2 refused, then parts 2 and 3")
+            // The next batch is not affected by what the sink remembered.
+            let next = Self.batch([Self.event(41)])
+            _ = try await sink.deliver(next)
+            _ = try await sink.deliver(next)  // sent again when handed again after success
+            #expect(collector.accepted.suffix(2).map(\.messageID) == [next.events[0].decodedID.description, next.events[0].decodedID.description])
+        }
+    }
+
+    @Test("a wrong write key: 401 is permanent, the key never shows; after the file is fixed a reload makes it work")
+    func wrongWriteKey() async throws {
+        let logs = CapturedLogs()
+        try await Self.withCollector(handler: { collector in
+            // A collector that echoes the Authorization header in its error body.
+            { request in
+                let answer = collector.answer(request)
+                return answer.status == 401 ? .status(401, body: "invalid write key: \(request.header("Authorization") ?? "-")") : answer
+            }
+        }) { collector, server, sink, scratch in
+            let wrong = "wk_wrong_" + UUID().uuidString
+            try writeBytes(Array(wrong.utf8), to: scratch.appending("segment.key"))
+            await sink.reloadCredentials()
+            let batch = Self.batch([Self.event(1)])
+            let error = await HTTPSinkTests.sinkError { _ = try await sink.deliver(batch) }
+            #expect(error?.disposition == .permanent)
+            #expect(error?.upstreamStatus == 401)
+            #expect(error?.upstreamBody == "invalid write key: Basic <redacted>")
+            for text in [error?.message ?? "", error?.upstreamBody ?? "", sink.description, logs.text] {
+                #expect(!text.contains(wrong) && !text.contains(Data("\(wrong):".utf8).base64EncodedString()))
+            }
+            #expect(collector.accepted.isEmpty)
+
+            try writeBytes(Array(Self.writeKey.utf8), to: scratch.appending("segment.key"))
+            _ = await HTTPSinkTests.sinkError { _ = try await sink.deliver(batch) }  // still the old key: not re-read by itself
+            await sink.reloadCredentials()
+            _ = try await sink.deliver(batch)
+            #expect(collector.accepted.map(\.messageID) == [batch.events[0].decodedID.description])
+            #expect(server.requests.count == 3)
+        }
+    }
+
+    @Test("a write key that cannot be one (empty, a colon, a space) stops the sink at recover()",
+          arguments: ["", "\n", "a:b", "a b", "clé"])
+    func badWriteKey(key: String) async throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        try writeBytes(Array(key.utf8), to: scratch.appending("key"))
+        let sink = HTTPSink(configuration: HTTPSinkConfiguration(url: "http://127.0.0.1:9/", writeKeyFile: scratch.appending("key"), format: .segment),
+                            logger: quietLogger)
+        await #expect(throws: AgentError.self) { _ = try await sink.recover(checkpoint: nil) }
+        let missing = HTTPSink(configuration: HTTPSinkConfiguration(url: "http://127.0.0.1:9/", writeKeyFile: scratch.appending("nope")), logger: quietLogger)
+        await #expect(throws: AgentError.self) { _ = try await missing.recover(checkpoint: nil) }
+        try await sink.shutdown()
+        try await missing.shutdown()
+    }
+}
