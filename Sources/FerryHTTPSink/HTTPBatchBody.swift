@@ -1,3 +1,4 @@
+import Foundation
 import FerryAgent
 import FerryProtocol
 import FerryStorage
@@ -14,7 +15,8 @@ import FerryStorage
 ///             "properties":{"plan":"pro"}}]}
 /// ```
 ///
-/// `segment` — a Segment-style batch (`/v1/batch`):
+/// `segment` — a batch for Segment's `/v1/batch` (the event's own context is merged into each
+/// message's `context`; see ``segmentEvent(_:)`` and ``segmentPlan(_:maxMessageBytes:maxBatchBytes:)``):
 ///
 /// ```json
 /// {"batch":[{"messageId":"…","type":"track","event":"Signed Up","userId":"u1",
@@ -102,16 +104,24 @@ enum HTTPBatchBody {
 
     /// Why Segment would refuse `stored` for good (its message being `messageBytes` long), or
     /// `nil`: every message needs a `userId` or an `anonymousId`, a `track` needs an `event`
-    /// name, and a message may be at most `maxMessageBytes`.
+    /// name, a `group` a `groupId`, an `alias` a `previousId` and a `userId`, and a message may
+    /// be at most `maxMessageBytes`.
     static func segmentRejection(_ stored: StoredEvent, messageBytes: Int, maxMessageBytes: Int = segmentMaxMessageBytes) -> String? {
         guard let event = try? stored.decoded() else {
             return "segment: the stored event \(stored.decodedID) cannot be decoded"
         }
-        if event.userID.isEmpty {
+        if event.userID.isEmpty && event.anonymousID.isEmpty {
             return "segment: a \(event.type) message needs a userId or an anonymousId; the event has neither"
         }
-        if event.type == .track && event.name.isEmpty {
+        switch event.type {
+        case .track where event.name.isEmpty:
             return "segment: a track message needs an event name; the event's name is empty"
+        case .group where event.groupID.isEmpty:
+            return "segment: a group message needs a groupId; the event has none"
+        case .alias where event.previousID.isEmpty || event.userID.isEmpty:
+            return "segment: an alias message needs a previousId and a userId; the event lacks \(event.previousID.isEmpty ? "previousId" : "userId")"
+        default:
+            break
         }
         if messageBytes > maxMessageBytes {
             return "segment: the message is \(messageBytes) bytes, over Segment's limit of \(maxMessageBytes) bytes per message"
@@ -119,8 +129,10 @@ enum HTTPBatchBody {
         return nil
     }
 
-    /// One Segment-style event: `track` names go to `event`, `page`/`screen` names to `name`;
-    /// `identify`/`group` properties are `traits`; Ferry's own fields go to `context.ferry`.
+    /// One Segment message: `track` names go to `event`, `page`/`screen` names to `name`;
+    /// `identify`/`group` properties are `traits`; `userId`, `anonymousId`, `groupId`,
+    /// `previousId` when set; the event's own context object is the message's `context`, with
+    /// Ferry's fields under `context.ferry` (replacing a `ferry` key the client sent).
     static func segmentEvent(_ stored: StoredEvent) -> [UInt8] {
         var json = JSONWriter()
         guard let event = try? stored.decoded() else {
@@ -140,10 +152,22 @@ enum HTTPBatchBody {
         case .identify, .group, .alias: if !event.name.isEmpty { json.field("name", event.name) }
         }
         if !event.userID.isEmpty { json.field("userId", event.userID) }
+        if !event.anonymousID.isEmpty { json.field("anonymousId", event.anonymousID) }
+        if !event.groupID.isEmpty { json.field("groupId", event.groupID) }
+        if !event.previousID.isEmpty { json.field("previousId", event.previousID) }
         json.field("timestamp", CivilTime.iso8601(milliseconds: event.timestamp))
         let propertiesKey = event.type == .identify || event.type == .group ? "traits" : "properties"
         var rawProperties: String?
-        if event.properties.isEmpty {
+        // Segment's alias has neither properties nor traits: its properties, if any, go to
+        // context.ferry.properties.
+        var aliasProperties: [UInt8]?
+        if event.type == .alias {
+            if JSONWriter.isJSONObject(event.properties) {
+                if !isEmptyObject(event.properties) { aliasProperties = JSONWriter.compactJSON(event.properties) }
+            } else if !event.properties.isEmpty {
+                rawProperties = String(decoding: event.properties, as: UTF8.self)
+            }
+        } else if event.properties.isEmpty {
             json.rawField(propertiesKey, Array("{}".utf8))
         } else if JSONWriter.isJSONObject(event.properties) {
             json.rawField(propertiesKey, JSONWriter.compactJSON(event.properties))
@@ -160,11 +184,44 @@ enum HTTPBatchBody {
         if !event.onceKey.isEmpty { ferry.field("once_key", event.onceKey) }
         if event.flags.contains(.localOnly) { ferry.field("local_only", true) }
         if let rawProperties { ferry.field("properties_raw", rawProperties) }
+        if let aliasProperties { ferry.rawField("properties", aliasProperties) }
         if let origin = EventOrigin(metadata: stored.metadata) { ferry.rawField("origin", JSONWriter.originObject(origin)) }
-        var context = JSONWriter()
-        context.rawField("ferry", ferry.finish())
-        json.rawField("context", context.finish())
+        json.rawField("context", mergedContext(event.context, ferry: &ferry))
         return json.finish()
+    }
+
+    /// Whether `json` (a JSON object) has no members.
+    static func isEmptyObject(_ json: [UInt8]) -> Bool {
+        (try? JSONSerialization.jsonObject(with: Data(json)) as? [String: Any])?.isEmpty ?? false
+    }
+
+    /// The event's context object with `"ferry": <Ferry's fields>` added (a client's own `ferry`
+    /// key is replaced). A context that is not a JSON object (the agent refuses those at ingest)
+    /// goes to `context.ferry.context_raw` instead.
+    static func mergedContext(_ context: [UInt8], ferry: inout JSONWriter) -> [UInt8] {
+        guard !context.isEmpty else {
+            var out = JSONWriter()
+            out.rawField("ferry", ferry.finish())
+            return out.finish()
+        }
+        guard let object = try? JSONSerialization.jsonObject(with: Data(context)) as? [String: Any] else {
+            ferry.field("context_raw", String(decoding: context, as: UTF8.self))
+            var out = JSONWriter()
+            out.rawField("ferry", ferry.finish())
+            return out.finish()
+        }
+        var text = JSONWriter.compactJSON(context)
+        if object["ferry"] != nil {
+            // Rare: re-encode without the client's key (numbers keep their value, not always their spelling).
+            var rest = object
+            rest["ferry"] = nil
+            text = (try? JSONSerialization.data(withJSONObject: rest, options: [.sortedKeys, .withoutEscapingSlashes])).map(Array.init) ?? Array("{}".utf8)
+        }
+        // Splice `"ferry":{…}` in before the closing brace.
+        while let last = text.last, last != UInt8(ascii: "}") { text.removeLast() }
+        text.removeLast()
+        let isEmpty = object.count == (object["ferry"] == nil ? 0 : 1)
+        return text + (isEmpty ? [] : [UInt8(ascii: ",")]) + Array(#""ferry":"#.utf8) + ferry.finish() + [UInt8(ascii: "}")]
     }
 
     /// The consent stamp as a JSON object with sorted keys.

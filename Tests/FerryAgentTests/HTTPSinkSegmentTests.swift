@@ -71,6 +71,61 @@ struct HTTPSinkSegmentTests {
         }
     }
 
+    @Test("group, alias, anonymousId and the event's context: the Segment fields, context merged with context.ferry")
+    func eventModelFields() async throws {
+        try await Self.withCollector { collector, _, sink, _ in
+            var anonymous = Self.event(1, name: "Viewed", userID: "")
+            anonymous.anonymousID = "anon-1"
+            anonymous.context = Array(#"{"app": {"name": "shop", "version": "1.2"}, "locale": "de-DE", "ip": "10.0.0.1"}"#.utf8)
+            var group = Self.event(2, type: .group, name: "")
+            group.groupID = "g-42"
+            group.properties = Array(#"{"plan":"team"}"#.utf8)
+            var alias = Self.event(3, type: .alias, name: "", userID: "u-new")
+            alias.previousID = "anon-1"
+            var clientFerry = Self.event(4, type: .identify, name: "")
+            clientFerry.context = Array(#"{"ferry":"mine","timezone":"Europe/Berlin"}"#.utf8)
+            var emptyContext = Self.event(5, type: .page, name: "Home")
+            emptyContext.context = Array("{ }".utf8)
+            _ = try await sink.deliver(Self.batch([anonymous, group, alias, clientFerry, emptyContext]))
+            #expect(collector.refusals.isEmpty, "\(collector.refusals)")
+            let accepted = collector.accepted.map(\.json)
+            try #require(accepted.count == 5)
+
+            #expect(accepted[0]["anonymousId"] as? String == "anon-1" && accepted[0]["userId"] == nil)
+            let context = try #require(accepted[0]["context"] as? [String: Any])
+            #expect(Set(context.keys) == ["app", "locale", "ip", "ferry"])
+            #expect((context["app"] as? [String: Any])?["version"] as? String == "1.2")
+            #expect((context["ferry"] as? [String: Any])?["source"] as? String == "agent-tests")
+
+            #expect(accepted[1]["type"] as? String == "group" && accepted[1]["groupId"] as? String == "g-42")
+            #expect((accepted[1]["traits"] as? [String: Any])?["plan"] as? String == "team")
+            #expect(accepted[2]["type"] as? String == "alias" && accepted[2]["previousId"] as? String == "anon-1")
+            #expect(accepted[2]["userId"] as? String == "u-new" && accepted[2]["properties"] == nil, "alias has no properties in Segment's spec")
+            let aliasFerry = (accepted[2]["context"] as? [String: Any])?["ferry"] as? [String: Any]
+            #expect((aliasFerry?["properties"] as? [String: Any])?["i"] as? NSNumber == 3, "kept under context.ferry.properties")
+
+            let replaced = try #require(accepted[3]["context"] as? [String: Any])
+            #expect(replaced["timezone"] as? String == "Europe/Berlin")
+            #expect((replaced["ferry"] as? [String: Any])?["seq"] as? NSNumber == 4, "Ferry's fields replace the client's ferry key")
+            #expect(Set((accepted[4]["context"] as? [String: Any] ?? [:]).keys) == ["ferry"])
+        }
+    }
+
+    @Test("a group without groupId and an alias without previousId are rejected with the reason")
+    func eventModelRejections() {
+        var group = Self.event(1, type: .group, name: "")
+        var alias = Self.event(2, type: .alias, name: "")
+        let plan = HTTPBatchBody.segmentPlan(Self.batch([group, alias]))
+        #expect(plan.rejections.map(\.reason) == ["segment: a group message needs a groupId; the event has none",
+                                                   "segment: an alias message needs a previousId and a userId; the event lacks previousId"])
+        group.groupID = "g"
+        alias.previousID = "p"
+        var anonymousOnly = Self.event(3, userID: "")
+        anonymousOnly.anonymousID = "a"
+        let fixed = HTTPBatchBody.segmentPlan(Self.batch([group, alias, anonymousOnly]))
+        #expect(fixed.rejections.isEmpty && fixed.parts.map(\.events.count) == [3])
+    }
+
     @Test("an event without userId, a track without a name and a message over 32 KB are rejected with the reason; the rest is sent")
     func rejections() async throws {
         try await Self.withCollector { collector, server, sink, _ in
