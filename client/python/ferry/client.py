@@ -59,13 +59,19 @@ class Receipt:
 
     id: uuid.UUID
     status: Status
-    #: For `rejected`, `blocked` and `suppressed`: the agent's reason (`too_large`, …) when it gave
-    #: one; for `refused_by_agent`: the error code's name.
+    #: Why the agent gave that status, as its ack said (a name of `ferry.protocol.REASONS`, as
+    #: docs/PROTOCOL.md lists them): the reject reason of `rejected` (`too_large`, …), the consent
+    #: state's verdict for `blocked` (`tracking_disabled`, `consent_denied`, …), `local_only` for
+    #: `suppressed`, `once_key` for a `duplicate` of an already used once-key. None when the agent
+    #: gave none (reason 0, and agents older than the consent reasons); for `refused_by_agent`
+    #: the error code's name (`access_denied`, …). The Swift client's `Receipt.reason`.
     reason: Optional[str] = None
 
     @property
     def ok(self) -> bool:
-        """True when the agent holds the event durably (`accepted` or `duplicate`)."""
+        """True when the agent settled the event as already had or now durable (`accepted` or
+        `duplicate`). A `duplicate` with reason `once_key` stored nothing: the earlier event with
+        that once-key was judged, and may have been blocked or suppressed."""
         return self.status in (Status.ACCEPTED, Status.DUPLICATE)
 
 

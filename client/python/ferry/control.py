@@ -6,7 +6,7 @@ import json
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Union
 
 import zmq
 
@@ -15,7 +15,7 @@ from .errors import AccessDenied, AgentNotRunning, BadReply, Refused, SocketErro
 from .paths import control_endpoint, runtime_dir as default_runtime_dir
 
 __all__ = ["Control", "ConsentState", "GDPR", "ConsentUpdate", "PurgeReport", "AuditEntry", "AuditLog",
-           "CONSENT_STATUSES", "GDPR_VALUES", "GDPR_FIELDS"]
+           "CONSENT_STATUSES", "GDPR_VALUES", "GDPR_FIELDS", "parse_reply", "decode_reply"]
 
 #: The values of a category's (and persistence) consent.
 CONSENT_STATUSES = ("undetermined", "granted", "denied")
@@ -184,14 +184,14 @@ class Control:
 
     def consent_state(self) -> ConsentState:
         """The whole consent state (`consent_state`)."""
-        return self._update("consent_state").consent
+        return _consent(self.request("consent_state"))
 
     def set_tracking(self, enabled: bool) -> ConsentState:
         """Turns the runtime tracking toggle on or off (`set_tracking`); returns the new state.
         While off, new events are blocked; queued events keep draining."""
         if not isinstance(enabled, bool):
             raise TypeError("enabled must be True or False")
-        return self._update("set_tracking", enabled=enabled).consent
+        return _consent(self.request("set_tracking", enabled=enabled))
 
     def set_consent(self, category: str, status: str) -> ConsentUpdate:
         """Sets the consent of one category, or of every one with `"all"` (`set_consent`):
@@ -199,13 +199,13 @@ class Control:
         (`ConsentUpdate.purged`). An unknown category raises `Refused` with the valid names."""
         if not isinstance(category, str):
             raise TypeError("category must be a str")
-        return self._update("set_consent", category=category,
-                            status=_status("status", status, CONSENT_STATUSES))
+        return _consent_update(self.request("set_consent", category=category,
+                                            status=_status("status", status, CONSENT_STATUSES)))
 
     def set_persistence(self, status: str) -> ConsentState:
         """Sets persistence consent (`set_persistence`): whether the agent may keep a stable
         anonymous id across restarts."""
-        return self._update("set_persistence", status=_status("status", status, CONSENT_STATUSES)).consent
+        return _consent(self.request("set_persistence", status=_status("status", status, CONSENT_STATUSES)))
 
     def set_gdpr(self, fields: Optional[Mapping[str, str]] = None, *, subject_to_gdpr: Optional[str] = None,
                  data_usage: Optional[str] = None, ads_personalization: Optional[str] = None,
@@ -221,16 +221,16 @@ class Control:
         if not values:
             raise ValueError("set_gdpr needs at least one field: %s" % ", ".join(GDPR_FIELDS))
         values = {name: _status(name, value, GDPR_VALUES) for name, value in values.items()}
-        return self._update("set_gdpr", fields=values)
+        return _consent_update(self.request("set_gdpr", fields=values))
 
     def enable_features(self, features: Union[str, Iterable[str]]) -> ConsentState:
         """Enables feature categories (`enable_features`); `"all"` enables every one."""
-        return self._update("enable_features", features=_names("features", features)).consent
+        return _consent(self.request("enable_features", features=_names("features", features)))
 
     def disable_features(self, features: Union[str, Iterable[str]]) -> ConsentUpdate:
         """Disables feature categories (`disable_features`); `"all"` disables every one (no-op
         mode: nothing stored, nothing sent). Their pending events are erased."""
-        return self._update("disable_features", features=_names("features", features))
+        return _consent_update(self.request("disable_features", features=_names("features", features)))
 
     # --- erasure and delivery -------------------------------------------------------------------
 
@@ -239,19 +239,19 @@ class Control:
         (`purge`). The bytes are overwritten on disk."""
         if category is not None and not isinstance(category, str):
             raise TypeError("category must be a str or None")
-        return self._update("purge", category=category).purged or PurgeReport()
+        return _purged(self.request("purge", category=category))
 
     def forget(self, user_id: str) -> PurgeReport:
         """Erases every pending and held event carrying `user_id` (`forget`), e.g. for a GDPR
         erasure request."""
         if not isinstance(user_id, str) or not user_id:
             raise ValueError("user_id must be a non-empty str")
-        return self._update("forget", user_id=user_id).purged or PurgeReport()
+        return _purged(self.request("forget", user_id=user_id))
 
     def start(self) -> ConsentState:
         """Starts delivery (`start`) on an agent configured to wait for it (`autoStart: false`);
         starting an agent already delivering does nothing. Returns the state."""
-        return self._update("start").consent
+        return _consent(self.request("start"))
 
     # --- inspection -----------------------------------------------------------------------------
 
@@ -260,13 +260,7 @@ class Control:
         oldest first, and whether the whole hash chain verifies."""
         if limit is not None and (not isinstance(limit, int) or isinstance(limit, bool) or limit < 0):
             raise ValueError("limit must be a non-negative int or None")
-        reply = self.request("consent_log", limit=limit)
-        try:
-            entries = [AuditEntry(**{name: entry.get(name) for name in AuditEntry.__dataclass_fields__})
-                       for entry in reply["entries"]]
-            return AuditLog(entries, bool(reply["verified"]), reply.get("problem"))
-        except (KeyError, TypeError, AttributeError) as error:
-            raise BadReply("cannot read the audit log: %r" % (error,)) from None
+        return _audit_log(self.request("consent_log", limit=limit))
 
     def status(self) -> Dict[str, Any]:
         """The agent's status document (`status`): `pid`, `queue`, `sinks`, `consent`,
@@ -275,10 +269,7 @@ class Control:
 
     def metrics(self) -> str:
         """The agent's metrics in the Prometheus text exposition (`metrics`)."""
-        text = self.request("metrics").get("text")
-        if not isinstance(text, str):
-            raise BadReply("the metrics reply has no \"text\"")
-        return text
+        return _metrics_text(self.request("metrics"))
 
     def whoami(self) -> Dict[str, Any]:
         """The caller as the agent sees it and what its access policy allows (`whoami`)."""
@@ -286,23 +277,19 @@ class Control:
 
     def deadletter_replay(self, id: str, sink: Optional[str] = None) -> Dict[str, Any]:
         """Hands dead letter `id` (of `sink`, needed only when several sinks hold it) to its sink
-        once more (`deadletter_replay`); returns `{"sink", "id", "events"}`."""
+        once more (`deadletter_replay`); returns `{"sink", "id", "events"}`. A failed replay raises
+        `Refused` with the sink's message (its `reply` holds `sink` and `id`)."""
         return self.request("deadletter_replay", id=id, sink=sink)
 
     # --- requests -------------------------------------------------------------------------------
 
     def request(self, op: str, **fields: Any) -> Dict[str, Any]:
         """Sends one request (`op` and its fields; None values are left out; `actor` is added
-        when set) and returns the reply object of an `"ok": true` reply. The typed methods are
-        built on this; use it for ops they do not cover."""
+        when set) and returns the reply object of an `"ok": true` reply. Use it for ops the typed
+        methods do not cover."""
         if self.actor is not None and "actor" not in fields:
             fields["actor"] = self.actor
-        body = wire.encode_control_request(op, fields)
-        return parse_reply(self._exchange(body))
-
-    def _update(self, op: str, **fields: Any) -> ConsentUpdate:
-        reply = self.request(op, **fields)
-        return ConsentUpdate(ConsentState.from_json(reply.get("consent")), _purge_report(reply.get("purged")))
+        return parse_reply(self._exchange(wire.encode_control_request(op, fields)))
 
     def _exchange(self, body: bytes) -> bytes:
         """One REQ exchange on a fresh socket (linger 0): send, wait up to `timeout`, close."""
@@ -359,7 +346,53 @@ def parse_reply(data: bytes) -> Dict[str, Any]:
     if reply.get("code") == "access_denied" or message.lower().startswith("access denied"):
         raise AccessDenied(message)
     valid = reply.get("valid")
-    raise Refused(message, valid if isinstance(valid, list) else None)
+    raise Refused(message, valid if isinstance(valid, list) else None, reply)
+
+
+def _consent_update(reply: Dict[str, Any]) -> ConsentUpdate:
+    return ConsentUpdate(ConsentState.from_json(reply.get("consent")), _purge_report(reply.get("purged")))
+
+
+def _consent(reply: Dict[str, Any]) -> ConsentState:
+    return _consent_update(reply).consent
+
+
+def _purged(reply: Dict[str, Any]) -> PurgeReport:
+    return _consent_update(reply).purged or PurgeReport()
+
+
+def _audit_log(reply: Dict[str, Any]) -> AuditLog:
+    try:
+        entries = [AuditEntry(**{name: entry.get(name) for name in AuditEntry.__dataclass_fields__})
+                   for entry in reply["entries"]]
+        return AuditLog(entries, bool(reply["verified"]), reply.get("problem"))
+    except (KeyError, TypeError, AttributeError) as error:
+        raise BadReply("cannot read the audit log: %r" % (error,)) from None
+
+
+def _metrics_text(reply: Dict[str, Any]) -> str:
+    text = reply.get("text")
+    if not isinstance(text, str):
+        raise BadReply("the metrics reply has no \"text\"")
+    return text
+
+
+#: How the reply of each op is read: what the `Control` method of that name returns.
+_READERS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
+    "consent_state": _consent, "set_tracking": _consent, "set_consent": _consent_update, "set_persistence": _consent,
+    "set_gdpr": _consent_update, "enable_features": _consent, "disable_features": _consent_update, "purge": _purged,
+    "forget": _purged, "start": _consent, "consent_log": _audit_log, "metrics": _metrics_text,
+}
+
+
+def decode_reply(op: str, data: bytes) -> Any:
+    """Reads the reply to a request of `op` as the `Control` method of that name returns it
+    (`ConsentState`, `ConsentUpdate`, `PurgeReport`, `AuditLog`, the metrics text; the reply
+    object for `status`, `whoami`, `deadletter_replay` and ops without a method). A refusal
+    raises as `parse_reply` does; a reply that lacks what the op promises raises `BadReply`."""
+    reply = parse_reply(data)
+    reader = _READERS.get(op)
+    return reply if reader is None else reader(reply)
 
 
 def _probe(path: str) -> Optional[int]:

@@ -1,7 +1,7 @@
 """The errors of the ferry package: one base class, `FerryError`, with a subclass per kind."""
 from __future__ import annotations
 
-from typing import List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 __all__ = ["FerryError", "FerryTimeout", "ClientClosed", "SocketError", "AgentNotRunning", "Refused",
            "AccessDenied", "BadReply"]
@@ -51,14 +51,17 @@ class AgentNotRunning(FerryError):
 
 class Refused(FerryError):
     """The agent refused a control request; `valid` lists the values it accepts for the field it
-    named, when it sent them."""
+    named, when it sent them; `reply` is the whole reply object (e.g. the `sink` and `id` of a
+    failed `deadletter_replay`)."""
 
     code = "refused"
 
-    def __init__(self, message: str, valid: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, message: str, valid: Optional[Sequence[str]] = None,
+                 reply: Optional[Mapping[str, Any]] = None) -> None:
         super().__init__(message if not valid else "%s (valid: %s)" % (message, ", ".join(valid)))
         self.message = message
         self.valid: List[str] = list(valid or [])
+        self.reply: Dict[str, Any] = dict(reply or {})
 
 
 class AccessDenied(FerryError):

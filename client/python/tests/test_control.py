@@ -29,7 +29,7 @@ def test_per_category_consent_blocks_and_allows(agent, make_client):
     update = control.set_consent("advertising", "denied")
     assert update.consent.consent["advertising"] == "denied" and update.consent.consent["analytics"] == "granted"
     ad = client.send(ferry.Event(name="Ad Shown", category="advertising"), timeout=30)
-    assert ad.status is ferry.Status.BLOCKED
+    assert (ad.status, ad.reason) == (ferry.Status.BLOCKED, "consent_denied")
     assert client.send(ferry.Event(name="Page"), timeout=30).status is ferry.Status.ACCEPTED
     control.set_consent("advertising", "granted")
     assert client.send(ferry.Event(name="Ad Shown", category=2), timeout=30).status is ferry.Status.ACCEPTED
@@ -65,7 +65,8 @@ def test_tracking_toggle(agent, make_client):
     control = control_for(agent)
     client = make_client(source="toggle", runtime_dir=agent.runtime_dir)
     assert control.set_tracking(False).tracking_enabled is False
-    assert client.send(ferry.Event(name="While Off"), timeout=30).status is ferry.Status.BLOCKED
+    off = client.send(ferry.Event(name="While Off"), timeout=30)
+    assert (off.status, off.reason) == (ferry.Status.BLOCKED, "tracking_disabled")
     assert control.set_tracking(True).tracking_enabled is True
     assert client.send(ferry.Event(name="While On"), timeout=30).status is ferry.Status.ACCEPTED
 
@@ -81,9 +82,11 @@ def test_persistence_gdpr_and_features(agent, make_client):
     update = control.disable_features(["advertising"])
     assert "advertising" not in update.consent.enabled_features
     client = make_client(source="features", runtime_dir=agent.runtime_dir)
-    assert client.send(ferry.Event(name="Ad", category="advertising"), timeout=30).status is ferry.Status.BLOCKED
+    ad = client.send(ferry.Event(name="Ad", category="advertising"), timeout=30)
+    assert (ad.status, ad.reason) == (ferry.Status.BLOCKED, "feature_disabled")
     assert control.disable_features("all").consent.is_no_op
-    assert client.send(ferry.Event(name="Nothing"), timeout=30).status is ferry.Status.BLOCKED
+    nothing = client.send(ferry.Event(name="Nothing"), timeout=30)
+    assert (nothing.status, nothing.reason) == (ferry.Status.BLOCKED, "no_op")
     state = control.enable_features("all")
     assert set(state.enabled_features) == set(state.categories)
     assert client.send(ferry.Event(name="Back"), timeout=30).status is ferry.Status.ACCEPTED
