@@ -414,7 +414,9 @@ public final class FerryClient: Sendable {
                     let due = max(.zero, oldest + configuration.resendAfter - clock.now)
                     wait = min(wait ?? due, due)
                 }
-                state.ioIdle = wait != .zero
+                // While sends fail (no agent) a new event cannot go out either: it waits for the
+                // retry instead of waking this thread to fail again (and rebuild a batch) per event.
+                state.ioIdle = wait != .zero && !sendBlocked
                 return wait
             }
             let ready: [ZMQPollEvents]

@@ -241,18 +241,22 @@ public struct WireEvent: Hashable, Sendable {
         var out: [UInt8] = []
         out.reserveCapacity(fixedHeaderSize + source.count + name.count + user.count + once.count + jsonCapacity
             + extensionBytes)
-        id.append(to: &out)
-        out.appendLE(timestamp)
-        out.appendLE(sequence)
-        out.appendLE(pid)
-        out.append(type.rawValue)
-        out.append(category)
-        out.appendLE(flags.subtracting(.extended).rawValue)  // `extended` set below if there are extensions
-        out.appendLE(UInt16(source.count))
-        out.appendLE(UInt16(name.count))
-        out.appendLE(UInt16(user.count))
-        out.appendLE(UInt16(once.count))
-        out.appendLE(UInt32(0))  // the properties' length, set below
+        // The fixed header in one append (field by field, it cost more than all the rest).
+        out.appendBytes(fixedHeaderSize) { header in
+            header.storeBytes(of: id.high.bigEndian, toByteOffset: 0, as: UInt64.self)
+            header.storeBytes(of: id.low.bigEndian, toByteOffset: 8, as: UInt64.self)
+            header.storeLE(timestamp, at: 16)
+            header.storeLE(sequence, at: 24)
+            header.storeLE(pid, at: 32)
+            header[36] = type.rawValue
+            header[37] = category
+            header.storeLE(flags.subtracting(.extended).rawValue, at: 38)  // `extended` set below if there are extensions
+            header.storeLE(UInt16(source.count), at: 40)
+            header.storeLE(UInt16(name.count), at: 42)
+            header.storeLE(UInt16(user.count), at: 44)
+            header.storeLE(UInt16(once.count), at: 46)
+            header.storeLE(UInt32(0), at: 48)  // the properties' length, set below
+        }
         out.append(contentsOf: source)
         out.append(contentsOf: name)
         out.append(contentsOf: user)
@@ -263,16 +267,24 @@ public struct WireEvent: Hashable, Sendable {
         precondition(propertiesLength <= Int(UInt32.max), "event properties are limited to 4 GiB")
         var extended = false
         if let session {
-            out.appendLE(EventExtension.Tag.session.rawValue)
-            out.appendLE(UInt32(16))
-            session.append(to: &out)
+            out.appendBytes(entryHeader + 16) { entry in
+                entry.storeLE(EventExtension.Tag.session.rawValue, at: 0)
+                entry.storeLE(UInt32(16), at: 2)
+                entry.storeBytes(of: session.high.bigEndian, toByteOffset: entryHeader, as: UInt64.self)
+                entry.storeBytes(of: session.low.bigEndian, toByteOffset: entryHeader + 8, as: UInt64.self)
+            }
             extended = true
+        }
+        func appendEntryHeader(_ tag: EventExtension.Tag, _ length: Int) {
+            out.appendBytes(entryHeader) { entry in
+                entry.storeLE(tag.rawValue, at: 0)
+                entry.storeLE(UInt32(length), at: 2)
+            }
         }
         // The event-model fields, in tag order, each only when set.
         func appendEntry(_ tag: EventExtension.Tag, _ value: String.UTF8View) {
             guard !value.isEmpty else { return }
-            out.appendLE(tag.rawValue)
-            out.appendLE(UInt32(value.count))
+            appendEntryHeader(tag, value.count)
             out.append(contentsOf: value)
             extended = true
         }
@@ -280,8 +292,7 @@ public struct WireEvent: Hashable, Sendable {
         appendEntry(.groupID, group)
         appendEntry(.previousID, previous)
         let contextStart = out.count
-        out.appendLE(EventExtension.Tag.context.rawValue)
-        out.appendLE(UInt32(0))  // the context's length, set below
+        appendEntryHeader(.context, 0)  // the context's length, set below
         context(&out)
         let contextLength = out.count - contextStart - entryHeader
         precondition(contextLength <= Int(UInt32.max), "an event context is limited to 4 GiB")
