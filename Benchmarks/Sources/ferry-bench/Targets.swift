@@ -151,10 +151,20 @@ func parseClientCost(path: String) -> [String: Any] {
         var scale = 1.0
         if label.contains("(K)") { scale = 1e3 } else if label.contains("(M)") { scale = 1e6 }
         if label.hasPrefix("Time (wall clock)") {
-            var unit = 1.0  // to ns
-            if label.contains("(μs)") || label.contains("(us)") { unit = 1e3 } else if label.contains("(ms)") { unit = 1e6 } else if label.contains("(s)") { unit = 1e9 }
-            result["median_ns"] = p50 * unit
             result["wall_clock_label"] = label
+            if label.contains("(ns)") {
+                result["median_ns"] = p50
+            } else if result["median_ns"] == nil {
+                // Coarser units round the median to a whole µs: derive it from the throughput.
+                var unit = 1e3
+                if label.contains("(ms)") { unit = 1e6 } else if label.contains("(s)") { unit = 1e9 }
+                result["median_ns"] = p50 * unit
+            }
+        } else if label.hasPrefix("Throughput") {
+            result["throughput_per_s"] = p50 * scale
+            if !((result["wall_clock_label"] as? String)?.contains("(ns)") ?? false), p50 > 0 {
+                result["median_ns"] = 1e9 / (p50 * scale)
+            }
         } else if label.hasPrefix("Malloc (total)") {
             result["mallocs"] = p50 * scale
             result["malloc_label"] = label
