@@ -20,10 +20,11 @@ struct Report {
         let machine = summary["machine"] as? [String: Any] ?? [:]
         out.append("Mode: \(summary["mode"] ?? "?"), \(summary["runs"] ?? "?") run(s) per cell, medians. Machine: \(machine["cores"] ?? "?") cores, \(machine["cpu"] ?? "?"); load average at start \(machine["loadavg_at_start"] ?? "?").\n")
         out.append("### Targets (issue 13): ratios measured in this run\n")
-        out.append("| target | measured | ratio | bound | verdict |")
-        out.append("|---|---|---|---|---|")
+        out.append("| row | target | measured | ratio | bound | verdict |")
+        out.append("|---|---|---|---|---|---|")
         for row in summary["targets"] as? [[String: Any]] ?? [] {
-            out.append("| \(row["target"] ?? "") | \(row["measured"] ?? "") | \(r(row["ratio"])) | \(row["bound"] ?? "") | \(row["verdict"] ?? "") |")
+            let verdict = row["verdict"] as? String ?? ""
+            out.append("| `\(row["id"] ?? "")` | \(row["target"] ?? "") | \(row["measured"] ?? "") | \(r(row["ratio"])) | \(row["bound"] ?? "") | \(verdict == "missed" ? "**missed**" : verdict) |")
         }
         out.append("\n### Durable ingest (acked events/s) and its peers\n")
         out.append("| clients | body B | Ferry | JetStream (peer) | raw ZeroMQ (a) | disk, sync/MiB (b) | SQLite (c) | Ferry/JS | Ferry/(a) | Ferry/(b) | ferryd CPU µs/event | Ferry runs |")
