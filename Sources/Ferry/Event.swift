@@ -87,7 +87,8 @@ public struct Receipt: Sendable, Hashable {
     /// Why the agent gave that status, as its ack said: the reject reason of
     /// ``Status/rejected(_:)``, the consent state's verdict for ``Status/blocked`` (such as
     /// `trackingDisabled`, `consentDenied`, `consentUndetermined`), `localOnly` for
-    /// ``Status/suppressed``, `onceKey` for a ``Status/duplicate`` of an already used once-key.
+    /// ``Status/suppressed``, `onceKey` for a ``Status/duplicate`` of an already used once-key,
+    /// `held` for an ``Status/accepted`` event held until consent for its category is decided.
     /// `none` otherwise, and from agents older than these reasons.
     public var reason: RejectReason
 

@@ -95,13 +95,15 @@ public enum EventStatus: UInt8, Sendable, CaseIterable, CustomStringConvertible 
 }
 
 /// Why an event got its status: why it was rejected (codes 1–8), blocked or suppressed by the
-/// consent state (9–17), or answered `duplicate` for its once-key (18). `accepted` and a
-/// `duplicate` by id or session carry ``none``.
+/// consent state (9–17), answered `duplicate` for its once-key (18), or accepted but held until
+/// consent is decided (19). A plainly `accepted` event and a `duplicate` by id or session carry
+/// ``none``.
 ///
 /// Older agents send ``none`` for `blocked` and `suppressed`; a client decodes a code it does
 /// not know as ``malformed``.
 public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible {
-    /// No reason (accepted, duplicate by id or session, or an agent older than the reasons).
+    /// No reason (accepted and queued, duplicate by id or session, or an agent older than the
+    /// reasons).
     case none = 0
     /// The frame's structure is wrong.
     case malformed = 1
@@ -144,6 +146,10 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
     /// `duplicate`: the event's once-key was used before (by an event stored, blocked or
     /// suppressed); nothing new was stored.
     case onceKey = 18
+    /// `accepted`: stored durably but held (consent for the event's category is undetermined
+    /// under the `hold` policy): delivered once consent is granted, erased if it is denied or
+    /// the hold expires.
+    case held = 19
 
     public var description: String {
         switch self {
@@ -166,6 +172,7 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
         case .consentDenied: "consent_denied"
         case .consentUndetermined: "consent_undetermined"
         case .onceKey: "once_key"
+        case .held: "held"
         }
     }
 }

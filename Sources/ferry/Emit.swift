@@ -17,9 +17,16 @@ struct Emit: AsyncParsableCommand {
             --stdin reads one JSON object per line, sending each line as soon as it arrives (so \
             `tail -f app.log | ferry emit --stdin` works): \
             {"name":"Signed Up","type":"track","properties":{"plan":"pro"},"userId":"u1"}, with \
-            optional "onceKey", "category" (a name or code 1-254) and "localOnly" (true/false); null \
-            means absent. Any other field is an error. Blank lines are skipped; line numbers count \
-            every line.
+            optional "anonymousId", "groupId", "previousId" (strings), "context" (an object), \
+            "onceKey", "category" (a name or code 1-254) and "localOnly" (true/false); null means \
+            absent. Any other field is an error. Blank lines are skipped; line numbers count every \
+            line.
+
+            The event model is Segment's: --anonymous-id names a user not known by --user yet, a \
+            group event's --group-id is the group (account, organisation) it joins the user to, an \
+            alias event's --previous-id is the user's former id, and --context is a JSON object \
+            (app, device, locale …). identify, group and alias events need no NAME ("name" may be \
+            left out of a --stdin line of those types).
 
             Every line gets an outcome: accepted, duplicate, blocked, suppressed, rejected (by the \
             agent, with a reason), invalid (not sent: the line is not a valid event) or \
@@ -40,10 +47,11 @@ struct Emit: AsyncParsableCommand {
             """
     )
 
-    @Argument(help: "Event name (omit with --stdin).")
+    @Argument(help: "Event name (omit with --stdin; optional for identify, group and alias).")
     var name: String?
 
-    @Option(name: .long, help: "Event type: \(EventType.allCases.map(\.description).joined(separator: ", ")).")
+    @Option(name: .long, help: "Event type: \(EventType.allCases.map(\.description).joined(separator: ", ")).",
+            completion: .list(EventType.allCases.map(\.description)))
     var type: String = "track"
 
     @Option(name: .customLong("prop"), help: "A property KEY=VALUE; VALUE is JSON if it parses (42, true, \"x\"), else a string. Repeatable.")
@@ -51,6 +59,18 @@ struct Emit: AsyncParsableCommand {
 
     @Option(name: .long, help: "The user id the event is about.")
     var user: String?
+
+    @Option(name: .customLong("anonymous-id"), help: ArgumentHelp("An id for a user not (yet) known by --user (Segment's anonymousId).", valueName: "id"))
+    var anonymousID: String?
+
+    @Option(name: .customLong("group-id"), help: ArgumentHelp("The group (account, organisation) a group event joins the user to.", valueName: "id"))
+    var groupID: String?
+
+    @Option(name: .customLong("previous-id"), help: ArgumentHelp("The user's former id, which an alias event links to --user.", valueName: "id"))
+    var previousID: String?
+
+    @Option(name: .long, help: ArgumentHelp("The event's context: a JSON object such as '{\"locale\":\"fr-FR\"}'.", valueName: "json"))
+    var context: String?
 
     @Option(name: .long, help: "Source name stamped on the events.")
     var source: String = "ferry-cli"
@@ -80,12 +100,30 @@ struct Emit: AsyncParsableCommand {
 
     func validate() throws {
         if stdin && name != nil { throw ValidationError("give an event NAME or --stdin, not both") }
-        if !stdin && name == nil { throw ValidationError("missing event NAME (or use --stdin)") }
-        if EventType(name: type) == nil {
+        guard let eventType = EventType(name: type) else {
             throw ValidationError("unknown --type '\(type)'; valid: \(EventType.allCases.map(\.description).joined(separator: ", "))")
+        }
+        if !stdin && name == nil && !Self.nameless.contains(eventType) {
+            throw ValidationError("missing event NAME (or use --stdin)")
         }
         if timeout <= 0 { throw ValidationError("--timeout must be positive") }
         if let category { _ = try Self.categoryCode(category) }
+        if let context { _ = try Self.contextObject(context) }
+    }
+
+    /// The types whose events need no name (Segment's identify, group and alias have none).
+    static let nameless: Set<EventType> = [.identify, .group, .alias]
+
+    /// The `--context` text as an object, or a usage error (exit 64) saying why it is not one.
+    static func contextObject(_ text: String) throws -> [String: FerryValue] {
+        guard let data = text.data(using: .utf8),
+              let parsed = try? JSONSerialization.jsonObject(with: data, options: [.fragmentsAllowed]) else {
+            throw ValidationError("--context is not valid JSON: '\(text)', give a JSON object; for example '{\"locale\":\"fr-FR\"}'")
+        }
+        guard case .object(let object) = ferryValue(parsed) else {
+            throw ValidationError("--context must be a JSON object, got '\(text)'; for example '{\"locale\":\"fr-FR\"}'")
+        }
+        return object
     }
 
     /// A category name or code as the wire's category byte.
@@ -155,8 +193,10 @@ struct Emit: AsyncParsableCommand {
             }
             properties[String(prop[..<equals])] = Self.value(String(prop[prop.index(after: equals)...]))
         }
-        return Event(type: EventType(name: type)!, name: name!, properties: properties, userID: user ?? "",
-                     onceKey: onceKey ?? "", category: try category.map(Self.categoryCode) ?? 0, localOnly: localOnly)
+        return Event(type: EventType(name: type)!, name: name ?? "", properties: properties, userID: user ?? "",
+                     onceKey: onceKey ?? "", category: try category.map(Self.categoryCode) ?? 0, localOnly: localOnly,
+                     anonymousID: anonymousID ?? "", groupID: groupID ?? "", previousID: previousID ?? "",
+                     context: try context.map(Self.contextObject) ?? [:])
     }
 
     /// Prints the summary and ends with the documented exit status.

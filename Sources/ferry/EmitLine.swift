@@ -5,12 +5,13 @@ import Foundation
 /// One `ferry emit --stdin` line: a JSON object such as
 /// `{"name":"Signed Up","type":"track","properties":{"plan":"pro"},"userId":"u1"}`.
 ///
-/// Every field but `name` is optional; `null` reads as absent. A field the format does not know
-/// (a typo such as `"propertis"`) or a value of the wrong type is an error naming the field, so
-/// nothing is silently dropped.
+/// Every field but `name` is optional (and `name` too for `identify`, `group` and `alias`);
+/// `null` reads as absent. A field the format does not know (a typo such as `"propertis"`) or a
+/// value of the wrong type is an error naming the field, so nothing is silently dropped.
 enum EmitLine {
     /// The fields a line may have.
-    static let fields = ["name", "type", "properties", "userId", "onceKey", "category", "localOnly"]
+    static let fields = ["name", "type", "properties", "userId", "anonymousId", "groupId", "previousId", "context",
+                         "onceKey", "category", "localOnly"]
 
     /// The event of `line`, or why it is not one (a message without the line number).
     static func event(_ line: [UInt8], defaultType: String) -> Result<Event, LineError> {
@@ -34,16 +35,22 @@ enum EmitLine {
             return text
         }
 
-        guard let name = try string("name") else { throw LineError("missing string field \"name\"") }
+        func jsonObject(_ key: String) throws -> [UInt8] {
+            guard let value = present(key) else { return [] }
+            guard value is [String: Any] else { throw LineError("\"\(key)\" must be an object") }
+            return Array(try JSONSerialization.data(withJSONObject: value, options: [.sortedKeys]))
+        }
+
+        let name = try string("name")
         let typeName = try string("type") ?? defaultType
         guard let type = EventType(name: typeName) else {
             throw LineError("unknown type \"\(typeName)\"; valid types: \(EventType.allCases.map(\.description).joined(separator: ", "))")
         }
-        var properties: [UInt8] = []
-        if let value = present("properties") {
-            guard value is [String: Any] else { throw LineError("\"properties\" must be an object") }
-            properties = Array(try JSONSerialization.data(withJSONObject: value, options: [.sortedKeys]))
-        }
+        // identify, group and alias events have no name in Segment's model.
+        if name == nil && !Emit.nameless.contains(type) { throw LineError("missing string field \"name\"") }
+        let properties = try jsonObject("properties")
+        // An empty context is no context, as with the `--context` flag and the Swift client.
+        let context = (present("context") as? [String: Any])?.isEmpty == true ? [] : try jsonObject("context")
         var category: UInt8 = 0
         if let value = present("category") {
             if let text = value as? String, let code = ConsentCategories.code(of: text) ?? UInt8(text), (1...254).contains(code) {
@@ -60,8 +67,10 @@ enum EmitLine {
             guard let flag = value as? NSNumber, isBoolean(flag) else { throw LineError("\"localOnly\" must be true or false") }
             localOnly = flag.boolValue
         }
-        return Event(type: type, name: name, propertiesJSON: properties, userID: try string("userId") ?? "",
-                     onceKey: try string("onceKey") ?? "", category: category, localOnly: localOnly)
+        return Event(type: type, name: name ?? "", propertiesJSON: properties, userID: try string("userId") ?? "",
+                     onceKey: try string("onceKey") ?? "", category: category, localOnly: localOnly,
+                     anonymousID: try string("anonymousId") ?? "", groupID: try string("groupId") ?? "",
+                     previousID: try string("previousId") ?? "", contextJSON: context)
     }
 
     /// Whether a JSON number is really `true`/`false` (on Linux 0 and 1 also cast to Bool; the

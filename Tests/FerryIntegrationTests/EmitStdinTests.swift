@@ -31,7 +31,7 @@ struct EmitStdinTests {
         func line(_ number: Int) -> [String: Any]? { lines.first { $0["line"] as? Int == number } }
     }
 
-    static let validFields = "valid fields: name, type, properties, userId, onceKey, category, localOnly"
+    static let validFields = "valid fields: name, type, properties, userId, anonymousId, groupId, previousId, context, onceKey, category, localOnly"
 
     @Test("good, bad, good: the report names exactly the accepted lines and the sink holds exactly those")
     func goodBadGood() async throws {
@@ -104,6 +104,12 @@ struct EmitStdinTests {
         (#"{"name":"a","properties":[1]}"#, "\"properties\" must be an object"),
         (#"{"name":"a","localOnly":1}"#, "\"localOnly\" must be true or false"),
         (#"{"name":"a","userId":5}"#, "\"userId\" must be a string"),
+        (#"{"name":"a","anonymousId":5}"#, "\"anonymousId\" must be a string"),
+        (#"{"type":"group","groupId":["acme"]}"#, "\"groupId\" must be a string"),
+        (#"{"type":"alias","previousId":true}"#, "\"previousId\" must be a string"),
+        (#"{"name":"a","context":"fr-FR"}"#, "\"context\" must be an object"),
+        (#"{"name":"a","groupid":"acme"}"#, "unknown field \"groupid\"; \(validFields)"),
+        (#"{"type":"page"}"#, "missing string field \"name\""),
         (#"["name"]"#, "not a JSON object"),
         (#"{"name":"a""#, "not valid JSON"),
     ])

@@ -196,8 +196,8 @@ enum ProtocolVectors {
 
     static func acks() -> [[String: Any]] {
         var every: [AckEntry] = [
-            AckEntry(id: id, status: .accepted), AckEntry(id: id, status: .duplicate),
-            AckEntry(id: id, status: .duplicate, reason: .onceKey),
+            AckEntry(id: id, status: .accepted), AckEntry(id: id, status: .accepted, reason: .held),
+            AckEntry(id: id, status: .duplicate), AckEntry(id: id, status: .duplicate, reason: .onceKey),
         ]
         every += RejectReason.rejections.map { AckEntry(id: id, status: .rejected, reason: $0) }
         every += RejectReason.consentBlocks.map { AckEntry(id: id, status: .blocked, reason: $0) }
@@ -208,7 +208,7 @@ enum ProtocolVectors {
                 AckEntry(id: id, status: .duplicate),
             ], about: "docs/PROTOCOL.md ack example: accepted, rejected malformed (all-zero id), duplicate"),
             ack("every-status-and-reason", requestID: 11, every,
-                about: "each status with each reason it can carry (rejected 1-8, blocked 10-17, suppressed 9, duplicate 18)"),
+                about: "each status with each reason it can carry (rejected 1-8, blocked 10-17, suppressed 9, duplicate 18, accepted 19)"),
             ack("older-agent-consent", requestID: 12, [
                 AckEntry(id: id, status: .blocked), AckEntry(id: id, status: .suppressed),
             ], about: "blocked and suppressed with reason 0, as agents before the consent reasons send them"),

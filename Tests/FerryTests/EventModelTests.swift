@@ -110,4 +110,22 @@ struct EventModelTests {
         #expect(client.statistics.blocked == 2 && client.statistics.suppressed == 1)
         await client.shutdown()
     }
+
+    @Test("an event held until consent is decided is acked accepted with reason held")
+    func heldReason() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let config = dir.appending("ferryd.json")
+        try Data(#"{"consent": {"initialConsent": {"push": "undetermined", "analytics": "granted"}, "undetermined": {"policy": "hold", "allowTypes": []}}}"#.utf8)
+            .write(to: URL(fileURLWithPath: config))
+        let agent = try AgentProcess(in: dir, extraArguments: ["--config", config])
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        let client = try Self.makeClient(agent)
+        let held = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "Held", category: 5)) }
+        #expect(held.status == .accepted && held.reason == .held)
+        let queued = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "Queued", category: 1)) }
+        #expect(queued.status == .accepted && queued.reason == .none)
+        await client.shutdown()
+    }
 }

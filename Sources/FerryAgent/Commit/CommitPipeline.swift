@@ -302,7 +302,7 @@ final class CommitPipeline: Sendable {
                             remember(header, frame: frame)
                             heldIDs.append(id)
                             notes[entries.count] = .init(topic: .held, reason: "consent_undetermined")
-                            entries.append(AckEntry(id: id, status: .accepted))
+                            entries.append(AckEntry(id: id, status: .accepted, reason: .held))
                         } catch {
                             entries.append(AckEntry(id: id, status: .rejected, reason: .storage))
                         }
