@@ -15,7 +15,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
     targets: [
-        // The harness: ingest (Ferry and baselines), latency, recovery, memory, delivery.
+        // The harness: ingest (Ferry, the JetStream peer and baselines), latency, recovery, memory,
+        // delivery, and the issue-13 target rows.
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
@@ -24,6 +25,7 @@ let package = Package(
                 .product(name: "FerryStorage", package: "Ferry"),
                 .product(name: "FerryProtocol", package: "Ferry"),
                 .product(name: "ZeroMQ", package: "Ferry"),
+                .product(name: "NATS", package: "Ferry"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),
