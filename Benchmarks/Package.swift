@@ -32,6 +32,16 @@ let package = Package(
             ],
             path: "Sources/ferry-bench"
         ),
+        // Client cost under callgrind/memcheck: N track() calls (scripts/callgrind-track).
+        .executableTarget(
+            name: "track-cost",
+            dependencies: [
+                .product(name: "Ferry", package: "Ferry"),
+                .product(name: "FerryProtocol", package: "Ferry"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/track-cost"
+        ),
         // Client cost: ns and allocations per FerryClient.track() (ordo-one/benchmark).
         .executableTarget(
             name: "ClientCost",
