@@ -86,14 +86,16 @@ package struct SystemdNotifier: Sendable {
         }
         let length = socklen_t(MemoryLayout<sa_family_t>.size + bytes.count + (bytes.first == 0 ? 0 : 1))
         let message = Array(state.utf8)
-        let sent = withUnsafePointer(to: &address) { pointer in
+        // errno is read right after sendto, before anything else can change it.
+        let (sent, error) = withUnsafePointer(to: &address) { pointer in
             pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { addr in
-                message.withUnsafeBytes {
-                    sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT), addr, length)
+                message.withUnsafeBytes { bytes -> (Int, Int32) in
+                    let sent = sendto(fd, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT), addr, length)
+                    return (sent, sent < 0 ? errno : 0)
                 }
             }
         }
         if sent == message.count { return .sent }
-        return errno == EAGAIN || errno == EWOULDBLOCK ? .full : .failed
+        return error == EAGAIN || error == EWOULDBLOCK ? .full : .failed
     }
 }
