@@ -41,10 +41,13 @@ public struct MessageHeader: Hashable, Sendable {
 
     /// The encoded frame.
     public func encoded() -> [UInt8] {
-        var out: [UInt8] = [version, kind.rawValue]
-        out.reserveCapacity(Self.size)
-        out.appendLE(flags)
-        out.appendLE(requestID)
+        var out = [UInt8](repeating: 0, count: Self.size)
+        out.withUnsafeMutableBytes { raw in
+            raw[0] = version
+            raw[1] = kind.rawValue
+            raw.storeBytes(of: flags.littleEndian, toByteOffset: 2, as: UInt16.self)
+            raw.storeBytes(of: requestID.littleEndian, toByteOffset: 4, as: UInt32.self)
+        }
         return out
     }
 
@@ -216,13 +219,21 @@ public struct AckEntry: Hashable, Sendable {
 public enum AckCodec {
     /// Encodes entries into one frame.
     public static func encode(_ entries: [AckEntry]) -> [UInt8] {
-        var out: [UInt8] = []
-        out.reserveCapacity(4 + entries.count * AckEntry.size)
-        out.appendLE(UInt32(entries.count))
-        for entry in entries {
-            entry.id.append(to: &out)
-            out.append(entry.status.rawValue)
-            out.append(entry.reason.rawValue)
+        // Written in place: one allocation, no per-field append (the socket thread encodes one
+        // ack per message).
+        // (Not `init(unsafeUninitializedCapacity:)`: unspecialized in the standard library, it
+        // costs more than the whole encoding.)
+        var out = [UInt8](repeating: 0, count: 4 + entries.count * AckEntry.size)
+        out.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: UInt32(entries.count).littleEndian, toByteOffset: 0, as: UInt32.self)
+            var offset = 4
+            for entry in entries {
+                raw.storeBytes(of: entry.id.high.bigEndian, toByteOffset: offset, as: UInt64.self)
+                raw.storeBytes(of: entry.id.low.bigEndian, toByteOffset: offset + 8, as: UInt64.self)
+                raw[offset + 16] = entry.status.rawValue
+                raw[offset + 17] = entry.reason.rawValue
+                offset += AckEntry.size
+            }
         }
         return out
     }
