@@ -41,14 +41,21 @@ public struct MessageHeader: Hashable, Sendable {
 
     /// The encoded frame.
     public func encoded() -> [UInt8] {
-        var out = [UInt8](repeating: 0, count: Self.size)
-        out.withUnsafeMutableBytes { raw in
-            raw[0] = version
-            raw[1] = kind.rawValue
-            raw.storeBytes(of: flags.littleEndian, toByteOffset: 2, as: UInt16.self)
-            raw.storeBytes(of: requestID.littleEndian, toByteOffset: 4, as: UInt32.self)
-        }
+        var out: [UInt8] = []
+        encode(into: &out)
         return out
+    }
+
+    /// Appends the encoded frame to `out` (a buffer its owner reuses).
+    public func encode(into out: inout [UInt8]) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: Self.size))
+        out.withUnsafeMutableBytes { raw in
+            raw[start] = version
+            raw[start + 1] = kind.rawValue
+            raw.storeBytes(of: flags.littleEndian, toByteOffset: start + 2, as: UInt16.self)
+            raw.storeBytes(of: requestID.littleEndian, toByteOffset: start + 4, as: UInt32.self)
+        }
     }
 
     /// Decodes a header frame. An unknown version is reported before anything else, so a client
@@ -221,12 +228,19 @@ public enum AckCodec {
     public static func encode(_ entries: [AckEntry]) -> [UInt8] {
         // Written in place: one allocation, no per-field append (the socket thread encodes one
         // ack per message).
-        // (Not `init(unsafeUninitializedCapacity:)`: unspecialized in the standard library, it
-        // costs more than the whole encoding.)
-        var out = [UInt8](repeating: 0, count: 4 + entries.count * AckEntry.size)
+        var out: [UInt8] = []
+        encode(entries, into: &out)
+        return out
+    }
+
+    /// Appends the encoded frame to `out` (a buffer its owner reuses: the socket thread's acks
+    /// then allocate nothing).
+    public static func encode(_ entries: [AckEntry], into out: inout [UInt8]) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: 4 + entries.count * AckEntry.size))
         out.withUnsafeMutableBytes { raw in
-            raw.storeBytes(of: UInt32(entries.count).littleEndian, toByteOffset: 0, as: UInt32.self)
-            var offset = 4
+            raw.storeBytes(of: UInt32(entries.count).littleEndian, toByteOffset: start, as: UInt32.self)
+            var offset = start + 4
             for entry in entries {
                 raw.storeBytes(of: entry.id.high.bigEndian, toByteOffset: offset, as: UInt64.self)
                 raw.storeBytes(of: entry.id.low.bigEndian, toByteOffset: offset + 8, as: UInt64.self)
@@ -235,7 +249,6 @@ public enum AckCodec {
                 offset += AckEntry.size
             }
         }
-        return out
     }
 
     /// Decodes an ack body frame.

@@ -161,6 +161,28 @@ public final class ZMQSocket {
         return true
     }
 
+    /// Sends a three-frame message from raw buffers (libzmq copies them), with no array of
+    /// frames to build: the agent's acks (routing id, header, body). Returns `false` if
+    /// `dontWait` is set and the message could not be queued right now.
+    @discardableResult
+    public func send(
+        _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer, _ third: UnsafeRawBufferPointer,
+        dontWait: Bool = false
+    ) throws(ZMQError) -> Bool {
+        let socket = try live("zmq_send")
+        let base: CInt = dontWait ? ZMQ_DONTWAIT : 0
+        do {
+            _ = try zmqCall("zmq_send") { zmq_send(socket, first.baseAddress, first.count, base | ZMQ_SNDMORE) }
+        } catch {
+            // As above: only the first frame can would-block.
+            if error.isWouldBlock { return false }
+            throw error
+        }
+        _ = try zmqCall("zmq_send") { zmq_send(socket, second.baseAddress, second.count, base | ZMQ_SNDMORE) }
+        _ = try zmqCall("zmq_send") { zmq_send(socket, third.baseAddress, third.count, base) }
+        return true
+    }
+
     /// Receives one whole multipart message. Returns `nil` if `dontWait` is set and nothing is
     /// waiting. Frame sizes come from `zmq_msg_size`, never from a truncating `zmq_recv`.
     public func receive(dontWait: Bool = false) throws(ZMQError) -> [[UInt8]]? {
