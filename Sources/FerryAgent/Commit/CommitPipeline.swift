@@ -90,7 +90,9 @@ final class CommitPipeline: Sendable {
     }
 
     /// Batches submitted but not yet committed (for back-pressure on the ingest socket).
-    var backlog: Int { inbox.count }
+    var backlog: Int { pendingBatches.load(ordering: .relaxed) }
+    /// Batches in the inbox (an atomic, not the inbox's lock: the socket thread asks per message).
+    private let pendingBatches = Atomic<Int>(0)
 
     /// Bytes of the batches submitted but not yet committed (for back-pressure on the ingest
     /// socket: a count of batches alone lets a flood of large batches grow memory).
@@ -148,8 +150,10 @@ final class CommitPipeline: Sendable {
     func submit(_ batch: IngestBatch) -> Bool {
         let weight = Self.weight(of: batch)
         pendingBytes.add(weight, ordering: .relaxed)
+        pendingBatches.add(1, ordering: .relaxed)
         guard inbox.put(.events(batch)) else {
             pendingBytes.subtract(weight, ordering: .relaxed)
+            pendingBatches.subtract(1, ordering: .relaxed)
             return false
         }
         return true
@@ -176,6 +180,8 @@ final class CommitPipeline: Sendable {
     private func run(writer: LogWriter, dedup: inout Dedup, consent: ConsentWorker) {
         var lastLossCheck: UInt64 = 0
         while let work = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
+            let taken = work.count { if case .events = $0 { true } else { false } }
+            if taken > 0 { pendingBatches.subtract(taken, ordering: .relaxed) }
             let now = WallClock.unixMilliseconds()
             dedup.window.expire(now: now)
             if now >= lastLossCheck + 1000 {
