@@ -41,11 +41,21 @@ public struct MessageHeader: Hashable, Sendable {
 
     /// The encoded frame.
     public func encoded() -> [UInt8] {
-        var out: [UInt8] = [version, kind.rawValue]
-        out.reserveCapacity(Self.size)
-        out.appendLE(flags)
-        out.appendLE(requestID)
+        var out: [UInt8] = []
+        encode(into: &out)
         return out
+    }
+
+    /// Appends the encoded frame to `out` (a buffer its owner reuses).
+    public func encode(into out: inout [UInt8]) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: Self.size))
+        out.withUnsafeMutableBytes { raw in
+            raw[start] = version
+            raw[start + 1] = kind.rawValue
+            raw.storeBytes(of: flags.littleEndian, toByteOffset: start + 2, as: UInt16.self)
+            raw.storeBytes(of: requestID.littleEndian, toByteOffset: start + 4, as: UInt32.self)
+        }
     }
 
     /// Decodes a header frame. An unknown version is reported before anything else, so a client
@@ -216,15 +226,29 @@ public struct AckEntry: Hashable, Sendable {
 public enum AckCodec {
     /// Encodes entries into one frame.
     public static func encode(_ entries: [AckEntry]) -> [UInt8] {
+        // Written in place: one allocation, no per-field append (the socket thread encodes one
+        // ack per message).
         var out: [UInt8] = []
-        out.reserveCapacity(4 + entries.count * AckEntry.size)
-        out.appendLE(UInt32(entries.count))
-        for entry in entries {
-            entry.id.append(to: &out)
-            out.append(entry.status.rawValue)
-            out.append(entry.reason.rawValue)
-        }
+        encode(entries, into: &out)
         return out
+    }
+
+    /// Appends the encoded frame to `out` (a buffer its owner reuses: the socket thread's acks
+    /// then allocate nothing).
+    public static func encode(_ entries: [AckEntry], into out: inout [UInt8]) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: 4 + entries.count * AckEntry.size))
+        out.withUnsafeMutableBytes { raw in
+            raw.storeBytes(of: UInt32(entries.count).littleEndian, toByteOffset: start, as: UInt32.self)
+            var offset = start + 4
+            for entry in entries {
+                raw.storeBytes(of: entry.id.high.bigEndian, toByteOffset: offset, as: UInt64.self)
+                raw.storeBytes(of: entry.id.low.bigEndian, toByteOffset: offset + 8, as: UInt64.self)
+                raw[offset + 16] = entry.status.rawValue
+                raw[offset + 17] = entry.reason.rawValue
+                offset += AckEntry.size
+            }
+        }
     }
 
     /// Decodes an ack body frame.

@@ -4,18 +4,19 @@ import FerryProtocol
 /// The recently seen event ids, bounded by count and by age.
 ///
 /// Used only by the commit thread. Entries are kept in arrival order so the oldest are evicted
-/// first; a set answers membership. It is rebuilt on start from the persisted snapshot (ids of
+/// first; a set answers membership (``EventIDSet``, cheaper per id than `Set`). It is rebuilt
+/// on start from the persisted snapshot (ids of
 /// segments already deleted) and from the segments still on disk, so it survives restarts.
 package struct DedupWindow {
     private var order: Deque<(id: EventID, at: UInt64)> = []
-    private var members: Set<EventID> = []
+    private var members: EventIDSet
     package let maxEntries: Int
     package let maxAgeMilliseconds: UInt64
 
     package init(maxEntries: Int, maxAgeMilliseconds: UInt64) {
         self.maxEntries = maxEntries
         self.maxAgeMilliseconds = maxAgeMilliseconds
-        members.reserveCapacity(min(maxEntries, 1 << 16))
+        members = EventIDSet(capacity: min(maxEntries, 1 << 16))
     }
 
     package var count: Int { members.count }
@@ -25,7 +26,7 @@ package struct DedupWindow {
     /// Adds `id` seen at `at` (agent ms). Returns false if it was already present.
     @discardableResult
     package mutating func insert(_ id: EventID, at: UInt64) -> Bool {
-        guard members.insert(id).inserted else { return false }
+        guard members.insert(id) else { return false }
         order.append((id, at))
         while order.count > maxEntries { members.remove(order.removeFirst().id) }
         return true
@@ -35,7 +36,7 @@ package struct DedupWindow {
     package mutating func remove(_ ids: some Sequence<EventID>) {
         let drop = Set(ids)
         guard !drop.isEmpty else { return }
-        members.subtract(drop)
+        for id in drop { members.remove(id) }
         order.removeAll { drop.contains($0.id) }
     }
 

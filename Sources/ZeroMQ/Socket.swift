@@ -161,6 +161,28 @@ public final class ZMQSocket {
         return true
     }
 
+    /// Sends a three-frame message from raw buffers (libzmq copies them), with no array of
+    /// frames to build: the agent's acks (routing id, header, body). Returns `false` if
+    /// `dontWait` is set and the message could not be queued right now.
+    @discardableResult
+    public func send(
+        _ first: UnsafeRawBufferPointer, _ second: UnsafeRawBufferPointer, _ third: UnsafeRawBufferPointer,
+        dontWait: Bool = false
+    ) throws(ZMQError) -> Bool {
+        let socket = try live("zmq_send")
+        let base: CInt = dontWait ? ZMQ_DONTWAIT : 0
+        do {
+            _ = try zmqCall("zmq_send") { zmq_send(socket, first.baseAddress, first.count, base | ZMQ_SNDMORE) }
+        } catch {
+            // As above: only the first frame can would-block.
+            if error.isWouldBlock { return false }
+            throw error
+        }
+        _ = try zmqCall("zmq_send") { zmq_send(socket, second.baseAddress, second.count, base | ZMQ_SNDMORE) }
+        _ = try zmqCall("zmq_send") { zmq_send(socket, third.baseAddress, third.count, base) }
+        return true
+    }
+
     /// Receives one whole multipart message. Returns `nil` if `dontWait` is set and nothing is
     /// waiting. Frame sizes come from `zmq_msg_size`, never from a truncating `zmq_recv`.
     public func receive(dontWait: Bool = false) throws(ZMQError) -> [[UInt8]]? {
@@ -180,6 +202,8 @@ public final class ZMQSocket {
     private func receive(dontWait: Bool, peer: inout PeerCredentials?, wantPeer: Bool) throws(ZMQError) -> [[UInt8]]? {
         let socket = try live("zmq_msg_recv")
         var frames: [[UInt8]] = []
+        // Routing id, header and at least one body frame: one allocation for the usual message.
+        frames.reserveCapacity(4)
         var message = zmq_msg_t()
         _ = zmq_msg_init(&message)
         defer { zmq_msg_close(&message) }
@@ -205,7 +229,9 @@ public final class ZMQSocket {
                 // carries it. (Not ZMQ_SRCFD + getsockopt per message: after a disconnect that fd
                 // number can belong to another connection.) A ROUTER's routing id frame is made
                 // locally and carries no metadata, so look at each frame.
-                peer = PeerCredentials(peerAddress: String(cString: address))
+                // Parsed in place: a String and its split cost more than the rest of a
+                // one-event message's handling.
+                peer = PeerCredentials(cPeerAddress: address)
             }
             frames.append(frame)
             // Read "more" before the next recv reuses the message.
@@ -240,9 +266,40 @@ public struct PeerCredentials: Sendable, Hashable {
     /// connection was made. `nil` when the property carries no credentials (other transports,
     /// platforms without `SO_PEERCRED`).
     public init?(peerAddress: String) {
-        let parts = peerAddress.split(separator: ":", omittingEmptySubsequences: false)
-        guard parts.count >= 4, let uid = UInt32(parts[parts.count - 3]), let gid = UInt32(parts[parts.count - 2]),
-              let pid = Int32(parts[parts.count - 1]), pid > 0 else { return nil }
-        self.init(pid: pid, uid: uid, gid: gid)
+        var text = peerAddress
+        guard let parsed = text.withUTF8({ Self.parse($0) }) else { return nil }
+        self = parsed
+    }
+
+    /// ``init(peerAddress:)`` reading a NUL-terminated C string in place (no allocation).
+    public init?(cPeerAddress: UnsafePointer<CChar>) {
+        let bytes = UnsafeRawPointer(cPeerAddress).assumingMemoryBound(to: UInt8.self)
+        guard let parsed = Self.parse(UnsafeBufferPointer(start: bytes, count: strlen(cPeerAddress))) else { return nil }
+        self = parsed
+    }
+
+    /// The last three `:`-separated decimal fields of `text` (uid, gid, pid), after at least one
+    /// more field (the address).
+    private static func parse(_ text: UnsafeBufferPointer<UInt8>) -> PeerCredentials? {
+        var end = text.count
+        /// The decimal field ending at `end` (exclusive), moving `end` to its separating colon.
+        func field(max: UInt64) -> UInt64? {
+            var value: UInt64 = 0, scale: UInt64 = 1, digits = 0
+            while end > 0, text[end - 1] != UInt8(ascii: ":") {
+                let digit = text[end - 1] &- UInt8(ascii: "0")
+                guard digit <= 9, digits < 10 else { return nil }
+                value += UInt64(digit) * scale
+                scale *= 10
+                digits += 1
+                end -= 1
+            }
+            // A field needs a digit and a colon before it (the address comes first).
+            guard digits > 0, end > 0, value <= max else { return nil }
+            end -= 1
+            return value
+        }
+        guard let pid = field(max: UInt64(Int32.max)), let gid = field(max: UInt64(UInt32.max)),
+              let uid = field(max: UInt64(UInt32.max)), pid > 0 else { return nil }
+        return PeerCredentials(pid: Int32(pid), uid: UInt32(uid), gid: UInt32(gid))
     }
 }

@@ -135,8 +135,11 @@ struct SocketTests {
         (":1000:100:4242", PeerCredentials(pid: 4242, uid: 1000, gid: 100)),
         ("/run/ferry/ingest:0:0:1", PeerCredentials(pid: 1, uid: 0, gid: 0)),
         ("127.0.0.1", nil), ("", nil), (":x:1:2", nil), (":1:2:0", nil), (":1:2", nil),
+        ("@abstract:1:2:3", PeerCredentials(pid: 3, uid: 1, gid: 2)), (":1::3", nil), (":1:2:3:", nil),
+        (":99999999999:2:3", nil), ("1:2:3", nil),
     ] as [(String, PeerCredentials?)])
     func peerAddressParsing(text: String, expected: PeerCredentials?) {
         #expect(PeerCredentials(peerAddress: text) == expected)
+        #expect(text.withCString { PeerCredentials(cPeerAddress: $0) } == expected)
     }
 }

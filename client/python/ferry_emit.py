@@ -211,6 +211,8 @@ def main(argv=None):
     parser.add_argument("--props", default="{}", help="JSON object of properties")
     parser.add_argument("--batch", type=int, default=256, help="events per message (1-4096)")
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for every ack")
+    parser.add_argument("--resend-after", type=float, default=RESEND_AFTER,
+                        help="seconds without a reply before a batch is sent again (default %(default)s)")
     parser.add_argument("--selftest", action="store_true",
                         help="check the codecs against the bytes in docs/PROTOCOL.md; needs no agent")
     args = parser.parse_args(argv)
@@ -243,7 +245,8 @@ def main(argv=None):
     socket.setsockopt(zmq.IMMEDIATE, 1)  # no agent yet: sends fail, the events stay with us
     socket.connect(ingest_endpoint(args.runtime_dir or runtime_dir()))
     try:
-        counts, unanswered = emit(socket, events, batch_size=args.batch, timeout=args.timeout)
+        counts, unanswered = emit(socket, events, batch_size=args.batch, timeout=args.timeout,
+                                   resend_after=args.resend_after)
     finally:
         socket.close()
         context.term()

@@ -90,7 +90,9 @@ final class CommitPipeline: Sendable {
     }
 
     /// Batches submitted but not yet committed (for back-pressure on the ingest socket).
-    var backlog: Int { inbox.count }
+    var backlog: Int { pendingBatches.load(ordering: .relaxed) }
+    /// Batches in the inbox (an atomic, not the inbox's lock: the socket thread asks per message).
+    private let pendingBatches = Atomic<Int>(0)
 
     /// Bytes of the batches submitted but not yet committed (for back-pressure on the ingest
     /// socket: a count of batches alone lets a flood of large batches grow memory).
@@ -148,8 +150,10 @@ final class CommitPipeline: Sendable {
     func submit(_ batch: IngestBatch) -> Bool {
         let weight = Self.weight(of: batch)
         pendingBytes.add(weight, ordering: .relaxed)
+        pendingBatches.add(1, ordering: .relaxed)
         guard inbox.put(.events(batch)) else {
             pendingBytes.subtract(weight, ordering: .relaxed)
+            pendingBatches.subtract(1, ordering: .relaxed)
             return false
         }
         return true
@@ -176,6 +180,8 @@ final class CommitPipeline: Sendable {
     private func run(writer: LogWriter, dedup: inout Dedup, consent: ConsentWorker) {
         var lastLossCheck: UInt64 = 0
         while let work = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
+            let taken = work.count { if case .events = $0 { true } else { false } }
+            if taken > 0 { pendingBatches.subtract(taken, ordering: .relaxed) }
             let now = WallClock.unixMilliseconds()
             dedup.window.expire(now: now)
             if now >= lastLossCheck + 1000 {
@@ -234,8 +240,11 @@ final class CommitPipeline: Sendable {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
         // This group's bytes by segment and sender uid, counted into the log once committed.
-        var usage: [UInt64: [UInt32: Int64]] = [:]
-        var groupUIDBytes: [UInt32: Int64] = [:]
+        // A list, not nested dictionaries: a group rarely holds more than one sender and segment.
+        var usage: [(segment: UInt64, uid: UInt32, bytes: Int64)] = []
+        func groupBytes(ofUID uid: UInt32) -> Int64 {
+            usage.reduce(0) { $0 + ($1.uid == uid ? $1.bytes : 0) }
+        }
         var appended: [EventID] = []
         var heldIDs: [EventID] = []
         /// (session, sequence) of the events in `appended` and `heldIDs`, to undo a failed commit.
@@ -247,11 +256,35 @@ final class CommitPipeline: Sendable {
             sessionKeys[header.id] = (session, header.sequence)
         }
         var onceKeys: [(id: EventID, key: String)] = []
+        // The consent decision reads only an event's type, category and local-only flag, and the
+        // state changes only between groups (on this thread): judge each such triple once a group.
+        var decisions: [(key: UInt32, decision: IngestDecision)] = []
+        func decide(_ header: EventHeader) -> IngestDecision {
+            let key = UInt32(header.type.rawValue) << 16 | UInt32(header.category) << 8
+                | (header.flags.contains(.localOnly) ? 1 : 0)
+            for memo in decisions where memo.key == key { return memo.decision }
+            let decision = consent.engine.decide(header)
+            if decisions.count < 8 { decisions.append((key, decision)) }
+            return decision
+        }
         for batch in batches {
             var entries: [AckEntry] = []
             var frames: [[UInt8]] = []
             var notes: [Int: CommittedBatch.Note] = [:]
             entries.reserveCapacity(batch.items.count)
+            frames.reserveCapacity(batch.items.count)
+            // This batch's stored bytes not yet added to `usage` (one sender, so added once per
+            // batch and segment, not per event).
+            var unrecorded: (segment: UInt64, bytes: Int64) = (writer.activeIndex, 0)
+            func recordUsage() {
+                guard unrecorded.bytes > 0, let uid = batch.uid else { return }
+                if let last = usage.indices.last, usage[last].segment == unrecorded.segment, usage[last].uid == uid {
+                    usage[last].bytes += unrecorded.bytes
+                } else {
+                    usage.append((unrecorded.segment, uid, unrecorded.bytes))
+                }
+                unrecorded.bytes = 0
+            }
             for item in batch.items {
                 switch item {
                 case .refused(let entry, let frame):
@@ -271,7 +304,7 @@ final class CommitPipeline: Sendable {
                         entries.append(AckEntry(id: id, status: .duplicate))
                         continue
                     }
-                    let decision = consent.engine.decide(header)
+                    let decision = decide(header)
                     // The once-key mark comes before the consent gate, so a suppressed or blocked
                     // conversion still counts; in no-op mode nothing at all is written.
                     if header.onceKeyLength > 0 && decision != .blocked(.noOp) {
@@ -312,7 +345,7 @@ final class CommitPipeline: Sendable {
                     }
                     let recordSize = Int64(LogRecord.framedSize(frameSize: frame.count, metadataSize: batch.origin.count))
                     if let uid = batch.uid, let share = uidShareBytes,
-                       log.bytes(ofUID: uid) + (groupUIDBytes[uid] ?? 0) + recordSize > share {
+                       log.bytes(ofUID: uid) + groupBytes(ofUID: uid) + unrecorded.bytes + recordSize > share {
                         // This sender has its share of the queue: it alone is answered `full`.
                         entries.append(AckEntry(id: id, status: .rejected, reason: .full))
                         continue
@@ -324,9 +357,12 @@ final class CommitPipeline: Sendable {
                     do {
                         try writer.append(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
                         remember(header, frame: frame)
-                        if let uid = batch.uid, !batch.origin.isEmpty {
-                            usage[writer.activeIndex, default: [:]][uid, default: 0] += recordSize
-                            groupUIDBytes[uid, default: 0] += recordSize
+                        if batch.uid != nil, !batch.origin.isEmpty {
+                            if writer.activeIndex != unrecorded.segment {
+                                recordUsage()
+                                unrecorded.segment = writer.activeIndex
+                            }
+                            unrecorded.bytes += recordSize
                         }
                         appended.append(id)
                         entries.append(AckEntry(id: id, status: .accepted))
@@ -335,6 +371,7 @@ final class CommitPipeline: Sendable {
                     }
                 }
             }
+            recordUsage()
             results.append(CommittedBatch(peer: batch.peer, requestID: batch.requestID, version: batch.version, origin: batch.origin, entries: entries,
                                           frames: frames, acceptedAt: now, notes: notes, receivedAt: batch.receivedAt))
         }
@@ -360,7 +397,11 @@ final class CommitPipeline: Sendable {
                 try writer.commit()
                 counters.commitEvents.record(appended.count)
                 counters.fsync.recordNanoseconds(Int64(clamping: writer.lastSyncNanoseconds))
-                log.recordUsage(usage)
+                if !usage.isEmpty {
+                    var bySegment: [UInt64: [UInt32: Int64]] = [:]
+                    for entry in usage { bySegment[entry.segment, default: [:]][entry.uid, default: 0] += entry.bytes }
+                    log.recordUsage(bySegment)
+                }
             } catch {
                 // Nothing of the group is kept: every event of it, and any duplicate of one of
                 // them, is rejected so the client knows to keep or resend it.

@@ -125,6 +125,8 @@ final class IngestServer: Sendable {
         var control: ZMQSocket
         /// The ingest socket's monitor (connections accepted and ended), for `ferry_clients_connected`.
         var monitor: ZMQSocket
+        /// Where acks are encoded, reused from one to the next.
+        let ackBuffer = ByteBuffer()
         func close() {
             ingest.close()
             events.close()
@@ -246,8 +248,22 @@ final class IngestServer: Sendable {
     }
 
     private func reply(_ batch: CommittedBatch, _ sockets: Sockets) {
-        let header = MessageHeader(version: batch.version, kind: .ack, requestID: batch.requestID).encoded()
-        send(sockets.ingest, [batch.peer, header, AckCodec.encode(batch.entries)])
+        // Header and body encoded into one reused buffer and sent from it: no array per ack.
+        let buffer = sockets.ackBuffer
+        buffer.bytes.removeAll(keepingCapacity: true)
+        MessageHeader(version: batch.version, kind: .ack, requestID: batch.requestID).encode(into: &buffer.bytes)
+        AckCodec.encode(batch.entries, into: &buffer.bytes)
+        do {
+            try buffer.bytes.withUnsafeBytes { raw in
+                try batch.peer.withUnsafeBytes { peer in
+                    // Never block the socket thread on a slow peer (see `send`).
+                    _ = try sockets.ingest.send(peer, UnsafeRawBufferPointer(rebasing: raw[..<MessageHeader.size]),
+                                                UnsafeRawBufferPointer(rebasing: raw[MessageHeader.size...]), dontWait: true)
+                }
+            }
+        } catch {
+            logger.debug("send failed", metadata: ["error": "\(error)"])
+        }
         if batch.receivedAt > 0 {
             // Per message, not per event: one clock read and one histogram record.
             counters.ackLatency.recordNanoseconds(Int64(clamping: MonotonicClock.nanoseconds() &- batch.receivedAt))
@@ -276,6 +292,11 @@ final class IngestServer: Sendable {
             default: break
             }
         }
+    }
+
+    /// A byte buffer owned by the socket thread (not `Sendable`; it never leaves the thread).
+    private final class ByteBuffer {
+        var bytes: [UInt8] = []
     }
 
     private func send(_ socket: ZMQSocket, _ frames: [[UInt8]]) {

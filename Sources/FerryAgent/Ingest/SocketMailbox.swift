@@ -18,6 +18,9 @@ final class SocketMailbox: Sendable {
 
     private let items = Mutex<[Item]>([])
     private let subscriptions = Mutex<Set<[UInt8]>>([])
+    /// The topics some subscription matches, one bit per ``BusTopic``, recomputed when a
+    /// subscription changes: the socket thread asks per message.
+    private let wanted = Atomic<UInt64>(0)
     /// Made readable when items arrive; the socket thread polls its read end.
     let wake: WakePipe
     /// Set when the wake pipe is closed; a late sender checks it under the lock so it never
@@ -45,15 +48,37 @@ final class SocketMailbox: Sendable {
 
     /// Whether any subscriber would receive `topic`.
     func wants(_ topic: BusTopic) -> Bool {
-        let name = Array(topic.rawValue.utf8)
-        return subscriptions.withLock { subs in subs.contains { name.starts(with: $0) } }
+        wanted.load(ordering: .acquiring) & Self.bit(topic) != 0
     }
 
     /// Records a subscription (`subscribe` true) or its end, as the XPUB socket reported it.
     func updateSubscription(_ prefix: [UInt8], subscribe: Bool) {
         subscriptions.withLock { subs in
             if subscribe { subs.insert(prefix) } else { subs.remove(prefix) }
+            var bits: UInt64 = 0
+            for topic in BusTopic.allCases {
+                let name = Array(topic.rawValue.utf8)
+                if subs.contains(where: { name.starts(with: $0) }) { bits |= Self.bit(topic) }
+            }
+            wanted.store(bits, ordering: .releasing)
         }
+    }
+
+    private static func bit(_ topic: BusTopic) -> UInt64 {
+        let index: UInt64 = switch topic {
+        case .accepted: 0
+        case .delivered: 1
+        case .dropped: 2
+        case .rejected: 3
+        case .blocked: 4
+        case .suppressed: 5
+        case .held: 6
+        case .purged: 7
+        case .consent: 8
+        case .circuit: 9
+        case .lost: 10
+        }
+        return 1 << index
     }
 
     /// Takes everything queued (on the socket thread).
