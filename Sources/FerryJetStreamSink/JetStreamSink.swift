@@ -203,8 +203,12 @@ public final class JetStreamSink: Sink {
                 for case let (name, value?) in fields { headers.append(("Ferry-Origin-" + name, headerValue(value))) }
             }
             let subject: String
-            if let event = try? stored.decoded() {
-                subject = template.render(type: event.type.description, category: event.category, source: event.source)
+            // The header alone (validated as `decoded()` validates it): no whole decode per event.
+            if let header = try? EventHeader(stored.frame, checkingFields: false) {
+                let source = stored.frame.withUnsafeBytes { frame in
+                    String(decoding: frame[WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)], as: UTF8.self)
+                }
+                subject = template.render(type: header.type.description, category: header.category, source: source)
             } else {
                 subject = template.render(type: "undecodable", category: 0, source: "")
             }
