@@ -23,7 +23,7 @@ import Testing
     @Test(arguments: [
         "", "[]", "\"a\"", "1", "{", "{\"a\":}", "{\"a\":1,}", "{\"a\" 1}", "{\"a\":01}", "{\"a\":1e400}", "{\"a\":1e3}",
         "{\"a\":12345678901234567890123}", "{\"a\":\"\\u00e9\"}", "{\"a\":\"\\ud800\"}", "{\"é\":1}", "{\"a\":\"\u{1}\"}",
-        "{} {}", "{\"a\":tru}", "{\"a\":-}", "{\"a\":1.}", "\u{FEFF}{}", String(repeating: "{\"a\":", 70) + "1" + String(repeating: "}", 70),
+        "{} {}", "{\"a\":tru}", "{\"a\":-}", "{\"a\":1.}", "\u{FEFF}{}", String(repeating: "{\"a\":", count: 70) + "1" + String(repeating: "}", count: 70),
     ])
     func otherTextIsAskedOfFoundation(_ text: String) {
         #expect(JSONWriter.isJSONObject(Array(text.utf8)) == Self.foundationIsObject(text))
