@@ -223,6 +223,8 @@ public final class JetStreamSink: Sink {
 
     /// A header value without line breaks (they would end the header).
     private static func headerValue(_ value: String) -> String {
-        String(value.map { $0 == "\r" || $0 == "\n" ? " " : $0 })
+        // Most values hold no line break: returned as they are, without a walk over Characters.
+        guard value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A }) else { return value }
+        return String(value.map { $0 == "\r" || $0 == "\n" ? " " : $0 })
     }
 }
