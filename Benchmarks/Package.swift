@@ -15,7 +15,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
     ],
     targets: [
-        // The harness: ingest (Ferry and baselines), latency, recovery, memory, delivery.
+        // The harness: ingest (Ferry, the JetStream peer and baselines), latency, recovery, memory,
+        // delivery, and the issue-13 target rows.
         .executableTarget(
             name: "ferry-bench",
             dependencies: [
@@ -24,11 +25,22 @@ let package = Package(
                 .product(name: "FerryStorage", package: "Ferry"),
                 .product(name: "FerryProtocol", package: "Ferry"),
                 .product(name: "ZeroMQ", package: "Ferry"),
+                .product(name: "NATS", package: "Ferry"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
             path: "Sources/ferry-bench"
+        ),
+        // Client cost under callgrind/memcheck: N track() calls (scripts/callgrind-track).
+        .executableTarget(
+            name: "track-cost",
+            dependencies: [
+                .product(name: "Ferry", package: "Ferry"),
+                .product(name: "FerryProtocol", package: "Ferry"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            path: "Sources/track-cost"
         ),
         // Client cost: ns and allocations per FerryClient.track() (ordo-one/benchmark).
         .executableTarget(

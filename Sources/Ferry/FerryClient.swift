@@ -120,8 +120,9 @@ public final class FerryClient: Sendable {
     // MARK: Emitting
 
     // Every helper takes an `anonymousID` (empty: the configuration's) and a `context` (Segment's
-    // context object: app, device, locale …; empty: none). The helpers build an ``Event``; use
-    // ``enqueue(_:)`` with one for a category, a once-key or a local-only event.
+    // context object: app, device, locale …; empty: none). The helpers encode the event straight
+    // into its frame (no ``Event``, no JSON buffer); use ``enqueue(_:)`` with an ``Event`` for a
+    // category, a once-key or a local-only event.
 
     /// Queues a `track` event (the user did something) and returns its id at once.
     ///
@@ -133,8 +134,8 @@ public final class FerryClient: Sendable {
         _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
         context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(Event(type: .track, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
-                      context: context))
+        enqueue(.track, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+                context: context)
     }
 
     /// Queues a `screen` event (the user saw an app screen) and returns its id at once.
@@ -143,8 +144,8 @@ public final class FerryClient: Sendable {
         _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
         context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(Event(type: .screen, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
-                      context: context))
+        enqueue(.screen, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+                context: context)
     }
 
     /// Queues a `page` event (the user saw a web page) and returns its id at once.
@@ -157,8 +158,8 @@ public final class FerryClient: Sendable {
         _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
         context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(Event(type: .page, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
-                      context: context))
+        enqueue(.page, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+                context: context)
     }
 
     /// Queues an `identify` event (who the user is, with traits) and returns its id at once.
@@ -166,8 +167,8 @@ public final class FerryClient: Sendable {
     public func identify(
         userID: String, traits: [String: FerryValue] = [:], anonymousID: String = "", context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(Event(type: .identify, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
-                      context: context))
+        enqueue(.identify, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
+                context: context)
     }
 
     /// Queues a `group` event (the user belongs to group `groupID`, an account or organisation,
@@ -181,8 +182,8 @@ public final class FerryClient: Sendable {
         _ groupID: String, traits: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
         context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(Event(type: .group, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
-                      groupID: groupID, context: context))
+        enqueue(.group, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
+                groupID: groupID, context: context)
     }
 
     /// Queues an `alias` event (`previousID`, such as an anonymous id, is the same user as
@@ -195,8 +196,19 @@ public final class FerryClient: Sendable {
     public func alias(
         userID: String, previousID: String, anonymousID: String = "", context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(Event(type: .alias, name: "", userID: userID, anonymousID: anonymousID, previousID: previousID,
-                      context: context))
+        enqueue(.alias, name: "", userID: userID, anonymousID: anonymousID, previousID: previousID,
+                context: context)
+    }
+
+    /// A helper's event, its properties and context encoded straight into the frame.
+    private func enqueue(
+        _ type: EventType, name: String, properties: [String: FerryValue] = [:], userID: String, anonymousID: String,
+        groupID: String = "", previousID: String = "", context: [String: FerryValue]
+    ) -> EventID {
+        enqueue(type, name: name, userID: userID, anonymousID: anonymousID, groupID: groupID, previousID: previousID,
+                jsonCapacity: FerryValue.estimatedJSONSize(properties) + FerryValue.estimatedJSONSize(context),
+                properties: { if !properties.isEmpty { FerryValue.appendObject(properties, to: &$0) } },
+                context: { if !context.isEmpty { FerryValue.appendObject(context, to: &$0) } })
     }
 
     /// Queues any event and returns its id at once. After ``shutdown()`` the event is dropped.
@@ -228,16 +240,30 @@ public final class FerryClient: Sendable {
     }
 
     private func enqueue(_ event: Event, receipt: (@Sendable (Receipt) -> Void)?) -> EventID {
-        let id = ids.next()
-        let wire = WireEvent(
-            id: id, timestamp: WallClock.unixMilliseconds(),
-            sequence: sequence.wrappingAdd(1, ordering: .relaxed).newValue, pid: pid, type: event.type,
-            category: event.category, flags: event.localOnly ? .localOnly : [], source: configuration.source,
-            name: event.name, userID: event.userID, onceKey: event.onceKey, properties: event.propertiesJSON,
-            session: session, anonymousID: event.anonymousID.isEmpty ? configuration.anonymousID : event.anonymousID,
-            groupID: event.groupID, previousID: event.previousID, context: event.contextJSON)
-        let frame = wire.encoded()
-        var dropped: (EventID, UInt64)?
+        enqueue(event.type, name: event.name, userID: event.userID, onceKey: event.onceKey, category: event.category,
+                localOnly: event.localOnly, anonymousID: event.anonymousID, groupID: event.groupID,
+                previousID: event.previousID, jsonCapacity: event.propertiesJSON.count + event.contextJSON.count,
+                receipt: receipt, properties: { $0.append(contentsOf: event.propertiesJSON) },
+                context: { $0.append(contentsOf: event.contextJSON) })
+    }
+
+    /// Encodes an event (its properties and context appended by the closures, see
+    /// `WireEvent.encode`) and puts it in the outbox.
+    private func enqueue(
+        _ type: EventType, name: String, userID: String, onceKey: String = "", category: UInt8 = 0,
+        localOnly: Bool = false, anonymousID: String, groupID: String, previousID: String, jsonCapacity: Int,
+        receipt: (@Sendable (Receipt) -> Void)? = nil, properties: (inout [UInt8]) -> Void,
+        context: (inout [UInt8]) -> Void
+    ) -> EventID {
+        let now = WallClock.unixMilliseconds()
+        let id = ids.next(unixMilliseconds: now)
+        let frame = WireEvent.encode(
+            id: id, timestamp: now, sequence: sequence.wrappingAdd(1, ordering: .relaxed).newValue, pid: pid,
+            type: type, category: category, flags: localOnly ? .localOnly : [], source: configuration.source,
+            name: name, userID: userID, onceKey: onceKey, session: session,
+            anonymousID: anonymousID.isEmpty ? configuration.anonymousID : anonymousID, groupID: groupID,
+            previousID: previousID, jsonCapacity: jsonCapacity, properties: properties, context: context)
+        var dropped: (id: EventID, onReceipt: (@Sendable (Receipt) -> Void)?, flushWaiters: Bool)?
         var refused = false
         let wakeIO = state.withLock { state -> Bool in
             guard !state.closed else {
@@ -248,7 +274,10 @@ public final class FerryClient: Sendable {
             if state.pending.count + state.inFlightEvents >= configuration.outboxCapacity {
                 state.statistics.droppedFromOutbox += 1
                 if configuration.overflowPolicy == .dropOldest, let oldest = state.pending.popFirst() {
-                    dropped = (oldest.id, oldest.index)
+                    // Its receipt and the flush waiters it held back are answered outside the lock
+                    // (most apps register neither: no lookup, no second lock then).
+                    dropped = (oldest.id, state.receipts.isEmpty ? nil : state.receipts.removeValue(forKey: oldest.index),
+                               !state.flushWaiters.isEmpty)
                 } else {
                     refused = true
                     return false
@@ -261,8 +290,9 @@ public final class FerryClient: Sendable {
             defer { state.ioIdle = false }
             return state.ioIdle
         }
-        if let (droppedID, droppedIndex) = dropped {
-            resolve(index: droppedIndex, Receipt(id: droppedID, status: .droppedFromOutbox))
+        if let dropped {
+            dropped.onReceipt?(Receipt(id: dropped.id, status: .droppedFromOutbox))
+            if dropped.flushWaiters { resumeFlushWaiters() }
         }
         if refused {
             let closed = state.withLock { $0.closed }
@@ -271,12 +301,6 @@ public final class FerryClient: Sendable {
         }
         if wakeIO { wake.wake() }
         return id
-    }
-
-    private func resolve(index: UInt64, _ receipt: Receipt) {
-        let onReceipt = state.withLock { $0.receipts.removeValue(forKey: index) }
-        onReceipt?(receipt)
-        resumeFlushWaiters()
     }
 
     // MARK: Waiting
@@ -390,7 +414,9 @@ public final class FerryClient: Sendable {
                     let due = max(.zero, oldest + configuration.resendAfter - clock.now)
                     wait = min(wait ?? due, due)
                 }
-                state.ioIdle = wait != .zero
+                // While sends fail (no agent) a new event cannot go out either: it waits for the
+                // retry instead of waking this thread to fail again (and rebuild a batch) per event.
+                state.ioIdle = wait != .zero && !sendBlocked
                 return wait
             }
             let ready: [ZMQPollEvents]

@@ -39,23 +39,54 @@ public enum FerryValue: Sendable, Hashable {
     /// Appends a JSON object with keys in sorted order (stable output).
     public static func appendObject(_ fields: [String: FerryValue], to out: inout [UInt8]) {
         out.append(UInt8(ascii: "{"))
-        if fields.count == 1, let (key, value) = fields.first {
-            // The common single-property case needs no sorted copy of the keys.
-            JSONText.appendString(key, to: &out)
-            out.append(UInt8(ascii: ":"))
-            value.appendJSON(to: &out)
-            out.append(UInt8(ascii: "}"))
-            return
-        }
-        for (index, key) in fields.keys.sorted().enumerated() {
-            if index > 0 { out.append(UInt8(ascii: ",")) }
-            JSONText.appendString(key, to: &out)
-            out.append(UInt8(ascii: ":"))
-            fields[key]!.appendJSON(to: &out)
+        if fields.count <= 8 {
+            // Typical properties: each key found by a scan for the smallest one after the last
+            // written, instead of a sorted copy of the keys (an allocation on the app's thread).
+            var last: String?
+            for position in 0..<fields.count {
+                var next: Dictionary<String, FerryValue>.Index?
+                for index in fields.indices {
+                    let key = fields[index].key
+                    if let last, key <= last { continue }
+                    if let smallest = next, fields[smallest].key <= key { continue }
+                    next = index
+                }
+                let (key, value) = fields[next!]
+                if position > 0 { out.append(UInt8(ascii: ",")) }
+                JSONText.appendString(key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                value.appendJSON(to: &out)
+                last = key
+            }
+        } else {
+            for (index, key) in fields.keys.sorted().enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                JSONText.appendString(key, to: &out)
+                out.append(UInt8(ascii: ":"))
+                fields[key]!.appendJSON(to: &out)
+            }
         }
         out.append(UInt8(ascii: "}"))
     }
 
+    /// About how many bytes ``appendJSON(to:)`` appends (exact but for numbers and escapes): what
+    /// the client reserves in a frame before encoding into it.
+    var estimatedJSONSize: Int {
+        switch self {
+        case .null: 4
+        case .bool: 5
+        case .int: 20
+        case .double: 24
+        case .string(let value): value.utf8.count + 2
+        case .array(let values): values.reduce(2) { $0 + $1.estimatedJSONSize + 1 }
+        case .object(let fields): fields.reduce(2) { $0 + $1.key.utf8.count + 4 + $1.value.estimatedJSONSize }
+        }
+    }
+
+    /// ``estimatedJSONSize`` of the object of `fields` (0 for none: an event without properties).
+    static func estimatedJSONSize(_ fields: [String: FerryValue]) -> Int {
+        fields.isEmpty ? 0 : FerryValue.object(fields).estimatedJSONSize
+    }
 }
 
 extension FerryValue: ExpressibleByNilLiteral, ExpressibleByBooleanLiteral, ExpressibleByIntegerLiteral,

@@ -5,6 +5,16 @@ extension Array where Element == UInt8 {
     mutating func appendLE<T: FixedWidthInteger>(_ value: T) {
         Swift.withUnsafeBytes(of: value.littleEndian) { append(contentsOf: $0) }
     }
+
+    /// Appends `count` bytes that `write` stores into a stack buffer: one append for a run of
+    /// fixed-size fields instead of one per field.
+    @inlinable
+    mutating func appendBytes(_ count: Int, _ write: (UnsafeMutableRawBufferPointer) -> Void) {
+        withUnsafeTemporaryAllocation(byteCount: count, alignment: 8) { buffer in
+            write(buffer)
+            append(contentsOf: UnsafeRawBufferPointer(buffer))
+        }
+    }
 }
 
 extension UnsafeRawBufferPointer {

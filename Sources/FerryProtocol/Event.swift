@@ -200,60 +200,117 @@ public struct WireEvent: Hashable, Sendable {
 
     /// The encoded frame. Text fields longer than 65 535 bytes are a programming error.
     public func encoded() -> [UInt8] {
-        // The UTF-8 views are copied straight into `out` (no intermediate arrays: this runs on the
-        // app's thread for every tracked event).
+        Self.encode(
+            id: id, timestamp: timestamp, sequence: sequence, pid: pid, type: type, category: category, flags: flags,
+            source: source, name: name, userID: userID, onceKey: onceKey, session: session, anonymousID: anonymousID,
+            groupID: groupID, previousID: previousID, extensions: extensions,
+            jsonCapacity: properties.count + context.count,
+            properties: { $0.append(contentsOf: properties) }, context: { $0.append(contentsOf: context) })
+    }
+
+    /// Encodes a frame whose properties and context are appended by `properties` and `context`
+    /// straight into it: the client encodes an event's JSON this way on the app's thread, with no
+    /// buffer but the frame. Each closure appends a UTF-8 JSON object, or nothing for none.
+    /// `jsonCapacity` is how many bytes the two are expected to append (the frame is reserved for
+    /// it; it grows if they append more). The other arguments are ``WireEvent``'s fields; text
+    /// fields longer than 65 535 bytes are a programming error.
+    ///
+    /// ```swift
+    /// let frame = WireEvent.encode(id: id, timestamp: now, sequence: 1, pid: pid, type: .track,
+    ///                              source: "app", name: "Signed Up", jsonCapacity: 16,
+    ///                              properties: { $0.append(contentsOf: #"{"plan":"pro"}"#.utf8) },
+    ///                              context: { _ in })
+    /// ```
+    public static func encode(
+        id: EventID, timestamp: UInt64, sequence: UInt64, pid: UInt32, type: EventType, category: UInt8 = 0,
+        flags: EventFlags = [], source: String, name: String, userID: String = "", onceKey: String = "",
+        session: EventID? = nil, anonymousID: String = "", groupID: String = "", previousID: String = "",
+        extensions: [EventExtension] = [], jsonCapacity: Int,
+        properties: (inout [UInt8]) -> Void, context: (inout [UInt8]) -> Void
+    ) -> [UInt8] {
+        // The UTF-8 views are copied straight into `out` (no intermediate arrays).
         let source = source.utf8, name = name.utf8, user = userID.utf8, once = onceKey.utf8
+        let anonymous = anonymousID.utf8, group = groupID.utf8, previous = previousID.utf8
         precondition(source.count <= 0xFFFF && name.count <= 0xFFFF && user.count <= 0xFFFF && once.count <= 0xFFFF,
                      "event text fields are limited to 65535 bytes")
-        let modelFields: [(EventExtension.Tag, Int)] = [
-            (.anonymousID, anonymousID.utf8.count), (.groupID, groupID.utf8.count),
-            (.previousID, previousID.utf8.count), (.context, context.count),
-        ]
-        let extensionBytes = (session == nil ? 0 : EventExtension.entryHeaderSize + 16)
-            + modelFields.reduce(0) { $0 + ($1.1 == 0 ? 0 : EventExtension.entryHeaderSize + $1.1) }
-            + extensions.reduce(0) { $0 + EventExtension.entryHeaderSize + $1.value.count }
-        var flags = flags.subtracting(.extended)
-        if isExtended { flags.insert(.extended) }
+        let entryHeader = EventExtension.entryHeaderSize
+        func entrySize(_ count: Int) -> Int { count == 0 ? 0 : entryHeader + count }
+        var extensionBytes = (session == nil ? 0 : entryHeader + 16) + entrySize(anonymous.count)
+            + entrySize(group.count) + entrySize(previous.count) + entryHeader  // the context's, dropped if empty
+        for field in extensions { extensionBytes += entryHeader + field.value.count }
         var out: [UInt8] = []
-        out.reserveCapacity(Self.fixedHeaderSize + source.count + name.count + user.count + once.count
-            + properties.count + extensionBytes)
-        id.append(to: &out)
-        out.appendLE(timestamp)
-        out.appendLE(sequence)
-        out.appendLE(pid)
-        out.append(type.rawValue)
-        out.append(category)
-        out.appendLE(flags.rawValue)
-        out.appendLE(UInt16(source.count))
-        out.appendLE(UInt16(name.count))
-        out.appendLE(UInt16(user.count))
-        out.appendLE(UInt16(once.count))
-        out.appendLE(UInt32(properties.count))
+        out.reserveCapacity(fixedHeaderSize + source.count + name.count + user.count + once.count + jsonCapacity
+            + extensionBytes)
+        // The fixed header in one append (field by field, it cost more than all the rest).
+        out.appendBytes(fixedHeaderSize) { header in
+            header.storeBytes(of: id.high.bigEndian, toByteOffset: 0, as: UInt64.self)
+            header.storeBytes(of: id.low.bigEndian, toByteOffset: 8, as: UInt64.self)
+            header.storeLE(timestamp, at: 16)
+            header.storeLE(sequence, at: 24)
+            header.storeLE(pid, at: 32)
+            header[36] = type.rawValue
+            header[37] = category
+            header.storeLE(flags.subtracting(.extended).rawValue, at: 38)  // `extended` set below if there are extensions
+            header.storeLE(UInt16(source.count), at: 40)
+            header.storeLE(UInt16(name.count), at: 42)
+            header.storeLE(UInt16(user.count), at: 44)
+            header.storeLE(UInt16(once.count), at: 46)
+            header.storeLE(UInt32(0), at: 48)  // the properties' length, set below
+        }
         out.append(contentsOf: source)
         out.append(contentsOf: name)
         out.append(contentsOf: user)
         out.append(contentsOf: once)
-        out.append(contentsOf: properties)
+        let propertiesStart = out.count
+        properties(&out)
+        let propertiesLength = out.count - propertiesStart
+        precondition(propertiesLength <= Int(UInt32.max), "event properties are limited to 4 GiB")
+        var extended = false
         if let session {
-            out.appendLE(EventExtension.Tag.session.rawValue)
-            out.appendLE(UInt32(16))
-            session.append(to: &out)
+            out.appendBytes(entryHeader + 16) { entry in
+                entry.storeLE(EventExtension.Tag.session.rawValue, at: 0)
+                entry.storeLE(UInt32(16), at: 2)
+                entry.storeBytes(of: session.high.bigEndian, toByteOffset: entryHeader, as: UInt64.self)
+                entry.storeBytes(of: session.low.bigEndian, toByteOffset: entryHeader + 8, as: UInt64.self)
+            }
+            extended = true
+        }
+        func appendEntryHeader(_ tag: EventExtension.Tag, _ length: Int) {
+            out.appendBytes(entryHeader) { entry in
+                entry.storeLE(tag.rawValue, at: 0)
+                entry.storeLE(UInt32(length), at: 2)
+            }
         }
         // The event-model fields, in tag order, each only when set.
-        for (tag, count) in modelFields where count > 0 {
-            out.appendLE(tag.rawValue)
-            out.appendLE(UInt32(count))
-            switch tag {
-            case .anonymousID: out.append(contentsOf: anonymousID.utf8)
-            case .groupID: out.append(contentsOf: groupID.utf8)
-            case .previousID: out.append(contentsOf: previousID.utf8)
-            default: out.append(contentsOf: context)
-            }
+        func appendEntry(_ tag: EventExtension.Tag, _ value: String.UTF8View) {
+            guard !value.isEmpty else { return }
+            appendEntryHeader(tag, value.count)
+            out.append(contentsOf: value)
+            extended = true
+        }
+        appendEntry(.anonymousID, anonymous)
+        appendEntry(.groupID, group)
+        appendEntry(.previousID, previous)
+        let contextStart = out.count
+        appendEntryHeader(.context, 0)  // the context's length, set below
+        context(&out)
+        let contextLength = out.count - contextStart - entryHeader
+        precondition(contextLength <= Int(UInt32.max), "an event context is limited to 4 GiB")
+        if contextLength == 0 {
+            out.removeLast(entryHeader)
+        } else {
+            extended = true
         }
         for field in extensions {
             out.appendLE(field.tag.rawValue)
             out.appendLE(UInt32(field.value.count))
             out.append(contentsOf: field.value)
+            extended = true
+        }
+        out.withUnsafeMutableBytes { raw in
+            raw.storeLE(UInt32(propertiesLength), at: 48)
+            if contextLength > 0 { raw.storeLE(UInt32(contextLength), at: contextStart + 2) }
+            if extended { raw.storeLE(flags.union(.extended).rawValue, at: 38) }
         }
         return out
     }

@@ -4,8 +4,43 @@ package enum JSONText {
 
     /// Appends `string` as a quoted, escaped JSON string.
     package static func appendString(_ string: String, to out: inout [UInt8]) {
-        var string = string
-        string.withUTF8 { appendString(utf8: UnsafeRawBufferPointer($0), to: &out) }
+        out.append(UInt8(ascii: "\""))
+        // Native strings (small ones included) are contiguous UTF-8: copy the runs that need no
+        // escaping in one go each.
+        let contiguous: Void? = string.utf8.withContiguousStorageIfAvailable { bytes in
+            var runStart = 0
+            for (index, byte) in bytes.enumerated() where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index]))
+                appendEscaped(byte, to: &out)
+                runStart = index + 1
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...]))
+        }
+        if contiguous == nil {
+            for byte in string.utf8 {
+                if byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                    appendEscaped(byte, to: &out)
+                } else {
+                    out.append(byte)
+                }
+            }
+        }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends the escape sequence of a byte JSON does not allow unescaped in a string.
+    private static func appendEscaped(_ byte: UInt8, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\\"))
+        switch byte {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"): out.append(byte)
+        case UInt8(ascii: "\n"): out.append(UInt8(ascii: "n"))
+        case UInt8(ascii: "\r"): out.append(UInt8(ascii: "r"))
+        case UInt8(ascii: "\t"): out.append(UInt8(ascii: "t"))
+        default:
+            out.append(contentsOf: "u00".utf8)
+            out.append(hex[Int(byte >> 4)])
+            out.append(hex[Int(byte & 0xF)])
+        }
     }
 
     /// Appends the valid UTF-8 in `utf8` as a quoted, escaped JSON string: runs of bytes that need
@@ -18,16 +53,7 @@ package enum JSONText {
             guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
             if start < index { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: utf8[start..<index])) }
             start = index + 1
-            switch byte {
-            case UInt8(ascii: "\""): out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
-            case UInt8(ascii: "\\"): out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
-            case UInt8(ascii: "\n"): out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
-            case UInt8(ascii: "\r"): out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
-            case UInt8(ascii: "\t"): out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
-            default:
-                out += [UInt8(ascii: "\\"), UInt8(ascii: "u"), UInt8(ascii: "0"), UInt8(ascii: "0"),
-                        hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
-            }
+            appendEscaped(byte, to: &out)
         }
         if start < utf8.count { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: utf8[start...])) }
         out.append(UInt8(ascii: "\""))

@@ -42,6 +42,9 @@ func stop() async {
 let benchmarks: @Sendable () -> Void = {
     Benchmark.defaultConfiguration = .init(
         metrics: [.wallClock, .mallocCountTotal, .throughput],
+        // Whole nanoseconds: scripts/bench reads the median from this output, and automatic
+        // units print a 1.4 µs median as "1".
+        timeUnits: .nanoseconds,
         warmupIterations: 1_000,
         scalingFactor: .kilo,
         maxDuration: .seconds(2),

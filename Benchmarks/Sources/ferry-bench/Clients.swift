@@ -149,7 +149,10 @@ func runSQLiteServer(_ flags: Flags) throws {
 /// `latency`: offers `--rate` events/s (one DEALER, Ferry's wire protocol, events due in the same
 /// instant share a message) for `--seconds` and records each event's ack latency from the time it
 /// was *due* (so a stalled sender does not hide latency: coordinated omission corrected).
+/// `--one-per-message`: the raw one-event-per-message client (each event its own message, however
+/// late the sender is); `ack_rate` is then what ferryd sustained (acks over the time to the last).
 func runLatencyClient(_ flags: Flags) throws {
+    let onePerMessage = flags.has("one-per-message")
     let runtime = try flags.string("runtime")
     let rate = flags.double("rate", default: 1000)
     let duration = flags.double("seconds", default: 3)
@@ -164,6 +167,7 @@ func runLatencyClient(_ flags: Flags) throws {
     var outstanding: [UInt32: (first: Int, count: Int)] = [:]
     var requestID: UInt32 = 1
     var acked = 0, rejected = 0
+    var lastAck: UInt64 = 0
     let interval = 1e9 / rate
 
     func drain(start: UInt64) throws {
@@ -171,6 +175,7 @@ func runLatencyClient(_ flags: Flags) throws {
             guard reply.count == 2, let header = try? MessageHeader(decoding: reply[0]),
                   let batch = outstanding.removeValue(forKey: header.requestID) else { continue }
             let now = nowNanoseconds()
+            lastAck = now
             let entries = (try? AckCodec.decode(reply[1])) ?? []
             for (offset, entry) in entries.enumerated() {
                 if entry.status != .accepted { rejected += 1 }
@@ -189,7 +194,7 @@ func runLatencyClient(_ flags: Flags) throws {
         try drain(start: start)
         let due = min(total, Int(Double(nowNanoseconds() - start) / interval) + 1)
         if due > sent {
-            let count = min(due - sent, 4096)
+            let count = onePerMessage ? 1 : min(due - sent, 4096)
             var message = [MessageHeader(kind: .events, requestID: requestID).encoded()]
             for i in 0..<count {
                 message.append(WireEvent(id: ids.next(), timestamp: WallClock.unixMilliseconds(), sequence: UInt64(sent + i),
@@ -217,6 +222,7 @@ func runLatencyClient(_ flags: Flags) throws {
     ChildProtocol.finish([
         "offered_rate": rate, "achieved_rate": Double(total) / sendSeconds, "acked": acked, "rejected": rejected,
         "lost": outstanding.values.reduce(0) { $0 + $1.count },
+        "ack_rate": lastAck > start ? Double(acked) / (Double(lastAck - start) / 1e9) : 0,
         "p50_us": histogram.valueAtPercentile(50), "p99_us": histogram.valueAtPercentile(99),
         "p999_us": histogram.valueAtPercentile(99.9), "max_us": histogram.max,
     ])

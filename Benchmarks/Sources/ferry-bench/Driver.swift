@@ -19,6 +19,12 @@ struct Driver {
     var summary: [String: Any] = [:]
     /// Sections to run (`--only ingest,latency`); all when empty.
     let only: Set<String>
+    /// The ClientCost benchmark's markdown output (scripts/bench runs it first), if any.
+    let clientCost: String?
+    /// Debian's nginx, the HTTP collector answering 204.
+    let nginx: String
+    /// How long every sink runs live at half the maximum ingest (the bounded-backlog row).
+    let liveSeconds: Double
 
     init(_ flags: Flags) throws {
         ferryd = try flags.string("ferryd")
@@ -29,6 +35,9 @@ struct Driver {
         runs = flags.int("runs", default: quick ? 1 : 3)
         duration = flags.double("seconds", default: quick ? 1 : 2)
         only = Set(flags.string("only", default: "").split(separator: ",").map(String.init))
+        clientCost = flags.string("client-cost", default: "").isEmpty ? nil : flags.string("client-cost", default: "")
+        nginx = flags.string("nginx", default: "/usr/sbin/nginx")
+        liveSeconds = flags.double("live-seconds", default: quick ? 10 : 60)
     }
 
     func note(_ text: String) { FileHandle.standardError.write(Data("[bench] \(text)\n".utf8)) }
@@ -48,12 +57,14 @@ struct Driver {
         summary["machine"] = machine()
         func wanted(_ section: String) -> Bool { only.isEmpty || only.contains(section) }
         if wanted("ingest") { try ingest() }
-        if wanted("disk") { try disk() }
         if wanted("latency") { try latency() }
         if wanted("recovery") { try recoveryAndMemory() }
         if wanted("delivery") { try delivery() }
+        if let clientCost { summary["client_cost"] = parseClientCost(path: clientCost) }
         summary["wall_seconds"] = Date().timeIntervalSince(started)
-        let data = try JSONSerialization.data(withJSONObject: summary, options: [.sortedKeys, .prettyPrinted])
+        summary["targets"] = Targets(summary).rows()
+        // JSON has no NaN: a figure that could not be taken is written as null.
+        let data = try JSONSerialization.data(withJSONObject: jsonSafe(summary), options: [.sortedKeys, .prettyPrinted])
         try data.write(to: URL(fileURLWithPath: out))
         print(Report(summary).markdown())
         note("summary written to \(out)")
@@ -90,13 +101,52 @@ struct Driver {
         return Double(accepted) / duration
     }
 
-    func ferryRun(clients count: Int, size: Int) throws -> Double {
+    /// Ferry's durable ingest, and ferryd's CPU time per event accepted during the run (µs; CPU
+    /// from /proc/<pid>/stat, events from the `accepted` counter, both read when the clients are
+    /// released and after the last one reported).
+    func ferryRun(clients count: Int, size: Int) throws -> (rate: Double, cpuPerEventMicroseconds: Double) {
         let dir = work + "/ferry-\(count)-\(size)"
         defer { removeTree(dir) }
         let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
                                                            sink: dir + "/sink", config: configPath, log: dir + ".log")
         defer { agent.stop() }
-        return try drive(clients(count, runtime: dir + "/rt", size: size))
+        let children = try clients(count, runtime: dir + "/rt", size: size)
+        for child in children { try child.expectReady() }
+        let accepted0 = acceptedCounter(runtime: dir + "/rt")
+        let cpu0 = cpuSeconds(pid: agent.child.pid)
+        for child in children { child.go() }
+        var accepted = 0
+        for child in children {
+            accepted += try child.result()["accepted"] as? Int ?? 0
+        }
+        let cpu1 = cpuSeconds(pid: agent.child.pid)
+        let accepted1 = acceptedCounter(runtime: dir + "/rt")
+        for child in children { child.wait() }
+        let events = accepted1 - accepted0
+        return (Double(accepted) / duration, events > 0 ? (cpu1 - cpu0) * 1e6 / Double(events) : .nan)
+    }
+
+    /// The JetStream peer: a fresh `nats-server -js` (file store) fed by `count` publisher
+    /// processes for the run time; PubAcks received within it, per second.
+    func jetstreamRun(clients count: Int, size: Int) throws -> Double {
+        let dir = work + "/js-\(count)-\(size)"
+        try makeDirectory(dir)
+        defer { removeTree(dir) }
+        let server = try LocalProcess.natsServer(port: 26_000 + Int(getpid() % 5000), store: dir + "/store")
+        defer { server.stop() }
+        let url = "nats://127.0.0.1:\(server.port)"
+        try createPeerStream(server: url)
+        let publishers = try (0..<count).map { i in
+            try Child(me, ["js-publish", "--server", url, "--seconds", "\(duration)", "--size", "\(size)", "--subject", "bench.\(i)"])
+        }
+        for child in publishers { try child.expectReady() }
+        for child in publishers { child.go() }
+        var acked = 0
+        for child in publishers {
+            acked += try child.result()["acked"] as? Int ?? 0
+            child.wait()
+        }
+        return Double(acked) / duration
     }
 
     func sqliteRun(clients count: Int, size: Int) throws -> Double {
@@ -137,75 +187,123 @@ struct Driver {
         var rows: [[String: Any]] = []
         for size in sizes {
             for count in clientCounts {
-                var ferry: [Double] = [], zmq: [Double] = [], sqlite: [Double] = []
+                var ferry: [Double] = [], cpu: [Double] = [], zmq: [Double] = [], sqlite: [Double] = []
+                var jetstream: [Double] = [], disk: [Double] = []
+                let recordSize = LogRecordSize.of(bodySize: size)
+                // Interleaved: every system once per round, so a change in the machine's load
+                // touches all of them alike.
                 for _ in 0..<runs {
                     zmq.append(try zmqRun(clients: count, size: size))
-                    ferry.append(try ferryRun(clients: count, size: size))
-                    sqlite.append(try sqliteRun(clients: count, size: size))
+                    let (rate, perEvent) = try ferryRun(clients: count, size: size)
+                    ferry.append(rate)
+                    cpu.append(perEvent)
+                    jetstream.append(try jetstreamRun(clients: count, size: size))
+                    // The disk ceiling: one writer, one fdatasync per MiB, records of the framed size.
+                    disk.append(try diskCeiling(directory: work + "/disk", recordSize: recordSize,
+                                                seconds: quick ? 0.5 : 1, perAppend: false).syncPerMiB)
+                    // SQLite is no target of this round: full runs only.
+                    if !quick { sqlite.append(try sqliteRun(clients: count, size: size)) }
                 }
-                let row: [String: Any] = [
-                    "clients": count, "size": size, "ferry": ferry, "zmq": zmq, "sqlite": sqlite,
-                    "ferry_median": median(ferry), "zmq_median": median(zmq), "sqlite_median": median(sqlite),
-                    "ferry_over_zmq": median(ferry) / median(zmq), "ferry_over_sqlite": median(ferry) / median(sqlite),
+                var row: [String: Any] = [
+                    "clients": count, "size": size, "record_bytes": recordSize, "ferry": ferry, "zmq": zmq,
+                    "jetstream": jetstream, "disk_sync_per_mib": disk, "ferryd_cpu_us_per_event": cpu,
+                    "ferry_median": median(ferry), "zmq_median": median(zmq), "jetstream_median": median(jetstream),
+                    "disk_median": median(disk), "cpu_us_per_event_median": median(cpu),
+                    "ferry_over_zmq": median(ferry) / median(zmq), "ferry_over_jetstream": median(ferry) / median(jetstream),
+                    "ferry_over_disk": median(ferry) / median(disk),
                 ]
-                note("ingest clients=\(count) size=\(size): ferry \(Int(median(ferry)))/s zmq \(Int(median(zmq)))/s sqlite \(Int(median(sqlite)))/s")
+                if !sqlite.isEmpty {
+                    row["sqlite"] = sqlite
+                    row["sqlite_median"] = median(sqlite)
+                    row["ferry_over_sqlite"] = median(ferry) / median(sqlite)
+                }
+                note("ingest clients=\(count) size=\(size): ferry \(whole(median(ferry)))/s (\(String(format: "%.2f", median(cpu))) µs CPU/event) jetstream \(whole(median(jetstream)))/s zmq \(whole(median(zmq)))/s disk \(whole(median(disk)))/s\(sqlite.isEmpty ? "" : " sqlite \(Int(median(sqlite)))/s")")
                 rows.append(row)
             }
         }
         summary["ingest"] = rows
     }
 
-    mutating func disk() throws {
-        var rows: [[String: Any]] = []
-        for size in sizes {
-            let recordSize = LogRecordSize.of(bodySize: size)
-            var perAppend: [Double] = [], perMiB: [Double] = [], mib: [Double] = []
-            for _ in 0..<runs {
-                let result = try diskCeiling(directory: work + "/disk", recordSize: recordSize, seconds: quick ? 0.5 : 1)
-                perAppend.append(result.syncPerAppend)
-                perMiB.append(result.syncPerMiB)
-                mib.append(result.mibPerSecond)
-            }
-            rows.append(["size": size, "record_bytes": recordSize, "fdatasync_per_append": median(perAppend),
-                         "sync_per_mib": median(perMiB), "sync_per_mib_mib_s": median(mib)])
-            note("disk size=\(size): fdatasync/append \(Int(median(perAppend)))/s, sync/MiB \(Int(median(perMiB)))/s")
-        }
-        summary["disk"] = rows
-    }
-
     // MARK: Latency at fixed offered load
 
+    /// Latency with the real client library (K `track-latency` processes, Poisson arrivals):
+    /// first their maximum (as fast as the outbox allows), then 10%, 50% and 90% of it; the
+    /// fdatasync latency of this disk just before; and the raw one-event-per-message client at
+    /// 100 000 messages/s.
     mutating func latency() throws {
-        let rows = summary["ingest"] as? [[String: Any]] ?? []
-        // The maximum: Ferry's median at 4 clients and 256-byte bodies, measured above.
-        let max = rows.first { $0["clients"] as? Int == 4 && $0["size"] as? Int == 256 }?["ferry_median"] as? Double ?? 10_000
+        let processes = 4, size = 256
+        let seconds = quick ? 2.0 : 4.0
+        let record = LogRecordSize.of(bodySize: size)
+        var syncs: [Double] = []
+        for _ in 0..<runs { syncs.append(try fdatasyncLatency(directory: work + "/disk", recordSize: record, count: quick ? 300 : 1000)) }
+        summary["fdatasync_us"] = ["record_bytes": record, "runs": syncs, "median": median(syncs)] as [String: Any]
+        note("fdatasync after one \(record)-byte append: median \(whole(median(syncs))) µs")
+
+        func trackRun(_ label: String, rate: Double) throws -> (rate: Double, histogram: LogHistogram) {
+            let dir = work + "/latency-" + label
+            defer { removeTree(dir) }
+            let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
+                                                               sink: dir + "/sink", config: configPath, log: dir + ".log")
+            defer { agent.stop() }
+            let children = try (0..<processes).map { i in
+                try Child(me, ["track-latency", "--runtime", dir + "/rt", "--rate", "\(rate / Double(processes))",
+                               "--seconds", "\(rate > 0 ? seconds : duration)", "--size", "\(size)", "--source", "lat-\(i)"])
+            }
+            for child in children { try child.expectReady() }
+            for child in children { child.go() }
+            var total = 0.0
+            var histogram = LogHistogram()
+            for child in children {
+                let result = try child.result()
+                total += result["rate"] as? Double ?? 0
+                histogram.merge(LogHistogram(encoded: result["histogram"]))
+                child.wait()
+            }
+            return (total, histogram)
+        }
+        var maxima: [Double] = []
+        for _ in 0..<runs { maxima.append(try trackRun("max", rate: 0).rate) }
+        let maximum = median(maxima)
+        note("track-latency maximum with \(processes) processes: \(whole(maximum)) events/s")
         var results: [[String: Any]] = []
         for fraction in [0.1, 0.5, 0.9] {
-            var samples: [[String: Any]] = []
+            var p50: [Double] = [], p99: [Double] = [], p999: [Double] = [], achieved: [Double] = []
             for _ in 0..<runs {
-                let dir = work + "/latency-\(fraction)"
-                defer { removeTree(dir) }
-                let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
-                                                                   sink: dir + "/sink", config: configPath, log: dir + ".log")
-                defer { agent.stop() }
-                let client = try Child(me, ["latency", "--runtime", dir + "/rt", "--rate", "\(max * fraction)",
-                                            "--seconds", quick ? "2" : "4", "--size", "256"])
-                try client.expectReady()
-                client.go()
-                samples.append(try client.result())
-                client.wait()
+                let (rate, histogram) = try trackRun("\(fraction)", rate: maximum * fraction)
+                achieved.append(rate)
+                p50.append(histogram.value(atPercentile: 50))
+                p99.append(histogram.value(atPercentile: 99))
+                p999.append(histogram.value(atPercentile: 99.9))
             }
-            func med(_ key: String) -> Double { median(samples.map { Double($0[key] as? Int ?? 0) }) }
-            results.append([
-                "fraction": fraction, "offered_rate": max * fraction,
-                "achieved_rate": median(samples.map { $0["achieved_rate"] as? Double ?? 0 }),
-                "p50_us": med("p50_us"), "p99_us": med("p99_us"), "p999_us": med("p999_us"), "max_us": med("max_us"),
-                "runs": samples,
-            ])
-            note("latency \(Int(fraction * 100))%: p50 \(med("p50_us")) µs p99 \(med("p99_us")) µs p99.9 \(med("p999_us")) µs")
+            results.append(["fraction": fraction, "offered_rate": maximum * fraction, "achieved_rate": median(achieved),
+                            "p50_us": median(p50), "p99_us": median(p99), "p999_us": median(p999),
+                            "p50_runs": p50, "p99_runs": p99])
+            note("track latency \(Int(fraction * 100))%: p50 \(whole(median(p50))) µs p99 \(whole(median(p99))) µs")
         }
-        summary["latency_reference_rate"] = max
-        summary["latency"] = results
+        summary["latency"] = ["processes": processes, "size": size, "maximum": maximum, "maximum_runs": maxima,
+                              "seconds": seconds, "loads": results] as [String: Any]
+
+        // The raw per-message path: one DEALER, every event its own message, 100 000 messages/s.
+        var raw: [[String: Any]] = []
+        for _ in 0..<runs {
+            let dir = work + "/latency-raw"
+            defer { removeTree(dir) }
+            let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
+                                                               sink: dir + "/sink", config: configPath, log: dir + ".log")
+            defer { agent.stop() }
+            let client = try Child(me, ["latency", "--runtime", dir + "/rt", "--rate", "100000", "--one-per-message",
+                                        "--seconds", "\(seconds)", "--size", "\(size)"])
+            try client.expectReady()
+            client.go()
+            raw.append(try client.result())
+            client.wait()
+        }
+        func rawMedian(_ key: String) -> Double { median(raw.map { ($0[key] as? Double) ?? Double($0[key] as? Int ?? 0) }) }
+        summary["latency_one_per_message"] = ["offered_rate": 100_000.0, "achieved_rate": rawMedian("achieved_rate"),
+                                              "ack_rate": rawMedian("ack_rate"), "p50_us": rawMedian("p50_us"),
+                                              "p99_us": rawMedian("p99_us"), "p999_us": rawMedian("p999_us"),
+                                              "lost": rawMedian("lost"), "runs": raw] as [String: Any]
+        note("one event per message at 100 000/s: sustained \(whole(rawMedian("ack_rate")))/s, p99 \(whole(rawMedian("p99_us"))) µs")
     }
 
     // MARK: Recovery and memory with a backlog
@@ -259,12 +357,12 @@ struct Driver {
                                           config: configPath, log: dir + ".log")
     }
 
-    /// Starts ferryd on the backlog, runs 4 clients for the run time, reads VmHWM.
+    /// Starts ferryd on the backlog, runs 16 clients of 1 KiB events for the run time, reads VmHWM.
     func measureMemory(dir: String, backlog: Int, blocked: Bool) throws -> [String: Any] {
         let (agent, firstAck) = try launch(dir)
         defer { agent.stop() }
         let afterStart = memoryKiB(pid: agent.child.pid)
-        let rate = try drive(clients(4, runtime: dir + "/rt", size: 256))
+        let rate = try drive(clients(16, runtime: dir + "/rt", size: 1024))
         sleepMicroseconds(200_000)
         let after = memoryKiB(pid: agent.child.pid)
         let status = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#)
@@ -279,32 +377,28 @@ struct Driver {
     mutating func delivery() throws {
         let events = quick ? 200_000 : 1_000_000
         var results: [String: Any] = [:]
-        // The file sink, the HTTP sink (a local collector that answers 200 at once; gzip on and
-        // off) and the JetStream sink (a local nats-server -js, one node). Each run starts ferryd
-        // on a pre-written backlog and times until every event is counted delivered.
-        let collector = try LocalProcess.httpCollector(port: 20_000 + Int(getpid() % 5000))
+        // The file sink, the HTTP sink (Debian's nginx answering 204 on loopback, gzip off; gzip
+        // on in full runs too) and the JetStream sink (a local nats-server -js, one node). Each
+        // run starts ferryd on a pre-written backlog and times until every event is counted
+        // delivered.
+        let collector = try LocalProcess.nginx(nginx, port: 20_000 + Int(getpid() % 5000), prefix: work + "/nginx")
         defer { collector.stop() }
         let nats = try LocalProcess.natsServer(port: 25_000 + Int(getpid() % 5000), store: work + "/nats-store")
         defer { nats.stop() }
-        let sinks: [(name: String, config: String?)] = [
-            ("file", nil),
-            ("http", #"{"sinks":[{"name":"http","type":"http","url":"http://127.0.0.1:\#(collector.port)/v1/batch","gzip":false}]}"#),
-            ("http_gzip", #"{"sinks":[{"name":"http","type":"http","url":"http://127.0.0.1:\#(collector.port)/v1/batch","gzip":true}]}"#),
-            ("jetstream", #"{"sinks":[{"name":"js","type":"jetstream","servers":["nats://127.0.0.1:\#(nats.port)"],"stream":"BENCH","streamSubjects":["ferry.events.>"],"duplicateWindowSeconds":120}]}"#),
-        ]
+        let http = #"{"name":"http","type":"http","url":"http://127.0.0.1:\#(collector.port)/v1/batch","gzip":false}"#
+        let jetstream = #"{"name":"js","type":"jetstream","servers":["nats://127.0.0.1:\#(nats.port)"],"stream":"BENCH","streamSubjects":["ferry.events.>"],"duplicateWindowSeconds":120}"#
+        var sinks: [(name: String, config: String?)] = [("file", nil), ("http", #"{"sinks":[\#(http)]}"#)]
+        if !quick {
+            sinks.append(("http_gzip", #"{"sinks":[{"name":"http","type":"http","url":"http://127.0.0.1:\#(collector.port)/v1/batch","gzip":true}]}"#))
+        }
+        sinks.append(("jetstream", #"{"sinks":[\#(jetstream)]}"#))
         for (name, config) in sinks {
             var rates: [Double] = []
             for _ in 0..<runs {
                 let dir = work + "/delivery-" + name
                 defer { removeTree(dir) }
                 try generateLog(directory: dir + "/data/segments", events: events, bodySize: 256)
-                var path = configPath
-                if let config {
-                    // The retention setting of the shared config, plus this sink.
-                    path = dir + ".json"
-                    let base = #"{"log":{"retentionMaxBytes":17179869184},"# + config.dropFirst()
-                    try Data(base.utf8).write(to: URL(fileURLWithPath: path))
-                }
+                let path = try sinkConfig(dir: dir, config)
                 let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
                                                                    sink: dir + "/sink", config: path, log: dir + ".log")
                 defer { agent.stop() }
@@ -317,10 +411,70 @@ struct Driver {
                 }
                 rates.append(Double(events) / seconds(since: ready))
             }
-            note("\(name) sink delivery: \(Int(median(rates))) events/s")
+            note("\(name) sink delivery: \(whole(median(rates))) events/s")
             results[name] = ["events": events, "size": 256, "rates": rates, "median": median(rates)] as [String: Any]
         }
         summary["delivery"] = results
+
+        // Every sink live at half the maximum ingest: K track-latency clients offer it for
+        // `liveSeconds` while the file, HTTP and JetStream sinks deliver; each sink's backlog is
+        // sampled every second.
+        let maximum = maximumIngest(size: 256)
+        let rate = maximum.isFinite ? maximum / 2 : 50_000
+        let dir = work + "/delivery-live"
+        defer { removeTree(dir) }
+        let file = #"{"name":"file","type":"file","directory":"\#(dir)/file-sink"}"#
+        let path = try sinkConfig(dir: dir, #"{"sinks":[\#(file),\#(http),\#(jetstream)]}"#)
+        let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
+                                                           sink: dir + "/sink", config: path, log: dir + ".log")
+        defer { agent.stop() }
+        let processes = 4
+        let children = try (0..<processes).map { i in
+            try Child(me, ["track-latency", "--runtime", dir + "/rt", "--rate", "\(rate / Double(processes))",
+                           "--seconds", "\(liveSeconds)", "--size", "256", "--source", "live-\(i)"])
+        }
+        for child in children { try child.expectReady() }
+        for child in children { child.go() }
+        var samples: [[String: Any]] = []
+        let started = nowNanoseconds()
+        while seconds(since: started) < liveSeconds {
+            sleepMicroseconds(1_000_000)
+            let sinks = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#)?["sinks"] as? [[String: Any]] ?? []
+            var backlog: [String: Any] = ["t": seconds(since: started)]
+            for sink in sinks { backlog[sink["name"] as? String ?? "?"] = sink["backlog_events"] as? Int ?? -1 }
+            samples.append(backlog)
+        }
+        var accepted = 0
+        for child in children {
+            accepted += (try? child.result())?["accepted"] as? Int ?? 0
+            child.wait()
+        }
+        func backlogs(_ sample: [String: Any]?) -> [Int] { (sample ?? [:]).filter { $0.key != "t" }.compactMap { $0.value as? Int } }
+        // Bounded: the largest sink backlog over the last third of the run stays within one
+        // second of the offered load (a sink that cannot keep up grows its backlog by the
+        // difference every second).
+        let tail = samples.suffix(max(1, samples.count / 3))
+        let worstLate = tail.flatMap { backlogs($0) }.max() ?? -1
+        let worst = samples.flatMap { backlogs($0) }.max() ?? -1
+        summary["delivery_live"] = ["seconds": liveSeconds, "offered_rate": rate, "reference_max_ingest": maximum,
+                                    "accepted": accepted, "samples": samples, "max_backlog": worst,
+                                    "max_backlog_last_third": worstLate] as [String: Any]
+        note("all sinks live at \(whole(rate))/s for \(whole(liveSeconds)) s: largest backlog \(worst), \(worstLate) in the last third")
+    }
+
+    /// Writes a config with the shared retention setting plus `config`'s keys (nil: the shared one).
+    func sinkConfig(dir: String, _ config: String?) throws -> String {
+        guard let config else { return configPath }
+        let path = dir + ".json"
+        let base = #"{"log":{"retentionMaxBytes":17179869184},"# + config.dropFirst()
+        try Data(base.utf8).write(to: URL(fileURLWithPath: path))
+        return path
+    }
+
+    /// The largest durable ingest measured in this run with bodies of `size` bytes (any K).
+    func maximumIngest(size: Int) -> Double {
+        let rows = summary["ingest"] as? [[String: Any]] ?? []
+        return rows.filter { $0["size"] as? Int == size }.compactMap { $0["ferry_median"] as? Double }.max() ?? .nan
     }
 }
 
@@ -342,19 +496,35 @@ final class LocalProcess {
         while nowNanoseconds() < deadline && !Self.accepts(port: port) { sleepMicroseconds(20_000) }
     }
 
-    /// A collector answering every POST with 200 at once (Python's standard library, threaded).
-    static func httpCollector(port: Int) throws -> LocalProcess {
-        let script = """
-            import http.server, sys
-            class H(http.server.BaseHTTPRequestHandler):
-                protocol_version = "HTTP/1.1"
-                def do_POST(self):
-                    self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                    self.send_response(200); self.send_header("Content-Length", "0"); self.end_headers()
-                def log_message(self, *a): pass
-            http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+    /// Debian's nginx as the HTTP collector: one worker, answers every request with 204 (the
+    /// body is read and discarded), no access log.
+    static func nginx(_ executable: String, port: Int, prefix: String) throws -> LocalProcess {
+        try makeDirectory(prefix + "/logs")
+        let config = """
+            daemon off;
+            master_process off;
+            worker_processes 1;
+            user root;
+            pid \(prefix)/nginx.pid;
+            error_log \(prefix)/logs/error.log warn;
+            events { worker_connections 1024; }
+            http {
+                access_log off;
+                client_body_temp_path \(prefix)/body;
+                client_max_body_size 64m;
+                client_body_buffer_size 4m;
+                keepalive_requests 1000000;
+                server {
+                    listen 127.0.0.1:\(port);
+                    location / { return 204; }
+                }
+            }
             """
-        return try LocalProcess("/usr/bin/python3", ["-c", script, String(port)], port: port)
+        try Data(config.utf8).write(to: URL(fileURLWithPath: prefix + "/nginx.conf"))
+        guard FileManager.default.isExecutableFile(atPath: executable) else {
+            throw BenchError("\(executable) not found: scripts/bench installs Debian's nginx")
+        }
+        return try LocalProcess(executable, ["-p", prefix, "-c", prefix + "/nginx.conf", "-e", prefix + "/logs/error.log"], port: port)
     }
 
     /// A single-node JetStream server storing in `store`.
@@ -387,3 +557,52 @@ enum LogRecordSize {
         benchFrame(id: .zero, sequence: 0, bodySize: bodySize).count + 21
     }
 }
+
+/// The median time of one `fdatasync` after one append of `recordSize` bytes, in µs (`count`
+/// appends, each synced).
+func fdatasyncLatency(directory: String, recordSize: Int, count: Int) throws -> Double {
+    try makeDirectory(directory)
+    let path = directory + "/fdatasync-latency.bin"
+    defer { unlink(path) }
+    let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    guard fd >= 0 else { throw BenchError("cannot open \(path)") }
+    defer { close(fd) }
+    let record = [UInt8](repeating: 0xAB, count: recordSize)
+    var samples: [Double] = []
+    samples.reserveCapacity(count)
+    for _ in 0..<count {
+        _ = record.withUnsafeBytes { write(fd, $0.baseAddress, recordSize) }
+        let start = nowNanoseconds()
+        fdatasync(fd)
+        samples.append(Double(nowNanoseconds() - start) / 1000)
+    }
+    return median(samples)
+}
+
+/// User plus system CPU time of a process so far, in seconds (/proc/<pid>/stat).
+func cpuSeconds(pid: Int32) -> Double {
+    guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+          let close = text.lastIndex(of: ")") else { return .nan }
+    // Fields after the command name: state is field 3; utime and stime are fields 14 and 15.
+    let fields = text[text.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return .nan }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+
+/// ferryd's `accepted` counter (0 when the control socket does not answer).
+func acceptedCounter(runtime: String) -> Int {
+    (controlRequest(runtime: runtime, #"{"op":"status"}"#)?["counters"] as? [String: Any])?["accepted"] as? Int ?? 0
+}
+
+/// `value` with every non-finite number replaced by `NSNull` (JSON has no NaN or infinity).
+func jsonSafe(_ value: Any) -> Any {
+    switch value {
+    case let number as Double: return number.isFinite ? number : NSNull()
+    case let array as [Any]: return array.map(jsonSafe)
+    case let object as [String: Any]: return object.mapValues(jsonSafe)
+    default: return value
+    }
+}
+
+/// A figure for a progress note: its integer part, or "–" when it could not be taken.
+func whole(_ value: Double) -> String { value.isFinite ? String(Int(value)) : "–" }

@@ -19,23 +19,30 @@ struct Report {
         var out: [String] = []
         let machine = summary["machine"] as? [String: Any] ?? [:]
         out.append("Mode: \(summary["mode"] ?? "?"), \(summary["runs"] ?? "?") run(s) per cell, medians. Machine: \(machine["cores"] ?? "?") cores, \(machine["cpu"] ?? "?"); load average at start \(machine["loadavg_at_start"] ?? "?").\n")
-        out.append("### Durable ingest (acked events/s)\n")
-        out.append("| clients | body B | Ferry | raw ZeroMQ (a) | SQLite/GRDB (c) | Ferry/(a) | Ferry/(c) | Ferry runs |")
-        out.append("|---|---|---|---|---|---|---|---|")
+        out.append("### Targets (issue 13): ratios measured in this run\n")
+        out.append("| row | target | measured | ratio | bound | verdict |")
+        out.append("|---|---|---|---|---|---|")
+        for row in summary["targets"] as? [[String: Any]] ?? [] {
+            let verdict = row["verdict"] as? String ?? ""
+            out.append("| `\(row["id"] ?? "")` | \(row["target"] ?? "") | \(row["measured"] ?? "") | \(r(row["ratio"])) | \(row["bound"] ?? "") | \(verdict == "missed" ? "**missed**" : verdict) |")
+        }
+        out.append("\n### Durable ingest (acked events/s) and its peers\n")
+        out.append("| clients | body B | Ferry | JetStream (peer) | raw ZeroMQ (a) | disk, sync/MiB (b) | SQLite (c) | Ferry/JS | Ferry/(a) | Ferry/(b) | ferryd CPU µs/event | Ferry runs |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for row in summary["ingest"] as? [[String: Any]] ?? [] {
-            out.append("| \(row["clients"] ?? "") | \(row["size"] ?? "") | \(n(row["ferry_median"])) | \(n(row["zmq_median"])) | \(n(row["sqlite_median"])) | \(r(row["ferry_over_zmq"])) | \(r(row["ferry_over_sqlite"])) | \(list(row["ferry"])) |")
+            out.append("| \(row["clients"] ?? "") | \(row["size"] ?? "") | \(n(row["ferry_median"])) | \(n(row["jetstream_median"])) | \(n(row["zmq_median"])) | \(n(row["disk_median"])) | \(n(row["sqlite_median"])) | \(r(row["ferry_over_jetstream"])) | \(r(row["ferry_over_zmq"])) | \(r(row["ferry_over_disk"])) | \(r(row["cpu_us_per_event_median"])) | \(list(row["ferry"])) |")
         }
-        out.append("\n### Disk ceiling (b), one writer\n")
-        out.append("| body B | record B | fdatasync per append (events/s) | one sync per MiB (events/s) | MiB/s |")
-        out.append("|---|---|---|---|---|")
-        for row in summary["disk"] as? [[String: Any]] ?? [] {
-            out.append("| \(row["size"] ?? "") | \(row["record_bytes"] ?? "") | \(n(row["fdatasync_per_append"])) | \(n(row["sync_per_mib"])) | \(n(row["sync_per_mib_mib_s"])) |")
+        if let latency = summary["latency"] as? [String: Any] {
+            let sync = (summary["fdatasync_us"] as? [String: Any])?["median"]
+            out.append("\n### Ack latency, track() to ack: \(latency["processes"] ?? "?") FerryClient processes, Poisson arrivals, \(latency["size"] ?? "?") B (maximum \(n(latency["maximum"])) events/s; fdatasync \(n(sync)) µs)\n")
+            out.append("| load | offered/s | achieved/s | p50 µs | p99 µs | p99.9 µs |")
+            out.append("|---|---|---|---|---|---|")
+            for row in latency["loads"] as? [[String: Any]] ?? [] {
+                out.append("| \(Int(((row["fraction"] as? Double) ?? 0) * 100))% | \(n(row["offered_rate"])) | \(n(row["achieved_rate"])) | \(n(row["p50_us"])) | \(n(row["p99_us"])) | \(n(row["p999_us"])) |")
+            }
         }
-        out.append("\n### Ack latency at fixed offered load (reference max \(n(summary["latency_reference_rate"])) events/s, 256 B)\n")
-        out.append("| load | offered/s | achieved/s | p50 µs | p99 µs | p99.9 µs | max µs |")
-        out.append("|---|---|---|---|---|---|---|")
-        for row in summary["latency"] as? [[String: Any]] ?? [] {
-            out.append("| \(Int(((row["fraction"] as? Double) ?? 0) * 100))% | \(n(row["offered_rate"])) | \(n(row["achieved_rate"])) | \(n(row["p50_us"])) | \(n(row["p99_us"])) | \(n(row["p999_us"])) | \(n(row["max_us"])) |")
+        if let raw = summary["latency_one_per_message"] as? [String: Any] {
+            out.append("\nOne event per message (raw DEALER) offered at \(n(raw["offered_rate"]))/s: sent \(n(raw["achieved_rate"]))/s, acked \(n(raw["ack_rate"]))/s, p50 \(n(raw["p50_us"])) µs, p99 \(n(raw["p99_us"])) µs, p99.9 \(n(raw["p999_us"])) µs.")
         }
         out.append("\n### Recovery: ferryd start to first ack (ms)\n")
         out.append("| backlog events | after clean stop | after kill -9 |")
@@ -46,7 +53,7 @@ struct Report {
         for row in summary["recovery"] as? [[String: Any]] ?? [] {
             out.append("| \(n((row["backlog"] as? Int).map(Double.init))) | \(r(row["clean_median_ms"])) | \(r(row["kill9_median_ms"])) |")
         }
-        out.append("\n### Memory: ferryd VmHWM with delivery blocked (after 4 clients ingest)\n")
+        out.append("\n### Memory: ferryd VmHWM with delivery blocked (after 16 clients ingest 1 KiB events)\n")
         out.append("| backlog events | VmHWM MiB after start | VmHWM MiB after ingest | VmRSS MiB | delivery blocked |")
         out.append("|---|---|---|---|---|")
         for row in summary["memory"] as? [[String: Any]] ?? [] {
@@ -57,10 +64,13 @@ struct Report {
         out.append("\n### Delivery\n")
         out.append("| sink | events | events/s (median) | runs |")
         out.append("|---|---|---|---|")
-        for (key, label) in [("file", "file"), ("http", "HTTP, gzip off"), ("http_gzip", "HTTP, gzip on"), ("jetstream", "JetStream (1 node)")] {
+        for (key, label) in [("file", "file"), ("http", "HTTP (nginx 204), gzip off"), ("http_gzip", "HTTP (nginx 204), gzip on"), ("jetstream", "JetStream (1 node)")] {
             guard let row = delivery[key] as? [String: Any] else { continue }
             let runs = (row["rates"] as? [Double] ?? []).map { n($0) }.joined(separator: ", ")
             out.append("| \(label) | \(row["events"] ?? "") | \(n(row["median"])) | \(runs) |")
+        }
+        if let live = summary["delivery_live"] as? [String: Any] {
+            out.append("\nEvery sink live at \(n(live["offered_rate"])) events/s (half the maximum ingest) for \(n(live["seconds"])) s: largest sink backlog \(n((live["max_backlog"] as? Int).map(Double.init))) events, \(n((live["max_backlog_last_third"] as? Int).map(Double.init))) in the last third.")
         }
         out.append("\nWall time: \(n(summary["wall_seconds"])) s")
         return out.joined(separator: "\n")

@@ -20,12 +20,14 @@ do {
     case "zmq-pull": try runZMQPull(flags)
     case "sqlite-server": try runSQLiteServer(flags)
     case "latency": try runLatencyClient(flags)
+    case "track-latency": try await runTrackLatencyClient(flags)
+    case "js-publish": try await runJetStreamPublisher(flags)
     case "generate":
         try generateLog(directory: flags.string("dir"), events: flags.int("events"), bodySize: flags.int("size", default: 64))
     default:
         print("""
-        usage: ferry-bench run --ferryd PATH [--quick] [--out FILE] [--work DIR]
-               (internal) client | zmq-push | zmq-pull | sqlite-server | latency | generate
+        usage: ferry-bench run --ferryd PATH [--quick] [--out FILE] [--work DIR] [--client-cost FILE] [--nginx PATH]
+               (internal) client | zmq-push | zmq-pull | sqlite-server | latency | track-latency | js-publish | generate
         """)
     }
 } catch {

@@ -1,0 +1,122 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Ferry
+import Foundation
+import Logging
+import Synchronization
+
+/// Latencies in log-spaced buckets (2% wide, 1 µs to hours), mergeable across processes: each
+/// client sends its buckets to the driver, which adds them up before taking percentiles.
+struct LogHistogram {
+    static let base = log(1.02)
+    var buckets: [Int: Int] = [:]
+    var count = 0
+
+    mutating func record(microseconds: Double) {
+        let bucket = microseconds <= 1 ? 0 : Int((log(microseconds) / Self.base).rounded(.down)) + 1
+        buckets[bucket, default: 0] += 1
+        count += 1
+    }
+
+    mutating func merge(_ other: LogHistogram) {
+        for (bucket, n) in other.buckets { buckets[bucket, default: 0] += n }
+        count += other.count
+    }
+
+    /// The upper bound of the bucket holding the `percentile`th value, in µs.
+    func value(atPercentile percentile: Double) -> Double {
+        guard count > 0 else { return .nan }
+        let rank = max(1, Int((percentile / 100 * Double(count)).rounded(.up)))
+        var seen = 0
+        for bucket in buckets.keys.sorted() {
+            seen += buckets[bucket]!
+            if seen >= rank { return bucket == 0 ? 1 : exp(Double(bucket) * Self.base) }
+        }
+        return .nan
+    }
+
+    /// `[[bucket, count], …]` for the JSON result line.
+    var encoded: [[Int]] { buckets.map { [$0.key, $0.value] } }
+
+    init() {}
+    init(encoded: Any?) {
+        for pair in encoded as? [[Int]] ?? [] where pair.count == 2 {
+            buckets[pair[0], default: 0] += pair[1]
+            count += pair[1]
+        }
+    }
+}
+
+/// A histogram the receipt callbacks (on the client's thread) record into.
+final class HistogramBox: Sendable {
+    let state = Mutex(LogHistogram())
+}
+
+/// `track-latency`: one app process using the real `FerryClient` library the way apps do. Each
+/// event is built as `track()` builds it (`Event(type: .track, name:, properties:)`, a dictionary
+/// of properties encoded by the library) and queued with `enqueue(_:onReceipt:)` — `track()` plus
+/// a receipt callback — at Poisson arrivals of `--rate` events/s; the latency is from the moment
+/// the event was *due* (so a late sender does not hide latency) to its `accepted` receipt.
+/// `--rate 0`: as fast as the outbox allows (the maximum these clients reach), no latencies.
+func runTrackLatencyClient(_ flags: Flags) async throws {
+    let runtime = try flags.string("runtime")
+    let rate = flags.double("rate", default: 1000)
+    let duration = flags.double("seconds", default: 2)
+    let size = flags.int("size", default: 256)
+    var logger = Logger(label: "ferry-bench")
+    logger.logLevel = .error
+    let capacity = 50_000
+    let client = try FerryClient(configuration: FerryClientConfiguration(
+        source: flags.string("source", default: "bench"), runtimeDirectory: runtime, outboxCapacity: capacity), logger: logger)
+    // Properties of about `size` bytes once encoded: a number, a short string and a pad.
+    let pad = String(repeating: "x", count: max(1, size - 40))
+    let histogram = HistogramBox()
+    ChildProtocol.ready()
+    let start = nowNanoseconds()
+    let end = start + UInt64(duration * 1e9)
+    var sent = 0
+    if rate <= 0 {
+        while nowNanoseconds() < end {
+            if client.statistics.pending > capacity - 1024 {
+                sleepMicroseconds(100)
+                continue
+            }
+            for _ in 0..<256 {
+                client.track("bench", properties: ["total": 42.5, "sku": "A-1", "pad": .string(pad)])
+            }
+            sent += 256
+        }
+    } else {
+        var generator = SystemRandomNumberGenerator()
+        var due = Double(start)
+        while true {
+            due += -log(Double.random(in: Double.ulpOfOne..<1, using: &generator)) / rate * 1e9
+            guard due < Double(end) else { break }
+            let dueAt = UInt64(due)
+            let now = nowNanoseconds()
+            if dueAt > now + 60_000 { sleepMicroseconds(Int((dueAt - now) / 1000) - 50) }
+            while nowNanoseconds() < dueAt {}
+            let event = Event(type: .track, name: "bench", properties: ["total": 42.5, "sku": "A-1", "pad": .string(pad)])
+            _ = client.enqueue(event) { receipt in
+                guard receipt.status == .accepted else { return }
+                let done = nowNanoseconds()
+                let latency = done > dueAt ? Double(done - dueAt) / 1000 : 0
+                histogram.state.withLock { $0.record(microseconds: latency) }
+            }
+            sent += 1
+        }
+        // Give the last events time to be acked.
+        let deadline = nowNanoseconds() + 10_000_000_000
+        while client.statistics.pending > 0 && nowNanoseconds() < deadline { sleepMicroseconds(1000) }
+    }
+    let statistics = client.statistics
+    let elapsed = Double(end - start) / 1e9
+    let merged = histogram.state.withLock { $0 }
+    ChildProtocol.finish(["accepted": statistics.accepted, "rejected": statistics.rejected, "sent": sent,
+                          "offered_rate": rate, "seconds": elapsed, "rate": Double(statistics.accepted) / elapsed,
+                          "latencies": merged.count, "histogram": merged.encoded])
+    await client.shutdown()
+}
