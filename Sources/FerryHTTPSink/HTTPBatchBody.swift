@@ -38,7 +38,7 @@ enum HTTPBatchBody {
         json.field("batch_id", batch.idempotencyKey)
         json.field("sent_at", sentAt)
         json.rawField("consent", consentObject(batch.consent))
-        json.rawField("events", array(batch.events.map { JSONWriter.storedEventObject($0) }))
+        json.storedEventsField("events", batch.events)
         return json.finish()
     }
 

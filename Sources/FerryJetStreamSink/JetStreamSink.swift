@@ -203,8 +203,12 @@ public final class JetStreamSink: Sink {
                 for case let (name, value?) in fields { headers.append(("Ferry-Origin-" + name, headerValue(value))) }
             }
             let subject: String
-            if let event = try? stored.decoded() {
-                subject = template.render(type: event.type.description, category: event.category, source: event.source)
+            // The header alone (validated as `decoded()` validates it): no whole decode per event.
+            if let header = try? EventHeader(stored.frame, checkingFields: false) {
+                let source = stored.frame.withUnsafeBytes { frame in
+                    String(decoding: frame[WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)], as: UTF8.self)
+                }
+                subject = template.render(type: header.type.description, category: header.category, source: source)
             } else {
                 subject = template.render(type: "undecodable", category: 0, source: "")
             }
@@ -219,6 +223,8 @@ public final class JetStreamSink: Sink {
 
     /// A header value without line breaks (they would end the header).
     private static func headerValue(_ value: String) -> String {
-        String(value.map { $0 == "\r" || $0 == "\n" ? " " : $0 })
+        // Most values hold no line break: returned as they are, without a walk over Characters.
+        guard value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A }) else { return value }
+        return String(value.map { $0 == "\r" || $0 == "\n" ? " " : $0 })
     }
 }

@@ -61,6 +61,19 @@ public struct EventID: Hashable, Comparable, Sendable, CustomStringConvertible {
         (lhs.high, lhs.low) < (rhs.high, rhs.low)
     }
 
+    /// Appends the lower-case canonical UUID text (``description``) to `out`.
+    package func appendText(to out: inout [UInt8]) {
+        let digits: StaticString = "0123456789abcdef"
+        func append(_ half: UInt64, dashesAfter first: Int, _ second: Int) {
+            for index in 0..<16 {
+                if index == first || index == second { out.append(UInt8(ascii: "-")) }
+                out.append(digits.utf8Start[Int((half >> UInt64(60 - 4 * index)) & 0xF)])
+            }
+        }
+        append(high, dashesAfter: 8, 12)
+        append(low, dashesAfter: 0, 4)
+    }
+
     /// Lower-case canonical UUID text.
     public var description: String {
         let digits = Array("0123456789abcdef".utf8)

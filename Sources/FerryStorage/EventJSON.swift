@@ -9,6 +9,20 @@ package struct JSONWriter {
     package private(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
     private var first = true
 
+    /// An object written at the end of `out` (taken over without a copy; ``finish(into:)`` hands
+    /// it back): one growing buffer for a whole batch instead of an array per event.
+    package init(appendingTo out: inout [UInt8]) {
+        bytes = []
+        swap(&bytes, &out)
+        bytes.append(UInt8(ascii: "{"))
+    }
+
+    /// Closes the object and hands the buffer back to `out` (see ``init(appendingTo:)``).
+    package mutating func finish(into out: inout [UInt8]) {
+        bytes.append(UInt8(ascii: "}"))
+        swap(&bytes, &out)
+    }
+
     private mutating func key(_ name: String) {
         if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
@@ -25,25 +39,44 @@ package struct JSONWriter {
     /// Adds an unsigned integer field.
     package mutating func field(_ name: String, _ value: UInt64) {
         key(name)
-        bytes += Array(String(value).utf8)
+        JSONText.appendInteger(value, to: &bytes)
     }
 
     /// Adds a boolean field.
     package mutating func field(_ name: String, _ value: Bool) {
         key(name)
-        bytes += Array((value ? "true" : "false").utf8)
+        appendRaw(value ? "true" : "false")
+    }
+
+    /// Adds an event id field (its canonical text).
+    package mutating func field(_ name: String, _ value: EventID) {
+        key(name)
+        bytes.append(UInt8(ascii: "\""))
+        value.appendText(to: &bytes)
+        bytes.append(UInt8(ascii: "\""))
+    }
+
+    /// Adds a string field whose value is the UTF-8 in `value`, read as `String(decoding:as:)`
+    /// reads it.
+    package mutating func field(_ name: String, decoding value: [UInt8]) {
+        key(name)
+        value.withUnsafeBytes { JSONText.appendString(decoding: $0, to: &bytes) }
+    }
+
+    private mutating func appendRaw(_ text: StaticString) {
+        bytes.append(contentsOf: UnsafeBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
     }
 
     /// The identifying fields every event object carries, on the bus and in the file sink.
     package mutating func eventFields(_ event: WireEvent) {
-        field("id", event.id.description)
+        field("id", event.id)
         field("type", event.type.description)
         field("name", event.name)
         field("source", event.source)
         field("pid", UInt64(event.pid))
         field("seq", event.sequence)
         field("timestamp", event.timestamp)
-        if let session = event.session { field("session", session.description) }
+        if let session = event.session { field("session", session) }
     }
 
     /// The protocol 2 event-model fields, each only when set: `anonymous_id`, `group_id`,
@@ -55,11 +88,7 @@ package struct JSONWriter {
         if !event.groupID.isEmpty { field("group_id", event.groupID) }
         if !event.previousID.isEmpty { field("previous_id", event.previousID) }
         if !event.context.isEmpty {
-            if Self.isJSONObject(event.context) {
-                rawField("context", Self.compactJSON(event.context))
-            } else {
-                field("context_raw", String(decoding: event.context, as: UTF8.self))
-            }
+            objectField("context", event.context, rawName: "context_raw")
         }
     }
 
@@ -67,6 +96,17 @@ package struct JSONWriter {
     package mutating func rawField(_ name: String, _ json: [UInt8]) {
         key(name)
         bytes += json
+    }
+
+    /// The properties, or another JSON object sent by a client, under `name` (newlines made
+    /// spaces, ``compactJSON(_:)``); a body that is not a JSON object as a string under `rawName`.
+    package mutating func objectField(_ name: String, _ json: [UInt8], rawName: String) {
+        if Self.isJSONObject(json) {
+            key(name)
+            Self.appendCompactJSON(json, to: &bytes)
+        } else {
+            field(rawName, decoding: json)
+        }
     }
 
     /// Closes the object and returns its bytes.
@@ -86,37 +126,172 @@ extension JSONWriter {
     /// set (``eventModelFields(_:)``) and origin (the sender as the kernel told the agent, or
     /// `null`). An undecodable frame gives `{"id":…,"undecodable":true}`.
     package static func storedEventObject(_ stored: StoredEvent, consent: [UInt8]? = nil) -> [UInt8] {
-        guard let event = try? stored.decoded() else {
-            var json = JSONWriter()
-            json.field("id", stored.decodedID.description)
-            json.field("undecodable", true)
-            return json.finish()
-        }
         var json = JSONWriter()
-        json.eventFields(event)
-        json.field("accepted_at", stored.acceptedAt)
-        if event.category != 0 { json.field("category", UInt64(event.category)) }
-        if !event.userID.isEmpty { json.field("user_id", event.userID) }
-        if !event.onceKey.isEmpty { json.field("once_key", event.onceKey) }
-        if event.flags.contains(.localOnly) { json.field("local_only", true) }
-        if event.properties.isEmpty {
-            json.rawField("properties", Array("{}".utf8))
-        } else if isJSONObject(event.properties) {
-            json.rawField("properties", compactJSON(event.properties))
-        } else {
-            json.field("properties_raw", String(decoding: event.properties, as: UTF8.self))
-        }
-        json.eventModelFields(event)
-        // The sender as the kernel told the agent; `null` for events stored before origins were
-        // recorded and for those the agent made itself.
-        json.rawField("origin", EventOrigin(metadata: stored.metadata).map(originObject) ?? Array("null".utf8))
-        if let consent { json.rawField("consent", consent) }
+        json.storedEventMembers(stored, consent: consent)
         return json.finish()
     }
 
-    /// Whether `bytes` parse as a JSON object.
+    /// The members of ``storedEventObject(_:consent:)``, written into this object straight from
+    /// the stored frame: the header is validated as ``StoredEvent/decoded()`` validates it (so
+    /// the same frames are undecodable), but no `WireEvent`, `String` or array is made per field.
+    package mutating func storedEventMembers(_ stored: StoredEvent, consent: [UInt8]? = nil) {
+        guard let header = try? EventHeader(stored.frame, checkingFields: false) else {
+            field("id", stored.decodedID)
+            field("undecodable", true)
+            return
+        }
+        stored.frame.withUnsafeBytes { frame in
+            var offset = WireEvent.fixedHeaderSize
+            func next(_ length: Int) -> UnsafeRawBufferPointer {
+                defer { offset += length }
+                return UnsafeRawBufferPointer(rebasing: frame[offset..<(offset + length)])
+            }
+            // The header checked that these are valid UTF-8.
+            let source = next(header.sourceLength), name = next(header.nameLength), user = next(header.userIDLength)
+            let once = next(header.onceKeyLength), properties = next(header.propertiesLength)
+            field("id", header.id)
+            field("type", header.type.description)
+            textField("name", name)
+            textField("source", source)
+            field("pid", UInt64(header.pid))
+            field("seq", header.sequence)
+            field("timestamp", header.timestamp)
+            if let session = header.session { field("session", session) }
+            field("accepted_at", stored.acceptedAt)
+            if header.category != 0 { field("category", UInt64(header.category)) }
+            if !user.isEmpty { textField("user_id", user) }
+            if !once.isEmpty { textField("once_key", once) }
+            if header.flags.contains(.localOnly) { field("local_only", true) }
+            if properties.isEmpty {
+                key("properties")
+                appendRaw("{}")
+            } else {
+                objectField("properties", properties, rawName: "properties_raw")
+            }
+            // The event-model extensions, as ``eventModelFields(_:)`` writes them.
+            var anonymousID = UnsafeRawBufferPointer(start: nil, count: 0), groupID = anonymousID
+            var previousID = anonymousID, context = anonymousID
+            offset = header.extensionsOffset
+            while frame.count - offset >= EventExtension.entryHeaderSize {
+                let tag = EventExtension.Tag(rawValue: frame.loadLE(at: offset, as: UInt16.self))
+                let length = Int(frame.loadLE(at: offset + 2, as: UInt32.self))
+                offset += EventExtension.entryHeaderSize
+                guard length <= frame.count - offset else { break }
+                let value = next(length)
+                switch tag {
+                case .anonymousID: anonymousID = value
+                case .groupID: groupID = value
+                case .previousID: previousID = value
+                case .context: context = value
+                default: break
+                }
+            }
+            if !anonymousID.isEmpty { field("anonymous_id", decoding: anonymousID) }
+            if !groupID.isEmpty { field("group_id", decoding: groupID) }
+            if !previousID.isEmpty { field("previous_id", decoding: previousID) }
+            if !context.isEmpty { objectField("context", context, rawName: "context_raw") }
+        }
+        // The sender as the kernel told the agent; `null` for events stored before origins were
+        // recorded and for those the agent made itself.
+        originField(stored.metadata)
+        if let consent { rawField("consent", consent) }
+    }
+
+    /// A string field from valid UTF-8.
+    private mutating func textField(_ name: String, _ utf8: UnsafeRawBufferPointer) {
+        key(name)
+        JSONText.appendString(utf8: utf8, to: &bytes)
+    }
+
+    /// A string field whose value is `value` read as `String(decoding:as:)` reads it.
+    private mutating func field(_ name: String, decoding value: UnsafeRawBufferPointer) {
+        key(name)
+        JSONText.appendString(decoding: value, to: &bytes)
+    }
+
+    /// ``objectField(_:_:rawName:)`` for bytes in place.
+    private mutating func objectField(_ name: String, _ json: UnsafeRawBufferPointer, rawName: String) {
+        if JSONText.isPlainObject(json) || Self.foundationIsObject(Data(json)) {
+            key(name)
+            let start = bytes.count
+            bytes.append(contentsOf: json)
+            Self.compactInPlace(&bytes, from: start)
+        } else {
+            field(rawName, decoding: json)
+        }
+    }
+
+    /// `name` and an array of ``storedEventObject(_:consent:)`` of each of `events`, written in
+    /// place (no array per event).
+    package mutating func storedEventsField(_ name: String, _ events: [StoredEvent]) {
+        key(name)
+        bytes.append(UInt8(ascii: "["))
+        for (index, stored) in events.enumerated() {
+            if index > 0 { bytes.append(UInt8(ascii: ",")) }
+            var object = JSONWriter(appendingTo: &bytes)
+            object.storedEventMembers(stored)
+            object.finish(into: &bytes)
+        }
+        bytes.append(UInt8(ascii: "]"))
+    }
+
+    /// `"origin":` and the object of ``originObject(_:)`` for the origin recorded in `metadata`
+    /// (`null` when it has none), read from the metadata in place.
+    package mutating func originField(_ metadata: RecordMetadata) {
+        key("origin")
+        guard metadata.fields.contains(where: { (EventOrigin.Tag.uid...EventOrigin.Tag.unit).contains($0.tag) }) else {
+            appendRaw("null")
+            return
+        }
+        func number(_ name: String, _ tag: UInt8, _ json: inout JSONWriter) {
+            if let value = metadata[tag], value.count == 4 {
+                json.field(name, UInt64(readLE(value, at: 0, as: UInt32.self)))
+            } else {
+                json.key(name)
+                json.appendRaw("null")
+            }
+        }
+        func text(_ name: String, _ tag: UInt8, _ json: inout JSONWriter) {
+            if let value = metadata[tag] {
+                json.field(name, decoding: value)
+            } else {
+                json.key(name)
+                json.appendRaw("null")
+            }
+        }
+        var inner = JSONWriter(appendingTo: &bytes)
+        number("uid", EventOrigin.Tag.uid, &inner)
+        number("gid", EventOrigin.Tag.gid, &inner)
+        number("pid", EventOrigin.Tag.pid, &inner)
+        text("comm", EventOrigin.Tag.comm, &inner)
+        text("exe", EventOrigin.Tag.exe, &inner)
+        text("unit", EventOrigin.Tag.unit, &inner)
+        inner.finish(into: &bytes)
+    }
+
+    /// Whether `bytes` parse as a JSON object: plain objects (``JSONText/isPlainObject(_:)``, no
+    /// allocation) are told at once, anything else by Foundation's parser.
     package static func isJSONObject(_ bytes: [UInt8]) -> Bool {
-        (try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any]
+        if bytes.withUnsafeBytes({ JSONText.isPlainObject($0) }) { return true }
+        return foundationIsObject(Data(bytes))
+    }
+
+    private static func foundationIsObject(_ data: Data) -> Bool {
+        (try? JSONSerialization.jsonObject(with: data)) is [String: Any]
+    }
+
+    /// Appends ``compactJSON(_:)`` of `bytes` to `out`.
+    package static func appendCompactJSON(_ bytes: [UInt8], to out: inout [UInt8]) {
+        let start = out.count
+        out += bytes
+        compactInPlace(&out, from: start)
+    }
+
+    /// Turns the raw newlines of `out[start...]` into spaces (``compactJSON(_:)``).
+    private static func compactInPlace(_ out: inout [UInt8], from start: Int) {
+        for index in start..<out.count where out[index] == UInt8(ascii: "\n") || out[index] == UInt8(ascii: "\r") {
+            out[index] = UInt8(ascii: " ")
+        }
     }
 
     /// The properties without raw newlines, so one event stays on one line.
@@ -131,7 +306,9 @@ extension JSONWriter {
     /// Appends one JSON Lines line for `stored` (``storedEventObject(_:consent:)`` and a newline):
     /// the file sink's line format, also used for the events of a dead letter.
     package static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, to out: inout [UInt8]) {
-        out += storedEventObject(stored, consent: consent)
+        var json = JSONWriter(appendingTo: &out)
+        json.storedEventMembers(stored, consent: consent)
+        json.finish(into: &out)
         out.append(UInt8(ascii: "\n"))
     }
 }

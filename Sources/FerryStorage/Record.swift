@@ -241,7 +241,21 @@ public struct RecordMetadata: Hashable, Sendable {
     /// Decodes entries; a cut-short entry ends the list.
     public init(decoding bytes: UnsafeRawBufferPointer) {
         var fields: [Field] = []
+        guard !bytes.isEmpty else {
+            self.init(fields: fields)
+            return
+        }
+        // Counted first: one allocation for the list instead of one per doubling.
+        var count = 0
         var offset = 0
+        while bytes.count - offset >= 3 {
+            let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 1, as: UInt16.self).littleEndian)
+            guard bytes.count - offset - 3 >= length else { break }
+            count += 1
+            offset += 3 + length
+        }
+        fields.reserveCapacity(count)
+        offset = 0
         while bytes.count - offset >= 3 {
             let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 1, as: UInt16.self).littleEndian)
             guard bytes.count - offset - 3 >= length else { break }

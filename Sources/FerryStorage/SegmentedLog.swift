@@ -354,6 +354,7 @@ package final class SegmentedLog: Sendable {
     package func read(from position: LogPosition, maxEvents: Int, maxBytes: Int) throws -> (events: [StoredEvent], next: LogPosition) {
         var position = position
         var events: [StoredEvent] = []
+        events.reserveCapacity(min(maxEvents, 4096))
         var bytes = 0
         while events.count < maxEvents && bytes < maxBytes {
             let segments = state.withLock { $0.segments.filter(\.visible) }
@@ -368,7 +369,11 @@ package final class SegmentedLog: Sendable {
                 position = LogPosition(segment: next.index, offset: Self.segmentHeaderSize)
                 continue
             }
-            let want = Int(min(Int64(max(maxBytes - bytes, 64 << 10)), segment.size - position.offset))
+            // One large sequential read, but not a whole `maxBytes` for `maxEvents` small records:
+            // sized for 512 bytes a record (more reads follow when they are larger).
+            let left = maxEvents - events.count
+            let byCount = left >= 1 << 40 ? Int.max : left * 512
+            let want = Int(min(Int64(max(min(maxBytes - bytes, byCount), 64 << 10)), segment.size - position.offset))
             let chunk = try readChunk(segment: segment, at: position.offset, count: want)
             // Committed bytes hold only complete records, so within the last chunk of a segment
             // "incomplete" means damage; before that it may be a record crossing the chunk's end.

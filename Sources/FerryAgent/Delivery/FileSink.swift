@@ -108,6 +108,8 @@ public final class FileSink: Sink {
 
     public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {
         var lines: [UInt8] = []
+        // About twice the stored size (JSON text and origin around each frame): one allocation.
+        lines.reserveCapacity(batch.events.reduce(0) { $0 + $1.size } * 2)
         let stamp = Self.consentJSON(batch.consent, lineFormat: lineFormat)
         for event in batch.events { Self.appendLine(for: event, consent: stamp, lineFormat: lineFormat, to: &lines) }
         let payload = lines
@@ -142,10 +144,10 @@ public final class FileSink: Sink {
             JSONWriter.appendLine(for: stored, consent: consent, to: &out)
             return
         }
-        let object = JSONWriter.storedEventObject(stored, consent: consent)
-        out += Array("{\"line_format\":\(lineFormat)".utf8)
-        if object.count > 2 { out.append(UInt8(ascii: ",")) }
-        out += object.dropFirst()
+        var json = JSONWriter(appendingTo: &out)
+        json.field("line_format", UInt64(lineFormat))
+        json.storedEventMembers(stored, consent: consent)
+        json.finish(into: &out)
         out.append(UInt8(ascii: "\n"))
     }
 
