@@ -1,23 +1,45 @@
-/// An allocation-free JSON syntax check (RFC 8259) for the agent's ingest path: is this UTF-8
-/// text exactly one JSON object, with optional whitespace around it? Values are not built.
-enum JSONValidation {
+/// Allocation-free JSON syntax checks (RFC 8259): are these bytes exactly one JSON object, with
+/// optional whitespace around it? Values are not built. One reader serves two strictnesses:
+///
+/// - ``isObject(_:)`` accepts every valid object: the agent's check of the `context` extension
+///   at ingest.
+/// - ``isPlainObject(_:)`` accepts only objects every parser reads the same way: the file sink
+///   and the HTTP bodies copy those as they are and leave anything else to a full parser.
+package enum JSONValidation {
     /// Nesting deeper than this is refused (it bounds the recursion).
-    static let maxDepth = 64
+    package static let maxDepth = 64
 
     /// Whether `bytes` (already valid UTF-8) hold one JSON object and nothing else.
-    static func isObject(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        var parser = Parser(bytes: bytes)
-        parser.skipWhitespace()
-        guard parser.peek == UInt8(ascii: "{"), parser.value(depth: 0) else { return false }
-        parser.skipWhitespace()
-        return parser.index == bytes.count
+    package static func isObject(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        check(bytes, plain: false)
     }
 
-    private struct Parser {
+    /// Whether `bytes` are one *plain* JSON object: printable ASCII strings with the short escapes
+    /// (no `\u`), numbers of at most 15 digits without exponent, nesting under ``maxDepth``.
+    /// `false` says only "not plain" (a `\u` escape, non-ASCII text, a large number, or invalid
+    /// JSON): the caller asks a full parser then.
+    package static func isPlainObject(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        check(bytes, plain: true)
+    }
+
+    private static func check(_ bytes: UnsafeRawBufferPointer, plain: Bool) -> Bool {
+        var reader = Reader(bytes: bytes, plain: plain)
+        reader.skipWhitespace()
+        guard reader.peek == UInt8(ascii: "{"), reader.value(depth: 0) else { return false }
+        reader.skipWhitespace()
+        return reader.index == bytes.count
+    }
+
+    private struct Reader {
         let bytes: UnsafeRawBufferPointer
+        /// Refuse what is valid but not plain (see ``JSONValidation/isPlainObject(_:)``).
+        let plain: Bool
         var index = 0
 
-        init(bytes: UnsafeRawBufferPointer) { self.bytes = bytes }
+        init(bytes: UnsafeRawBufferPointer, plain: Bool) {
+            self.bytes = bytes
+            self.plain = plain
+        }
 
         var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
 
@@ -25,10 +47,16 @@ enum JSONValidation {
             while let byte = peek, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { index += 1 }
         }
 
+        mutating func take(_ byte: UInt8) -> Bool {
+            guard peek == byte else { return false }
+            index += 1
+            return true
+        }
+
         mutating func literal(_ text: StaticString) -> Bool {
             let count = text.utf8CodeUnitCount
             guard bytes.count - index >= count else { return false }
-            for k in 0..<count where bytes[index + k] != text.utf8Start[k] { return false }
+            for offset in 0..<count where bytes[index + offset] != text.utf8Start[offset] { return false }
             index += count
             return true
         }
@@ -39,33 +67,28 @@ enum JSONValidation {
             case UInt8(ascii: "{"):
                 index += 1
                 skipWhitespace()
-                if peek == UInt8(ascii: "}") { index += 1; return true }
+                if take(UInt8(ascii: "}")) { return true }
                 while true {
                     guard peek == UInt8(ascii: "\""), string() else { return false }
                     skipWhitespace()
-                    guard peek == UInt8(ascii: ":") else { return false }
-                    index += 1
+                    guard take(UInt8(ascii: ":")) else { return false }
                     skipWhitespace()
                     guard value(depth: depth + 1) else { return false }
                     skipWhitespace()
-                    switch peek {
-                    case UInt8(ascii: ","): index += 1; skipWhitespace()
-                    case UInt8(ascii: "}"): index += 1; return true
-                    default: return false
-                    }
+                    if take(UInt8(ascii: "}")) { return true }
+                    guard take(UInt8(ascii: ",")) else { return false }
+                    skipWhitespace()
                 }
             case UInt8(ascii: "["):
                 index += 1
                 skipWhitespace()
-                if peek == UInt8(ascii: "]") { index += 1; return true }
+                if take(UInt8(ascii: "]")) { return true }
                 while true {
                     guard value(depth: depth + 1) else { return false }
                     skipWhitespace()
-                    switch peek {
-                    case UInt8(ascii: ","): index += 1; skipWhitespace()
-                    case UInt8(ascii: "]"): index += 1; return true
-                    default: return false
-                    }
+                    if take(UInt8(ascii: "]")) { return true }
+                    guard take(UInt8(ascii: ",")) else { return false }
+                    skipWhitespace()
                 }
             case UInt8(ascii: "\""): return string()
             case UInt8(ascii: "t"): return literal("true")
@@ -89,7 +112,7 @@ enum JSONValidation {
                     case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
                          UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                         continue
-                    case UInt8(ascii: "u"):
+                    case UInt8(ascii: "u") where !plain:  // surrogate pairing is a full parser's business
                         for _ in 0..<4 {
                             guard let digit = peek, isHexDigit(digit) else { return false }
                             index += 1
@@ -97,29 +120,36 @@ enum JSONValidation {
                     default: return false
                     }
                 case 0..<0x20: return false
+                case 0x80...: if plain { return false }
                 default: continue
                 }
             }
             return false
         }
 
+        /// A number; when plain, an integer or decimal fraction of at most 15 digits without
+        /// exponent (a value every parser reads the same way).
         mutating func number() -> Bool {
-            if peek == UInt8(ascii: "-") { index += 1 }
+            _ = take(UInt8(ascii: "-"))
             guard let first = peek, isDigit(first) else { return false }
+            let start = index
             index += 1
             if first != UInt8(ascii: "0") { digits() }
-            if peek == UInt8(ascii: ".") {
-                index += 1
+            var count = index - start
+            if take(UInt8(ascii: ".")) {
                 guard let digit = peek, isDigit(digit) else { return false }
+                let fraction = index
                 digits()
+                count += index - fraction
             }
             if peek == UInt8(ascii: "e") || peek == UInt8(ascii: "E") {
+                if plain { return false }
                 index += 1
                 if peek == UInt8(ascii: "+") || peek == UInt8(ascii: "-") { index += 1 }
                 guard let digit = peek, isDigit(digit) else { return false }
                 digits()
             }
-            return true
+            return !plain || count <= 15
         }
 
         mutating func digits() {

@@ -211,7 +211,7 @@ extension JSONWriter {
 
     /// ``objectField(_:_:rawName:)`` for bytes in place.
     private mutating func objectField(_ name: String, _ json: UnsafeRawBufferPointer, rawName: String) {
-        if JSONText.isPlainObject(json) || Self.foundationIsObject(Data(json)) {
+        if JSONValidation.isPlainObject(json) || Self.foundationIsObject(Data(json)) {
             key(name)
             let start = bytes.count
             bytes.append(contentsOf: json)
@@ -269,10 +269,10 @@ extension JSONWriter {
         inner.finish(into: &bytes)
     }
 
-    /// Whether `bytes` parse as a JSON object: plain objects (``JSONText/isPlainObject(_:)``, no
+    /// Whether `bytes` parse as a JSON object: plain objects (``JSONValidation/isPlainObject(_:)``, no
     /// allocation) are told at once, anything else by Foundation's parser.
     package static func isJSONObject(_ bytes: [UInt8]) -> Bool {
-        if bytes.withUnsafeBytes({ JSONText.isPlainObject($0) }) { return true }
+        if bytes.withUnsafeBytes({ JSONValidation.isPlainObject($0) }) { return true }
         return foundationIsObject(Data(bytes))
     }
 

@@ -14,7 +14,7 @@ import Testing
         "{\"a\":\"\\/\\b\\f\\n\\r\\t\\\"\\\\\"}", "{\n  \"a\": [ ]\n}", "{\"a\":0}", "{\"a\":123456789012345}",
     ])
     func plainObjectsAreObjects(_ text: String) {
-        #expect(Array(text.utf8).withUnsafeBytes { JSONText.isPlainObject($0) })
+        #expect(Array(text.utf8).withUnsafeBytes { JSONValidation.isPlainObject($0) })
         #expect(Self.foundationIsObject(text))
         #expect(JSONWriter.isJSONObject(Array(text.utf8)))
     }
@@ -31,7 +31,7 @@ import Testing
            !text.contains("1234567890123456") {
             // Everything the strict reader refuses here is refused by Foundation too, except the
             // cases that need a full parser (exponents, long numbers, \u, non-ASCII, depth).
-            #expect(!Array(text.utf8).withUnsafeBytes { JSONText.isPlainObject($0) })
+            #expect(!Array(text.utf8).withUnsafeBytes { JSONValidation.isPlainObject($0) })
         }
     }
 
