@@ -12,18 +12,27 @@ import Histogram
 import Logging
 import ZeroMQ
 
+/// The outbox capacity of the benchmark's library clients; they keep below it.
+let benchOutboxCapacity = 50_000
+
+/// A `FerryClient` for a client process of the benchmark: `--runtime` (required) and `--source`
+/// from `flags`, an outbox of ``benchOutboxCapacity``, only errors logged.
+func makeBenchClient(_ flags: Flags) throws -> FerryClient {
+    var logger = Logger(label: "ferry-bench")
+    logger.logLevel = .error
+    return try FerryClient(configuration: FerryClientConfiguration(
+        source: flags.string("source", default: "bench"), runtimeDirectory: try flags.string("runtime"),
+        outboxCapacity: benchOutboxCapacity), logger: logger)
+}
+
 /// `client`: one app process using the Ferry library. Enqueues events of `--size` bytes of
 /// properties for `--seconds`, keeping the outbox below its capacity, and reports how many were
 /// acked (durable) within that time.
 func runFerryClient(_ flags: Flags) async throws {
-    let runtime = try flags.string("runtime")
     let duration = flags.double("seconds", default: 2)
     let size = flags.int("size", default: 256)
-    var logger = Logger(label: "ferry-bench")
-    logger.logLevel = .error
-    let capacity = 50_000
-    let client = try FerryClient(configuration: FerryClientConfiguration(
-        source: flags.string("source", default: "bench"), runtimeDirectory: runtime, outboxCapacity: capacity), logger: logger)
+    let capacity = benchOutboxCapacity
+    let client = try makeBenchClient(flags)
     let event = Event(name: "bench", propertiesJSON: propertiesJSON(size: size))
     ChildProtocol.ready()
     let start = nowNanoseconds()

@@ -62,15 +62,11 @@ final class HistogramBox: Sendable {
 /// the event was *due* (so a late sender does not hide latency) to its `accepted` receipt.
 /// `--rate 0`: as fast as the outbox allows (the maximum these clients reach), no latencies.
 func runTrackLatencyClient(_ flags: Flags) async throws {
-    let runtime = try flags.string("runtime")
     let rate = flags.double("rate", default: 1000)
     let duration = flags.double("seconds", default: 2)
     let size = flags.int("size", default: 256)
-    var logger = Logger(label: "ferry-bench")
-    logger.logLevel = .error
-    let capacity = 50_000
-    let client = try FerryClient(configuration: FerryClientConfiguration(
-        source: flags.string("source", default: "bench"), runtimeDirectory: runtime, outboxCapacity: capacity), logger: logger)
+    let capacity = benchOutboxCapacity
+    let client = try makeBenchClient(flags)
     // Properties of about `size` bytes once encoded: a number, a short string and a pad.
     let pad = String(repeating: "x", count: max(1, size - 40))
     let histogram = HistogramBox()
