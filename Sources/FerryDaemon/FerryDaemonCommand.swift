@@ -25,9 +25,22 @@ import ServiceLifecycle
 ///     }
 /// }
 /// ```
+#if canImport(Glibc)
+/// glibc's `mallopt` (declared in `<malloc.h>`, which the Glibc module does not import).
+@_silgen_name("mallopt")
+private func glibcMallopt(_ parameter: CInt, _ value: CInt) -> CInt
+#endif
+
 public enum FerryDaemon {
     /// Runs `ferryd` with `arguments` (the process's when `nil`) and exits the process.
     public static func main(sinkKinds: SinkRegistry, arguments: [String]? = nil) async -> Never {
+        #if canImport(Glibc)
+        // Buffers of 256 KiB and more (scan windows, delivery reads, encoded batches) are mapped
+        // and given back when freed. By default glibc raises this threshold to the largest block
+        // freed so far, after which such buffers come from per-thread heaps that keep them
+        // resident: a few MiB per thread of peak memory (docs/ARCHITECTURE.md, "What bounds memory").
+        _ = glibcMallopt(-3 /* M_MMAP_THRESHOLD, <malloc.h> */, 256 << 10)
+        #endif
         do {
             // `validate` shares `--config` with the root command, which would claim it: parse
             // the subcommand's arguments on their own.

@@ -77,7 +77,10 @@ package final class LogWriter {
     }
 
     /// Bytes appended in the current group.
-    package var pendingBytes: Int { buffer.count + rotatedOut.reduce(0) { $0 + Int($1.open.written - $1.startSize) } }
+    package var pendingBytes: Int {
+        let activeStart = active.index == groupStart.index ? groupStart.size : SegmentedLog.segmentHeaderSize
+        return buffer.count + Int(active.written - activeStart) + rotatedOut.reduce(0) { $0 + Int($1.open.written - $1.startSize) }
+    }
 
     /// Buffers one event record (with what the agent recorded about it), rotating to a new
     /// segment first if it would overflow this one.
@@ -95,7 +98,12 @@ package final class LogWriter {
         LogRecord.appendEvent(frame, acceptedAt: acceptedAt, encodedMetadata: meta, to: &buffer)
         bufferRecords += 1
         totalBytes += size
+        // Written in pieces, synced once at commit: the buffer stays small whatever the group.
+        if buffer.count >= Self.flushBytes { try flushBuffer() }
     }
+
+    /// The buffer is written to the file (not synced, not visible) once it holds this much.
+    static let flushBytes = 1 << 20
 
     private func flushBuffer() throws {
         guard !buffer.isEmpty else { return }
@@ -191,6 +199,10 @@ package final class LogWriter {
 
     /// The segment appends go to; it is never deleted.
     package var activeIndex: UInt64 { active.index }
+
+    /// The end of the committed log: where the current group started (a segment the group rotated
+    /// to is not part of it, unlike ``SegmentedLog/endPosition`` in the middle of a group).
+    package var committedEnd: LogPosition { LogPosition(segment: groupStart.index, offset: groupStart.size) }
 
     /// The oldest segment other than the active one (the one the drop-oldest policy deletes next).
     package var oldestSealedSegment: SegmentInfo? {

@@ -201,10 +201,14 @@ package final class SegmentedLog: Sendable {
     /// `seedSession`, oldest first). Older sealed segments are opened unscanned, readable at once
     /// (every read CRC-checks its records and resynchronises past damage), and counted and checked
     /// by ``verifySealedSegments(shouldStop:)``, which the caller runs in the background. With the
-    /// default `dedupWindow` every segment is scanned here.
+    /// default `dedupWindow` every segment is scanned here. With `dedupFrom` (where the persisted
+    /// dedup snapshot stops covering the log) only records from there on are passed to
+    /// `seedDedup`, and segments before it are not scanned for them: after a clean stop, whose
+    /// snapshots cover the whole log, only the last segment is scanned (for a torn tail).
     package init(
         directory: String, configuration: LogConfiguration, cursors: [String: LogPosition?], logger: Logger,
-        recovered report: inout RecoveryReport, dedupWindow: Int = .max, sessionsFrom: LogPosition? = nil,
+        recovered report: inout RecoveryReport, dedupWindow: Int = .max, dedupFrom: LogPosition? = nil,
+        sessionsFrom: LogPosition? = nil,
         seedDedup: (EventID, UInt64) -> Void, seedSession: (SessionRecord) -> Void = { _ in }
     ) throws {
         self.directory = directory
@@ -228,7 +232,8 @@ package final class SegmentedLog: Sendable {
             let isLast = position == indices.count - 1
             report.segments += 1
             let sessionsNeeded = sessionsFrom.map { index >= $0.segment } ?? false
-            guard isLast || seen < dedupWindow || sessionsNeeded else {
+            let dedupNeeded = seen < dedupWindow && (dedupFrom.map { index >= $0.segment } ?? true)
+            guard isLast || dedupNeeded || sessionsNeeded else {
                 let fd = try FileIO.open(path, O_RDONLY)
                 defer { close(fd) }
                 segments.append(SegmentInfo(index: index, path: path, size: try FileIO.fileSize(fd, path: path),
@@ -245,7 +250,7 @@ package final class SegmentedLog: Sendable {
                 if record.kind == .erased {
                     Self.countErased(at: position, cursors: cursors, into: &erasedPending)
                 }
-                ids.append((record.eventID, record.acceptedAt))
+                if dedupFrom.map({ position >= $0 }) ?? true { ids.append((record.eventID, record.acceptedAt)) }
                 if let session = record.session, let from = sessionsFrom, position >= from {
                     sessions.append(SessionRecord(session: session, sequence: record.sequence, acceptedAt: record.acceptedAt,
                                                   position: position, source: record.source(in: body)))

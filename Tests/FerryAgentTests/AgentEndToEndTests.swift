@@ -164,6 +164,33 @@ struct AgentEndToEndTests {
         #expect(ids == (first + second).map { Events.id(of: $0).description }, "each event exactly once, in order")
     }
 
+    @Test("a clean stop leaves a dedup snapshot covering the whole log: after restart, ids of older segments are still duplicates")
+    func cleanStopSnapshotCoversLog() async throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let configuration = agentConfiguration(scratch, log: LogConfiguration(segmentMaxBytes: 4096))
+        let first = Events.frames(60, padding: 100)
+
+        let agent1 = try await RunningAgent(configuration)
+        let replies1 = try await exchange(runtimeDirectory: configuration.runtimeDirectory, [[eventsHeader(1)] + first])
+        #expect(replies1.first?.entries?.allSatisfy { $0.status == .accepted } == true)
+        try await agent1.stop()
+
+        // (Delivered segments may be deleted by then: their ids live on in the snapshot.)
+        let segments = segmentFiles(configuration.dataDirectory + "/segments")
+        let last = try #require(segments.last)
+        let snapshot = try #require(DedupWindow.parseSnapshotCoverage(try readBytes(configuration.dataDirectory + "/dedup.snapshot")))
+        #expect(snapshot.covered == LogPosition(segment: UInt64(last.split(separator: "/").last!.dropLast(4))!, offset: fileSize(last)))
+        #expect(snapshot.entries.map(\.id) == first.map(Events.id(of:)))
+
+        let agent2 = try await RunningAgent(configuration)
+        let second = Events.frames(2)
+        let replies2 = try await exchange(runtimeDirectory: configuration.runtimeDirectory,
+                                          [[eventsHeader(2)] + Array(first.prefix(2)) + second])
+        #expect(replies2.first?.entries?.map(\.status) == [.duplicate, .duplicate, .accepted, .accepted])
+        try await agent2.stop()
+    }
+
     @Test("a second agent on the same directories refuses to start")
     func singleInstance() async throws {
         let scratch = try ScratchDirectory(short: true)

@@ -85,6 +85,34 @@ struct DedupWindowTests {
         #expect(DedupWindow.parseSnapshot(empty.snapshot())?.isEmpty == true)
     }
 
+    @Test("a snapshot records the log position it covers; one without it parses with none")
+    func snapshotCoverage() throws {
+        var window = DedupWindow(maxEntries: 100, maxAgeMilliseconds: 60_000)
+        let ids = Self.ids(5)
+        for (i, id) in ids.enumerated() { window.insert(id, at: 1_000 + UInt64(i)) }
+        let position = LogPosition(segment: 7, offset: 123_456)
+        let covering = try #require(DedupWindow.parseSnapshotCoverage(window.snapshot(excluding: [ids[4]], coveringUpTo: position)))
+        #expect(covering.covered == position)
+        #expect(covering.entries.map(\.id) == Array(ids.prefix(4)))
+        #expect(DedupWindow.parseSnapshot(window.snapshot(coveringUpTo: position))?.map(\.id) == ids)
+        let plain = try #require(DedupWindow.parseSnapshotCoverage(window.snapshot()))
+        #expect(plain.covered == nil)
+        #expect(plain.entries.map(\.id) == ids)
+        var damaged = window.snapshot(coveringUpTo: position)
+        damaged[10] ^= 1
+        #expect(DedupWindow.parseSnapshotCoverage(damaged) == nil)
+
+        // Loading straight into a window: the same entries, the same position; nothing from a damaged one.
+        var loaded = DedupWindow(maxEntries: 100, maxAgeMilliseconds: 60_000)
+        #expect(loaded.load(snapshot: window.snapshot(coveringUpTo: position)) == .some(position))
+        #expect(loaded.entries.map(\.id) == ids && loaded.entries.map(\.at) == (0..<5).map { 1_000 + UInt64($0) })
+        var plainLoaded = DedupWindow(maxEntries: 100, maxAgeMilliseconds: 60_000)
+        #expect(plainLoaded.load(snapshot: window.snapshot()) == .some(nil))
+        var none = DedupWindow(maxEntries: 100, maxAgeMilliseconds: 60_000)
+        #expect(none.load(snapshot: damaged) == nil)
+        #expect(none.count == 0)
+    }
+
     @Test("a damaged snapshot parses to nil")
     func damagedSnapshot() {
         var window = DedupWindow(maxEntries: 100, maxAgeMilliseconds: 60_000)

@@ -75,4 +75,37 @@ struct DeferredVerificationTests {
         let lost = try writer.dropOldestSegment()
         #expect(lost == before.filter { $0.position.segment == 1 }.count - 1)
     }
+
+    @Test("with a dedup snapshot covering the log only the last segment is scanned, and only records after the snapshot seed the window",
+          arguments: [false, true])
+    func dedupSnapshotCoverage(middle: Bool) throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let directory = scratch.appending("segments")
+        let frames = Events.frames(60, padding: 100)
+        try writeLog(directory, frames, segmentMaxBytes: 4096)
+        let all = try readAll(try openLog(directory, segmentMaxBytes: 4096).log)
+        let segments = segmentFiles(directory).count
+        try #require(segments >= 4)
+        let lastSegment = all.last!.position.segment
+        let inLast = all.filter { $0.position.segment == lastSegment }
+        // A clean stop's snapshot covers the end of the log; one taken earlier covers less.
+        let covered = middle ? all[20].position
+            : LogPosition(segment: lastSegment, offset: all.last!.position.offset + Int64(all.last!.size))
+
+        var report = RecoveryReport()
+        var seeded: [EventID] = []
+        let log = try SegmentedLog(
+            directory: directory, configuration: LogConfiguration(segmentMaxBytes: 4096), cursors: ["file": nil],
+            logger: quietLogger, recovered: &report, dedupWindow: 100_000, dedupFrom: covered
+        ) { id, _ in seeded.append(id) }
+        #expect(seeded == all.filter { $0.position >= covered }.map(\.decodedID))
+        let scannedSegments = Set(all.filter { $0.position.segment >= covered.segment }.map(\.position.segment))
+        #expect(log.unverifiedSegments == segments - scannedSegments.count)
+        #expect(report.records == all.count { $0.position.segment >= covered.segment })
+        if !middle { #expect(report.records == inLast.count) }
+        // Everything reads back, and verification counts the rest.
+        #expect(try readAll(log).map(\.decodedID) == idsOf(frames))
+        #expect(log.verifySealedSegments().records == frames.count - report.records)
+    }
 }

@@ -249,9 +249,12 @@ public final class FerryAgent: Service, Sendable {
             var dedup = DedupWindow(maxEntries: configuration.dedup.maxEntries,
                                     maxAgeMilliseconds: UInt64(configuration.dedup.maxAgeSeconds) * 1000)
             let snapshotPath = configuration.dataDirectory + "/dedup.snapshot"
+            // Where the dedup snapshot stops covering the log (a clean stop writes one covering
+            // all of it): only the records after it are read for the window.
+            var dedupFrom: LogPosition?
             if let bytes = try FileIO.readFile(snapshotPath) {
-                if let entries = DedupWindow.parseSnapshot(bytes) {
-                    for entry in entries { dedup.insert(entry.id, at: entry.at) }
+                if let covered = dedup.load(snapshot: bytes) {
+                    dedupFrom = covered
                 } else {
                     logger.warning("dedup snapshot damaged; ignoring it", metadata: ["path": "\(snapshotPath)"])
                 }
@@ -274,7 +277,7 @@ public final class FerryAgent: Service, Sendable {
             let log = try SegmentedLog(
                 directory: configuration.dataDirectory + "/segments", configuration: configuration.log,
                 cursors: cursors, logger: logger, recovered: &report,
-                dedupWindow: configuration.dedup.maxEntries, sessionsFrom: sessionsFrom,
+                dedupWindow: configuration.dedup.maxEntries, dedupFrom: dedupFrom, sessionsFrom: sessionsFrom,
                 seedDedup: { id, at in dedup.insert(id, at: at) },
                 seedSession: { record in
                     sessions.insert(session: record.session, sequence: record.sequence, at: record.acceptedAt, source: record.source)

@@ -101,7 +101,7 @@ final class CommitPipeline: Sendable {
 
     /// One group commit takes batches until they hold this many bytes (at least one batch), so a
     /// flood of full batches cannot make a group, and every ack waiting on it, arbitrarily large.
-    static let maxGroupBytes = 8 << 20
+    static let maxGroupBytes = 2 << 20
 
     /// What a batch weighs for ``backlogBytes`` and ``maxGroupBytes``: its frames plus a fixed
     /// cost per item (the per-event work does not depend on size alone).
@@ -226,10 +226,12 @@ final class CommitPipeline: Sendable {
             flush()
         }
         if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: dedup) }
+        // Both snapshots cover the whole log now: the next start reads no record for them.
         do {
-            try persistSessions(dedup.sessions, pending: [:])
+            try persistSessions(dedup.sessions, pending: [:], covering: writer.committedEnd)
+            try persistDedup(dedup.window, excluding: [], covering: writer.committedEnd)
         } catch {
-            logger.error("could not persist the session table", metadata: ["error": "\(error)"])
+            logger.error("could not persist the session table and dedup window", metadata: ["error": "\(error)"])
         }
     }
 
@@ -483,7 +485,7 @@ final class CommitPipeline: Sendable {
     private func snapshotSessionsAfterRotation(writer: LogWriter, dedup: inout Dedup) {
         guard writer.activeIndex != dedup.snapshotSegment else { return }
         do {
-            try persistSessions(dedup.sessions, pending: [:])
+            try persistSessions(dedup.sessions, pending: [:], covering: writer.committedEnd)
             dedup.snapshotSegment = writer.activeIndex
         } catch {
             logger.error("could not persist the session table", metadata: ["error": "\(error)"])
@@ -504,8 +506,8 @@ final class CommitPipeline: Sendable {
             do {
                 // The dropped segment's ids leave the disk: persist the window first, without
                 // the ids of this uncommitted group.
-                try persistDedup(dedup.window, excluding: Set(pending))
-                try persistSessions(dedup.sessions, pending: pendingSessions)
+                try persistDedup(dedup.window, excluding: Set(pending), covering: writer.committedEnd)
+                try persistSessions(dedup.sessions, pending: pendingSessions, covering: writer.committedEnd)
                 let victim = writer.oldestSealedSegment
                 if let victim, mailbox.wants(.dropped) {
                     // Tell the bus which events go, before their bytes do (rare path: only when
@@ -540,8 +542,8 @@ final class CommitPipeline: Sendable {
         let done = log.deliveredSegments().filter { $0.index != writer.activeIndex }
         guard !done.isEmpty else { return }
         do {
-            try persistDedup(dedup.window, excluding: [])
-            try persistSessions(dedup.sessions, pending: [:])
+            try persistDedup(dedup.window, excluding: [], covering: writer.committedEnd)
+            try persistSessions(dedup.sessions, pending: [:], covering: writer.committedEnd)
             for segment in done { try writer.delete(segment: segment) }
             try FileIO.syncDirectory(log.directory)
         } catch {
@@ -549,16 +551,22 @@ final class CommitPipeline: Sendable {
         }
     }
 
-    private func persistDedup(_ dedup: DedupWindow, excluding: Set<EventID>) throws {
-        try FileIO.writeAtomically(dedup.snapshot(excluding: excluding), to: dedupSnapshotPath)
+    /// Writes the id window as of the last commit (without `excluding`, the ids of the group not
+    /// yet committed): it covers every record before `covering`, the end of the committed log.
+    private func persistDedup(_ dedup: DedupWindow, excluding: Set<EventID>, covering: LogPosition) throws {
+        try FileIO.writeAtomically(dedup.snapshot(excluding: excluding, coveringUpTo: covering), to: dedupSnapshotPath)
     }
 
     /// Writes the session table as of the last commit (without `pending`, the sequences of the
-    /// group not yet committed): it covers every record before the end of the committed log.
-    private func persistSessions(_ sessions: SessionTable, pending: [EventID: (session: EventID, sequence: UInt64)]) throws {
+    /// group not yet committed): it covers every record before `covering`, the end of the
+    /// committed log (not ``SegmentedLog/endPosition``, which in the middle of a group that
+    /// rotated names the new segment, past records of the group still to be committed).
+    private func persistSessions(
+        _ sessions: SessionTable, pending: [EventID: (session: EventID, sequence: UInt64)], covering: LogPosition
+    ) throws {
         var committed = sessions
         for key in pending.values { committed.remove(session: key.session, sequence: key.sequence) }
-        try FileIO.writeAtomically(committed.snapshot(coveringUpTo: log.endPosition), to: sessionsSnapshotPath)
+        try FileIO.writeAtomically(committed.snapshot(coveringUpTo: covering), to: sessionsSnapshotPath)
     }
 }
 

@@ -32,10 +32,13 @@ final class IngestServer: Sendable {
     /// Stop reading the ingest socket while this many batches wait for the commit thread.
     static let maxCommitBacklog = 256
     /// … or while the waiting batches hold this many bytes (memory stays bounded under a flood
-    /// of large batches; the clients wait in their outboxes).
-    static let maxCommitBacklogBytes = 32 << 20
-    /// Unread messages libzmq queues per client connection.
-    static let receiveHighWaterMark: Int32 = 16
+    /// of large batches; the clients wait in their outboxes). Two groups' worth
+    /// (``CommitPipeline/maxGroupBytes``): one being written while the next gathers.
+    static let maxCommitBacklogBytes = 4 << 20
+    /// Unread messages libzmq queues per client connection: beyond them a client's batches wait
+    /// in the kernel's socket buffer and its own outbox, not in agent memory. (libzmq holds a
+    /// little more than this: the message being decoded, and reads acknowledged in steps.)
+    static let receiveHighWaterMark: Int32 = 1
     /// Event frames read per round before the acks and control requests get a turn.
     static let maxFramesPerRound = 8192
 
