@@ -145,12 +145,22 @@ struct JetStreamSinkDeliveryTests {
         let first = try #require(messages.first)
         #expect(first.subject == "ferry.events.0.track")
         #expect(first.headers["Ferry-Batch"] == batch.idempotencyKey)
-        #expect(first.headers["Ferry-Consent-ad_storage"] == "denied")
-        #expect(first.headers["Ferry-Consent-analytics_storage"] == "granted")
+        // Two headers only: the consent stamp and the origin are in the body.
+        #expect(Set(first.headers.keys) == ["Nats-Msg-Id", "Ferry-Batch"])
         let body = try #require(try JSONSerialization.jsonObject(with: Data(first.payload)) as? [String: Any])
         #expect(body["id"] as? String == events[0].id.description)
         #expect(body["source"] as? String == "odd")
         #expect((body["properties"] as? [String: Any])?["i"] as? Int == 1)
+        let consent = try #require(body["consent"] as? [String: Any])
+        #expect(consent["ad_storage"] as? String == "denied")
+        #expect(consent["analytics_storage"] as? String == "granted")
+        #expect(body.keys.contains("origin"))
+        // The body is the file sink's line object (without `line_format`) for the same batch.
+        var line: [UInt8] = []
+        FileSink.appendLine(for: Self.stored(events)[0], consent: FileSink.consentJSON(batch.consent), to: &line)
+        var fileObject = try #require(try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])
+        #expect(fileObject.removeValue(forKey: "line_format") != nil)
+        #expect(NSDictionary(dictionary: fileObject).isEqual(to: body))
 
         // The same batch again (a retry after a lost cursor update): every PubAck is a duplicate.
         _ = try await sink.deliver(batch)
