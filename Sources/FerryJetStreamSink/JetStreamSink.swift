@@ -191,7 +191,11 @@ public final class JetStreamSink: Sink {
     /// largest per-event cost of the sink; the body carries them once.
     static func messages(for batch: DeliveryBatch, template: SubjectTemplate) -> [JetStreamMessage] {
         let consent = FileSink.consentJSON(batch.consent)
-        let headers = [("Ferry-Batch", batch.idempotencyKey)]
+        // One template message: its header list is shared by every message of the batch.
+        let shared = JetStreamMessage(subject: "", payload: [], headers: [("Ferry-Batch", batch.idempotencyKey)])
+        // The last subject rendered, for the next event of the same type, category and source
+        // (most of a batch): rendering joins the template's tokens anew each time.
+        var last: (type: EventType, category: UInt8, source: [UInt8], subject: String)?
         return batch.events.map { stored in
             // The object of the file sink's line for the event (without the newline), in a buffer
             // reserved once: about twice the stored size with the origin and the stamp.
@@ -203,14 +207,24 @@ public final class JetStreamSink: Sink {
             let subject: String
             // The header alone (validated as `decoded()` validates it): no whole decode per event.
             if let header = try? EventHeader(stored.frame, checkingFields: false) {
-                let source = stored.frame.withUnsafeBytes { frame in
-                    String(decoding: frame[WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)], as: UTF8.self)
+                let sourceRange = WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)
+                if let last, last.type == header.type, last.category == header.category,
+                   stored.frame[sourceRange].elementsEqual(last.source) {
+                    subject = last.subject
+                } else {
+                    let source = Array(stored.frame[sourceRange])
+                    subject = template.render(type: header.type.description, category: header.category,
+                                              source: String(decoding: source, as: UTF8.self))
+                    last = (header.type, header.category, source, subject)
                 }
-                subject = template.render(type: header.type.description, category: header.category, source: source)
             } else {
                 subject = template.render(type: "undecodable", category: 0, source: "")
             }
-            return JetStreamMessage(subject: subject, payload: body, headers: headers, messageID: stored.decodedID.description)
+            var message = shared
+            message.subject = subject
+            message.payload = body
+            message.messageID = stored.decodedID.description
+            return message
         }
     }
 

@@ -175,6 +175,24 @@ struct JetStreamSinkDeliveryTests {
         try await sink.shutdown()
     }
 
+    @Test("each message's subject is rendered from its own event, also when sources, types and categories alternate")
+    func subjectsPerEvent() throws {
+        let template = try SubjectTemplate("ferry.{source}.{type}.{category}")
+        var events: [WireEvent] = []
+        for index in 1...12 {
+            var event = Events.make(UInt64(index), source: ["app.a", "app.b", "app.b"][index % 3])
+            if index % 4 == 0 { event.type = .identify }
+            if index % 5 == 0 { event.category = 7 }
+            events.append(event)
+        }
+        let messages = JetStreamSink.messages(for: DeliveryBatch(events: Self.stored(events)), template: template)
+        #expect(messages.map(\.subject) == events.map {
+            template.render(type: $0.type.description, category: $0.category, source: $0.source)
+        })
+        #expect(messages.map(\.messageID) == events.map(\.id.description))
+        #expect(messages.allSatisfy { $0.headers.count == 1 && $0.headers[0].0 == "Ferry-Batch" })
+    }
+
     @Test("a missing stream with createStream false is permanent; a server that is down is retryable")
     func failures() async throws {
         let dir = try TemporaryDirectory()
