@@ -75,17 +75,25 @@ public final class JetStreamSink: Sink {
         }
         if batch.events.isEmpty { return nil }
         let js = try await ready()
-        let messages = Self.messages(for: batch, template: template)
         let ackWait = Duration.milliseconds(configuration.ackTimeoutMilliseconds)
-        let pending = await io.run { js.publish(messages, ackWait: ackWait) }
-        // nats.c fails each message after ackWait; the margin covers a closed connection.
-        let results = await pending.acknowledgements(timeout: ackWait + .seconds(1))
+        // Built and published a chunk at a time on the sink's thread, so the server stores the
+        // first messages while the next ones are encoded (encoding the whole batch first left
+        // it idle for that time), in log order.
+        let pendings = await io.run {
+            stride(from: 0, to: batch.events.count, by: Self.chunkSize).map { start in
+                let chunk = start..<min(start + Self.chunkSize, batch.events.count)
+                return js.publish(Self.messages(for: batch, in: chunk, template: template), ackWait: ackWait)
+            }
+        }
         var failures: [NATSError] = []
         var duplicates = 0
-        for result in results {
-            switch result {
-            case .success(let ack): if ack.duplicate { duplicates += 1 }
-            case .failure(let error): failures.append(error)
+        for pending in pendings {
+            // nats.c fails each message after ackWait; the margin covers a closed connection.
+            for result in await pending.acknowledgements(timeout: ackWait + .seconds(1)) {
+                switch result {
+                case .success(let ack): if ack.duplicate { duplicates += 1 }
+                case .failure(let error): failures.append(error)
+                }
             }
         }
         if let first = failures.first {
@@ -94,7 +102,7 @@ public final class JetStreamSink: Sink {
                 state.withLock { $0.streamReady = false }
             }
             throw SinkError(.retry(after: nil),
-                            "jetstream: \(failures.count) of \(messages.count) events not acknowledged: \(first)\(Self.connectionNote(js))")
+                            "jetstream: \(failures.count) of \(batch.events.count) events not acknowledged: \(first)\(Self.connectionNote(js))")
         }
         if duplicates > 0 {
             logger.debug("jetstream: events already in the stream", metadata: ["duplicates": "\(duplicates)", "batch": "\(batch.idempotencyKey)"])
@@ -183,20 +191,23 @@ public final class JetStreamSink: Sink {
         }
     }
 
-    /// One message per event: subject, `Nats-Msg-Id`, `Ferry-Batch`, and the event's JSON object
-    /// (with its origin and the batch's consent stamp) as the body.
+    /// Events encoded and handed to nats.c at a time (half the default in-flight window).
+    static let chunkSize = 128
+
+    /// One message per event of `range` (default: all): subject, `Nats-Msg-Id`, `Ferry-Batch`,
+    /// and the event's JSON object (with its origin and the batch's consent stamp) as the body.
     ///
     /// Two headers only: nats.c keeps headers in a hash map per message (a copy of every key and
     /// value, then encoded again on publish), which made the consent and origin headers the
     /// largest per-event cost of the sink; the body carries them once.
-    static func messages(for batch: DeliveryBatch, template: SubjectTemplate) -> [JetStreamMessage] {
+    static func messages(for batch: DeliveryBatch, in range: Range<Int>? = nil, template: SubjectTemplate) -> [JetStreamMessage] {
         let consent = FileSink.consentJSON(batch.consent)
-        // One template message: its header list is shared by every message of the batch.
+        // One template message: its header list is shared by every message made here.
         let shared = JetStreamMessage(subject: "", payload: [], headers: [("Ferry-Batch", batch.idempotencyKey)])
         // The last subject rendered, for the next event of the same type, category and source
         // (most of a batch): rendering joins the template's tokens anew each time.
         var last: (type: EventType, category: UInt8, source: [UInt8], subject: String)?
-        return batch.events.map { stored in
+        return batch.events[range ?? batch.events.indices].map { stored in
             // The object of the file sink's line for the event (without the newline), in a buffer
             // reserved once: about twice the stored size with the origin and the stamp.
             var body: [UInt8] = []

@@ -136,7 +136,9 @@ struct JetStreamSinkDeliveryTests {
 
         let sink = JetStreamSink(configuration: JetStreamSinkConfiguration(servers: server.urls, maxInFlight: 16), logger: quietLogger)
         #expect(try await sink.recover(checkpoint: nil) == nil)
-        let events = (1...100).map { Events.make(UInt64($0), source: $0 % 2 == 0 ? "app.even" : "odd") }
+        // More than one chunk (JetStreamSink.chunkSize) of events: all arrive, in log order.
+        let events = (1...300).map { Events.make(UInt64($0), source: $0 % 2 == 0 ? "app.even" : "odd") }
+        #expect(events.count > 2 * JetStreamSink.chunkSize)
         let batch = DeliveryBatch(events: Self.stored(events), consent: ["ad_storage": "denied", "analytics_storage": "granted"])
         _ = try await sink.deliver(batch)
 
@@ -165,10 +167,10 @@ struct JetStreamSinkDeliveryTests {
         // The same batch again (a retry after a lost cursor update): every PubAck is a duplicate.
         _ = try await sink.deliver(batch)
         // An overlapping batch: only the new events are stored.
-        let more = (101...110).map { Events.make(UInt64($0)) }
+        let more = (301...310).map { Events.make(UInt64($0)) }
         _ = try await sink.deliver(DeliveryBatch(events: Self.stored(Array(events.suffix(5)) + more)))
         messages = try await server.streamMessages("FERRY")
-        #expect(messages.count == 110)
+        #expect(messages.count == 310)
         #expect(Set(messages.compactMap(\.messageID)) == Set((events + more).map(\.id.description)))
         let info = try #require(try await server.streamInfo("FERRY"))
         #expect(info.duplicateWindow == .seconds(120))
