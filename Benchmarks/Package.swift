@@ -29,9 +29,12 @@ let package = Package(
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),
+                "CBenchSupport",
             ],
             path: "Sources/ferry-bench"
         ),
+        // What the harness needs from C that Swift cannot call directly (variadic prctl).
+        .target(name: "CBenchSupport", path: "Sources/CBenchSupport"),
         // Client cost under callgrind/memcheck: N track() calls (scripts/callgrind-track).
         .executableTarget(
             name: "track-cost",

@@ -72,7 +72,24 @@ public final class FerryClient: Sendable {
             for batch in inFlight.values { lowest = min(lowest, batch.entries.first?.index ?? lowest) }
             return lowest
         }
+
+        /// How many events the next message may carry now, or nil if none may go out: a full
+        /// batch while the in-flight window (`maxInFlightBatches`) has room, a partial one only
+        /// while fewer than ``FerryClient/partialBatchesInFlight`` messages are in flight. Under
+        /// load the events that arrive meanwhile gather into one message instead of going out one
+        /// message each, which would cost the agent a message apiece and queue them behind each
+        /// other; an app sending rarely still sends each event at once.
+        func nextBatchSize(_ configuration: FerryClientConfiguration) -> Int? {
+            guard !pending.isEmpty, inFlight.count < configuration.maxInFlightBatches else { return nil }
+            let count = min(configuration.batchMaxEvents, pending.count)
+            if count < configuration.batchMaxEvents && inFlight.count >= FerryClient.partialBatchesInFlight { return nil }
+            return count
+        }
     }
+
+    /// Most messages in flight while the next one would not be a full batch (see
+    /// ``FerryClientConfiguration/maxInFlightBatches``).
+    static let partialBatchesInFlight = 2
 
     /// Creates a client and starts its I/O thread. Works whether or not the agent is running.
     public init(configuration: FerryClientConfiguration = FerryClientConfiguration(), logger: Logger) throws {
@@ -407,8 +424,7 @@ public final class FerryClient: Sendable {
             // briefly if sending failed (agent absent), or until woken.
             let timeout: Duration? = state.withLock { state in
                 if state.closed { return .zero }
-                let canSend = !state.pending.isEmpty && state.inFlight.count < configuration.maxInFlightBatches
-                if canSend && !sendBlocked { return .zero }
+                if state.nextBatchSize(configuration) != nil && !sendBlocked { return .zero }
                 var wait: Duration? = sendBlocked ? .milliseconds(50) : nil
                 if let oldest = state.inFlight.values.map(\.sentAt).min() {
                     let due = max(.zero, oldest + configuration.resendAfter - clock.now)
@@ -459,9 +475,8 @@ public final class FerryClient: Sendable {
             // a batch is either still pending or in flight, never in between where the overflow
             // policy could not see it.
             let outcome = state.withLock { state -> Bool? in
-                guard !state.pending.isEmpty, state.inFlight.count < configuration.maxInFlightBatches else { return nil }
+                guard let count = state.nextBatchSize(configuration) else { return nil }
                 let requestID = state.nextRequestID
-                let count = min(configuration.batchMaxEvents, state.pending.count)
                 let version = state.protocolVersion
                 var message = [MessageHeader(version: version, kind: .events, requestID: requestID).encoded()]
                 message.reserveCapacity(count + 1)

@@ -12,7 +12,9 @@ public struct FerryClientConfiguration: Sendable, Hashable {
     public var overflowPolicy: OverflowPolicy
     /// Most events per message sent to the agent.
     public var batchMaxEvents: Int
-    /// Most messages sent but not yet acked.
+    /// Most messages sent but not yet acked. A message that is not a full batch
+    /// (`batchMaxEvents`) goes out only while fewer than two are in flight: under load, events
+    /// gather into fewer, larger messages instead of one message each.
     public var maxInFlightBatches: Int
     /// A message not acked within this time is sent again (the agent drops the duplicates).
     public var resendAfter: Duration

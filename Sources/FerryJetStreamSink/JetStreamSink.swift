@@ -12,10 +12,9 @@ import Synchronization
 /// ``JetStreamSinkConfiguration/subjectTemplate``, with:
 /// - `Nats-Msg-Id`: the event id, so the stream drops a re-sent event within its duplicate window;
 /// - `Ferry-Batch`: the batch's idempotency key;
-/// - `Ferry-Consent-<field>`: one header per entry of the batch's consent stamp;
-/// - `Ferry-Origin-Uid`, `-Gid`, `-Pid`, `-Comm`, `-Exe`, `-Unit`: the sender as the kernel told
-///   the agent (each only when known);
-/// - the body: the event as the same JSON object the file sink writes (one line of it).
+/// - the body: the event as the same JSON object the file sink writes (one line of it, without
+///   `line_format`): with its `origin` (the sender as the kernel told the agent) and the batch's
+///   `consent` stamp.
 ///
 /// ``deliver(_:)`` returns only when every event of the batch has a PubAck from the stream (a
 /// PubAck flagged duplicate counts: the stream already holds the event). Any failure or timeout
@@ -76,17 +75,25 @@ public final class JetStreamSink: Sink {
         }
         if batch.events.isEmpty { return nil }
         let js = try await ready()
-        let messages = Self.messages(for: batch, template: template)
         let ackWait = Duration.milliseconds(configuration.ackTimeoutMilliseconds)
-        let pending = await io.run { js.publish(messages, ackWait: ackWait) }
-        // nats.c fails each message after ackWait; the margin covers a closed connection.
-        let results = await pending.acknowledgements(timeout: ackWait + .seconds(1))
+        // Built and published a chunk at a time on the sink's thread, so the server stores the
+        // first messages while the next ones are encoded (encoding the whole batch first left
+        // it idle for that time), in log order.
+        let pendings = await io.run {
+            stride(from: 0, to: batch.events.count, by: Self.chunkSize).map { start in
+                let chunk = start..<min(start + Self.chunkSize, batch.events.count)
+                return js.publish(Self.messages(for: batch, in: chunk, template: template), ackWait: ackWait)
+            }
+        }
         var failures: [NATSError] = []
         var duplicates = 0
-        for result in results {
-            switch result {
-            case .success(let ack): if ack.duplicate { duplicates += 1 }
-            case .failure(let error): failures.append(error)
+        for pending in pendings {
+            // nats.c fails each message after ackWait; the margin covers a closed connection.
+            for result in await pending.acknowledgements(timeout: ackWait + .seconds(1)) {
+                switch result {
+                case .success(let ack): if ack.duplicate { duplicates += 1 }
+                case .failure(let error): failures.append(error)
+                }
             }
         }
         if let first = failures.first {
@@ -95,7 +102,7 @@ public final class JetStreamSink: Sink {
                 state.withLock { $0.streamReady = false }
             }
             throw SinkError(.retry(after: nil),
-                            "jetstream: \(failures.count) of \(messages.count) events not acknowledged: \(first)\(Self.connectionNote(js))")
+                            "jetstream: \(failures.count) of \(batch.events.count) events not acknowledged: \(first)\(Self.connectionNote(js))")
         }
         if duplicates > 0 {
             logger.debug("jetstream: events already in the stream", metadata: ["duplicates": "\(duplicates)", "batch": "\(batch.idempotencyKey)"])
@@ -184,47 +191,56 @@ public final class JetStreamSink: Sink {
         }
     }
 
-    /// One message per event: subject, `Nats-Msg-Id`, batch and consent headers, JSON body.
-    static func messages(for batch: DeliveryBatch, template: SubjectTemplate) -> [JetStreamMessage] {
-        var headers: [(String, String)] = [("Ferry-Batch", batch.idempotencyKey)]
-        for (field, value) in batch.consent.sorted(by: { $0.key < $1.key }) {
-            headers.append(("Ferry-Consent-" + SubjectTemplate.sanitize(field), headerValue(value)))
-        }
-        return batch.events.map { stored in
-            // The object of the file sink's line for the event (without the newline).
-            let body = JSONWriter.storedEventObject(stored)
-            var headers = headers
-            if let origin = EventOrigin(metadata: stored.metadata) {
-                // The sender as the kernel told the agent (absent fields are unknown).
-                let fields: [(String, String?)] = [
-                    ("Uid", origin.uid.map(String.init)), ("Gid", origin.gid.map(String.init)), ("Pid", origin.pid.map(String.init)),
-                    ("Comm", origin.comm), ("Exe", origin.exe), ("Unit", origin.unit),
-                ]
-                for case let (name, value?) in fields { headers.append(("Ferry-Origin-" + name, headerValue(value))) }
-            }
+    /// Events encoded and handed to nats.c at a time (half the default in-flight window).
+    static let chunkSize = 128
+
+    /// One message per event of `range` (default: all): subject, `Nats-Msg-Id`, `Ferry-Batch`,
+    /// and the event's JSON object (with its origin and the batch's consent stamp) as the body.
+    ///
+    /// Two headers only: nats.c keeps headers in a hash map per message (a copy of every key and
+    /// value, then encoded again on publish), which made the consent and origin headers the
+    /// largest per-event cost of the sink; the body carries them once.
+    static func messages(for batch: DeliveryBatch, in range: Range<Int>? = nil, template: SubjectTemplate) -> [JetStreamMessage] {
+        let consent = FileSink.consentJSON(batch.consent)
+        // One template message: its header list is shared by every message made here.
+        let shared = JetStreamMessage(subject: "", payload: [], headers: [("Ferry-Batch", batch.idempotencyKey)])
+        // The last subject rendered, for the next event of the same type, category and source
+        // (most of a batch): rendering joins the template's tokens anew each time.
+        var last: (type: EventType, category: UInt8, source: [UInt8], subject: String)?
+        return batch.events[range ?? batch.events.indices].map { stored in
+            // The object of the file sink's line for the event (without the newline), in a buffer
+            // reserved once: about twice the stored size with the origin and the stamp.
+            var body: [UInt8] = []
+            body.reserveCapacity(stored.size * 2 + (consent?.count ?? 0) + 64)
+            var json = JSONWriter(appendingTo: &body)
+            json.storedEventMembers(stored, consent: consent)
+            json.finish(into: &body)
             let subject: String
             // The header alone (validated as `decoded()` validates it): no whole decode per event.
             if let header = try? EventHeader(stored.frame, checkingFields: false) {
-                let source = stored.frame.withUnsafeBytes { frame in
-                    String(decoding: frame[WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)], as: UTF8.self)
+                let sourceRange = WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)
+                if let last, last.type == header.type, last.category == header.category,
+                   stored.frame[sourceRange].elementsEqual(last.source) {
+                    subject = last.subject
+                } else {
+                    let source = Array(stored.frame[sourceRange])
+                    subject = template.render(type: header.type.description, category: header.category,
+                                              source: String(decoding: source, as: UTF8.self))
+                    last = (header.type, header.category, source, subject)
                 }
-                subject = template.render(type: header.type.description, category: header.category, source: source)
             } else {
                 subject = template.render(type: "undecodable", category: 0, source: "")
             }
-            return JetStreamMessage(subject: subject, payload: body, headers: headers, messageID: stored.decodedID.description)
+            var message = shared
+            message.subject = subject
+            message.payload = body
+            message.messageID = stored.decodedID.description
+            return message
         }
     }
 
     /// Says so when the connection is down, since nats.c then reports only timeouts.
     private static func connectionNote(_ js: JetStreamContext) -> String {
         js.connection.isConnected ? "" : " (not connected to NATS; reconnecting in the background)"
-    }
-
-    /// A header value without line breaks (they would end the header).
-    private static func headerValue(_ value: String) -> String {
-        // Most values hold no line break: returned as they are, without a walk over Characters.
-        guard value.utf8.contains(where: { $0 == 0x0D || $0 == 0x0A }) else { return value }
-        return String(value.map { $0 == "\r" || $0 == "\n" ? " " : $0 })
     }
 }

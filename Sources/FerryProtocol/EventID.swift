@@ -76,15 +76,25 @@ public struct EventID: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     /// Lower-case canonical UUID text.
     public var description: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(36)
-        for (index, byte) in bytes.enumerated() {
-            if index == 4 || index == 6 || index == 8 || index == 10 { out.append(UInt8(ascii: "-")) }
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0F)])
+        // Written straight into the string's storage: one allocation (the JetStream sink makes
+        // one per delivered event for `Nats-Msg-Id`). The same text as ``appendText(to:)``.
+        String(unsafeUninitializedCapacity: 36) { buffer in
+            let digits: StaticString = "0123456789abcdef"
+            var at = 0
+            func put(_ half: UInt64, dashesAfter first: Int, _ second: Int) {
+                for index in 0..<16 {
+                    if index == first || index == second {
+                        buffer[at] = UInt8(ascii: "-")
+                        at += 1
+                    }
+                    buffer[at] = digits.utf8Start[Int((half >> UInt64(60 - 4 * index)) & 0xF)]
+                    at += 1
+                }
+            }
+            put(high, dashesAfter: 8, 12)
+            put(low, dashesAfter: 0, 4)
+            return at
         }
-        return String(decoding: out, as: UTF8.self)
     }
 }
 

@@ -180,7 +180,8 @@ public final class JetStreamContext: @unchecked Sendable {
         // Destroys the message unless nats.c took ownership (it then cleared `msg`).
         defer { natsMsg_Destroy(msg) }
         guard let created = msg else { throw NATSError.wrapper(NATS_ERR, "no message created", "natsMsg_Create") }
-        for (key, value) in message.headers {
+        // The stored pairs, not `headers` (which builds an array of tuples each time).
+        try message.forEachHeader { (key, value) throws(NATSError) in
             try natsCall("natsMsgHeader_Add(\(key))") { natsMsgHeader_Add(created, key, value) }
         }
         if let id = message.messageID {
@@ -350,6 +351,11 @@ public struct JetStreamMessage: Sendable, Hashable {
     private struct HeaderPair: Sendable, Hashable {
         var key: String
         var value: String
+    }
+
+    /// Calls `body` with each header in order.
+    func forEachHeader(_ body: (String, String) throws(NATSError) -> Void) throws(NATSError) {
+        for pair in headerPairs { try body(pair.key, pair.value) }
     }
 
     /// Creates a message.

@@ -136,7 +136,9 @@ struct JetStreamSinkDeliveryTests {
 
         let sink = JetStreamSink(configuration: JetStreamSinkConfiguration(servers: server.urls, maxInFlight: 16), logger: quietLogger)
         #expect(try await sink.recover(checkpoint: nil) == nil)
-        let events = (1...100).map { Events.make(UInt64($0), source: $0 % 2 == 0 ? "app.even" : "odd") }
+        // More than one chunk (JetStreamSink.chunkSize) of events: all arrive, in log order.
+        let events = (1...300).map { Events.make(UInt64($0), source: $0 % 2 == 0 ? "app.even" : "odd") }
+        #expect(events.count > 2 * JetStreamSink.chunkSize)
         let batch = DeliveryBatch(events: Self.stored(events), consent: ["ad_storage": "denied", "analytics_storage": "granted"])
         _ = try await sink.deliver(batch)
 
@@ -145,24 +147,52 @@ struct JetStreamSinkDeliveryTests {
         let first = try #require(messages.first)
         #expect(first.subject == "ferry.events.0.track")
         #expect(first.headers["Ferry-Batch"] == batch.idempotencyKey)
-        #expect(first.headers["Ferry-Consent-ad_storage"] == "denied")
-        #expect(first.headers["Ferry-Consent-analytics_storage"] == "granted")
+        // Two headers only: the consent stamp and the origin are in the body.
+        #expect(Set(first.headers.keys) == ["Nats-Msg-Id", "Ferry-Batch"])
         let body = try #require(try JSONSerialization.jsonObject(with: Data(first.payload)) as? [String: Any])
         #expect(body["id"] as? String == events[0].id.description)
         #expect(body["source"] as? String == "odd")
         #expect((body["properties"] as? [String: Any])?["i"] as? Int == 1)
+        let consent = try #require(body["consent"] as? [String: Any])
+        #expect(consent["ad_storage"] as? String == "denied")
+        #expect(consent["analytics_storage"] as? String == "granted")
+        #expect(body.keys.contains("origin"))
+        // The body is the file sink's line object (without `line_format`) for the same batch.
+        var line: [UInt8] = []
+        FileSink.appendLine(for: Self.stored(events)[0], consent: FileSink.consentJSON(batch.consent), to: &line)
+        var fileObject = try #require(try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])
+        #expect(fileObject.removeValue(forKey: "line_format") != nil)
+        #expect(NSDictionary(dictionary: fileObject).isEqual(to: body))
 
         // The same batch again (a retry after a lost cursor update): every PubAck is a duplicate.
         _ = try await sink.deliver(batch)
         // An overlapping batch: only the new events are stored.
-        let more = (101...110).map { Events.make(UInt64($0)) }
+        let more = (301...310).map { Events.make(UInt64($0)) }
         _ = try await sink.deliver(DeliveryBatch(events: Self.stored(Array(events.suffix(5)) + more)))
         messages = try await server.streamMessages("FERRY")
-        #expect(messages.count == 110)
+        #expect(messages.count == 310)
         #expect(Set(messages.compactMap(\.messageID)) == Set((events + more).map(\.id.description)))
         let info = try #require(try await server.streamInfo("FERRY"))
         #expect(info.duplicateWindow == .seconds(120))
         try await sink.shutdown()
+    }
+
+    @Test("each message's subject is rendered from its own event, also when sources, types and categories alternate")
+    func subjectsPerEvent() throws {
+        let template = try SubjectTemplate("ferry.{source}.{type}.{category}")
+        var events: [WireEvent] = []
+        for index in 1...12 {
+            var event = Events.make(UInt64(index), source: ["app.a", "app.b", "app.b"][index % 3])
+            if index % 4 == 0 { event.type = .identify }
+            if index % 5 == 0 { event.category = 7 }
+            events.append(event)
+        }
+        let messages = JetStreamSink.messages(for: DeliveryBatch(events: Self.stored(events)), template: template)
+        #expect(messages.map(\.subject) == events.map {
+            template.render(type: $0.type.description, category: $0.category, source: $0.source)
+        })
+        #expect(messages.map(\.messageID) == events.map(\.id.description))
+        #expect(messages.allSatisfy { $0.headers.count == 1 && $0.headers[0].0 == "Ferry-Batch" })
     }
 
     @Test("a missing stream with createStream false is permanent; a server that is down is retryable")

@@ -22,6 +22,14 @@ struct EventIDTests {
         #expect(Self.sample.description == "01020304-0506-0708-090a-0b0c0d0e0f10")
         #expect(EventID.zero.description == "00000000-0000-0000-0000-000000000000")
         #expect(EventID(high: .max, low: .max).description == "ffffffff-ffff-ffff-ffff-ffffffffffff")
+        // `description` and `appendText(to:)` write the same text.
+        var generator = SystemRandomNumberGenerator()
+        for _ in 0..<100 {
+            let id = EventID(high: generator.next(), low: generator.next())
+            var text: [UInt8] = []
+            id.appendText(to: &text)
+            #expect(Array(id.description.utf8) == text)
+        }
     }
 
     @Test("text round trip", arguments: [

@@ -1,4 +1,5 @@
 @testable import FerryProtocol
+import Foundation
 import Testing
 
 @Suite("ThreadInbox")
@@ -25,4 +26,20 @@ struct ThreadInboxTests {
         #expect(inbox.takeAll(timeout: .zero) == [1, 2, 3, 4, 5])
         #expect(inbox.count == 0)
     }
+}
+
+@Suite("DedicatedThread")
+struct DedicatedThreadTests {
+    #if os(Linux)
+    @Test("the OS thread carries the thread's name (first 15 bytes), as top -H and perf show it")
+    func osThreadName() throws {
+        let seen = ThreadInbox<String>()
+        let thread = DedicatedThread(name: "ferry-commit-long-name") {
+            let comm = (try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? ""
+            seen.put(comm.trimmingCharacters(in: .newlines))
+        }
+        thread.join()
+        #expect(seen.takeAll(timeout: .zero) == ["ferry-commit-lo"])
+    }
+    #endif
 }

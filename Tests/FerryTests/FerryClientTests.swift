@@ -282,6 +282,62 @@ struct FerryClientReplyTests {
         await client.shutdown()
     }
 
+    @Test("while two messages are in flight, events that are not a full batch wait and then go out together in one message")
+    func partialBatchesWaitWhileTwoAreInFlight() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        // Silent until released: the first two messages stay in flight (re-sent every 100 ms).
+        let released = Atomic<Bool>(false)
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in
+            released.load(ordering: .acquiring) ? FakeIngestAgent.ack(header, events) : nil
+        }
+        defer { fake.stop() }
+        var logger = Logger(label: "ferry-tests")
+        logger.logLevel = .critical
+        let client = try FerryClient(
+            configuration: .init(source: "gather", runtimeDirectory: dir.appending("rt"), resendAfter: .milliseconds(100)),
+            logger: logger)
+        let first = client.enqueue(Event(name: "first"))
+        try await eventually("the first event's message arrives") { fake.messageCount >= 1 }
+        let second = client.enqueue(Event(name: "second"))
+        try await eventually("the second event goes out at once, in a message of its own") {
+            fake.receivedIDs.contains([second])
+        }
+        let later = (0..<8).map { client.enqueue(Event(name: "later-\($0)")) }
+        released.store(true, ordering: .releasing)
+        try await withTimeout(.seconds(20), "flush") { try await client.flush(timeout: .seconds(20)) }
+        let messages = fake.receivedIDs
+        #expect(messages.allSatisfy { $0 == [first] || $0 == [second] || $0 == later },
+                "every message is one of the first two (or a re-send of them) or all eight later events: \(messages)")
+        #expect(messages.filter { $0 == later }.count == 1)
+        #expect(client.statistics.accepted == 10)
+        await client.shutdown()
+    }
+
+    @Test("full batches still use the whole in-flight window while partial ones wait")
+    func fullBatchesUseTheWindow() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, _, _ in nil }
+        defer { fake.stop() }
+        var logger = Logger(label: "ferry-tests")
+        logger.logLevel = .critical
+        let client = try FerryClient(
+            configuration: .init(source: "window", runtimeDirectory: dir.appending("rt"), batchMaxEvents: 4, maxInFlightBatches: 8,
+                                 resendAfter: .seconds(600)),
+            logger: logger)
+        _ = client.enqueue(Event(name: "one"))
+        try await eventually("the first message arrives") { fake.messageCount == 1 }
+        _ = client.enqueue(Event(name: "two"))
+        try await eventually("the second message arrives") { fake.messageCount == 2 }
+        // Two in flight: 12 more events make three full batches (they go), then 2 wait.
+        for index in 0..<14 { _ = client.enqueue(Event(name: "full-\(index)")) }
+        try await eventually("three full batches go out") { fake.messageCount == 5 }
+        #expect(fake.receivedIDs.dropFirst(2).map(\.count) == [4, 4, 4])
+        #expect(client.statistics.pending == 16)
+        await client.shutdown()
+    }
+
     @Test("a lost ack is re-sent; the agent's `duplicate` answer resolves the send")
     func lostAckIsResent() async throws {
         let dir = try TemporaryDirectory()

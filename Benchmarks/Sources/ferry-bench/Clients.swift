@@ -195,6 +195,7 @@ func runLatencyClient(_ flags: Flags) throws {
         }
     }
 
+    tightenTimerSlack()
     ChildProtocol.ready()
     let start = nowNanoseconds()
     let total = Int(rate * duration)
@@ -214,12 +215,11 @@ func runLatencyClient(_ flags: Flags) throws {
             requestID &+= 1
             sent += count
         } else {
+            // Sleep (never spin) until the next message is due, at least one quantum: the acks
+            // wait in the socket meanwhile (read right after), the due messages go out together.
             let next = start + UInt64(Double(sent) * interval)
             let now = nowNanoseconds()
-            if next > now {
-                _ = try ZMQPoller.poll([.socket(socket, .readable)], timeout: next - now > 1_000_000 ? .milliseconds(1) : .zero)
-                if next > nowNanoseconds() + 20_000 { sleepMicroseconds(min(200, Int((next - nowNanoseconds()) / 1000))) }
-            }
+            if next > now { sleep(untilNanoseconds: min(max(next, now + pacingQuantumNanoseconds), now + 1_000_000)) }
         }
     }
     let sendSeconds = seconds(since: start)

@@ -70,6 +70,7 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
     // Properties of about `size` bytes once encoded: a number, a short string and a pad.
     let pad = String(repeating: "x", count: max(1, size - 40))
     let histogram = HistogramBox()
+    tightenTimerSlack()
     ChildProtocol.ready()
     let start = nowNanoseconds()
     let end = start + UInt64(duration * 1e9)
@@ -92,9 +93,10 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
             due += -log(Double.random(in: Double.ulpOfOne..<1, using: &generator)) / rate * 1e9
             guard due < Double(end) else { break }
             let dueAt = UInt64(due)
+            // Sleep until due (at least one quantum: everything due by then goes out together);
+            // never spin, never send early. Lateness is charged: latency runs from `dueAt`.
             let now = nowNanoseconds()
-            if dueAt > now + 60_000 { sleepMicroseconds(Int((dueAt - now) / 1000) - 50) }
-            while nowNanoseconds() < dueAt {}
+            if dueAt > now { sleep(untilNanoseconds: max(dueAt, now + pacingQuantumNanoseconds)) }
             let event = Event(type: .track, name: "bench", properties: ["total": 42.5, "sku": "A-1", "pad": .string(pad)])
             _ = client.enqueue(event) { receipt in
                 guard receipt.status == .accepted else { return }

@@ -153,7 +153,7 @@ public final class FileSink: Sink {
 
     /// The consent stamp as a JSON object, or `nil` when empty. In line format 2 `consent_seq` is
     /// a number (format 1 wrote it as a string).
-    static func consentJSON(_ stamp: [String: String], lineFormat: Int = currentLineFormat) -> [UInt8]? {
+    package static func consentJSON(_ stamp: [String: String], lineFormat: Int = currentLineFormat) -> [UInt8]? {
         guard !stamp.isEmpty else { return nil }
         var json = JSONWriter()
         for (key, value) in stamp.sorted(by: { $0.key < $1.key }) {

@@ -223,7 +223,8 @@ class Client:
         - `outbox_capacity`: most events held waiting for an ack; `overflow_policy` says which to
           drop beyond it (`"drop-oldest"`, the default, or `"drop-newest"`).
         - `batch_max_events` (1-4096), `max_in_flight_batches`: events per message, messages sent
-          but not yet acked.
+          but not yet acked (a message that is not a full batch goes out only while fewer than
+          two are in flight, so under load events gather into fewer messages).
         - `resend_after`: seconds without an ack before a message is sent again.
         - `exit_flush_timeout`: how long leaving a `with` block waits for the acks.
         """
@@ -582,8 +583,7 @@ class Client:
     def _io_timeout(self, send_blocked: bool) -> Optional[float]:
         """Seconds to sleep: 0 when a batch can go out, until the oldest in-flight batch is due
         for re-sending, briefly while sending fails (no agent), or until woken (None)."""
-        can_send = bool(self._pending) and len(self._in_flight) < self.max_in_flight_batches
-        if can_send and not send_blocked:
+        if self._next_batch_size() and not send_blocked:
             return 0
         wait: Optional[float] = 0.05 if send_blocked else None
         if self._in_flight:
@@ -607,6 +607,21 @@ class Client:
                 self._stats.resent_batches += 1
         return True
 
+    #: Most messages in flight while the next one would not be a full batch.
+    PARTIAL_BATCHES_IN_FLIGHT = 2
+
+    def _next_batch_size(self) -> int:
+        """How many events the next message may carry now (0: none may go out). A full batch
+        while the in-flight window has room; a partial one only while fewer than
+        PARTIAL_BATCHES_IN_FLIGHT messages are in flight, so under load events gather into one
+        message instead of one message each (as the Swift client does)."""
+        if not self._pending or len(self._in_flight) >= self.max_in_flight_batches:
+            return 0
+        count = min(self.batch_max_events, len(self._pending))
+        if count < self.batch_max_events and len(self._in_flight) >= self.PARTIAL_BATCHES_IN_FLIGHT:
+            return 0
+        return count
+
     def _send_pending(self, sock: zmq.Socket, now: float) -> bool:
         """Sends new batches from the outbox while the in-flight window allows. False if the
         socket refused (no agent, or its pipe is full)."""
@@ -614,10 +629,10 @@ class Client:
             # The send happens under the lock (a non-blocking copy into libzmq), so an event is
             # either pending or in flight, never in between where the overflow policy misses it.
             with self._lock:
-                if not self._pending or len(self._in_flight) >= self.max_in_flight_batches:
+                count = self._next_batch_size()
+                if not count:
                     return True
                 request_id = self._next_request_id
-                count = min(self.batch_max_events, len(self._pending))
                 entries = [self._pending[i] for i in range(count)]
                 version = self._protocol_version
                 message = [wire.encode_header(wire.KIND_EVENTS, request_id, version=version)]

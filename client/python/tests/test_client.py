@@ -238,6 +238,41 @@ def test_an_agent_refusal_of_the_whole_message_is_final(workdir, make_client):
         context.term()
 
 
+def test_partial_batches_wait_while_two_messages_are_in_flight(workdir, make_client):
+    """With two messages unacked, events that do not fill a batch wait, then go out together."""
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind("ipc://%s/ingest" % workdir)
+
+    def receive():
+        assert router.poll(10_000)
+        peer, header, *frames = router.recv_multipart()
+        return peer, wire.decode_header(header).request_id, frames
+
+    def ack(peer, request_id, frames):
+        router.send_multipart([peer, wire.encode_header(wire.KIND_ACK, request_id),
+                               wire.encode_ack([(f[:16], 0, 0) for f in frames])])
+
+    try:
+        client = make_client(source="gather", runtime_dir=workdir, resend_after=600.0)
+        client.enqueue(ferry.Event(name="first"))
+        first = receive()
+        client.enqueue(ferry.Event(name="second"))
+        second = receive()
+        later = [client.enqueue(ferry.Event(name="later-%d" % i)) for i in range(8)]
+        ack(*first)
+        peer, request_id, frames = receive()
+        assert [uuid.UUID(bytes=bytes(f[:16])) for f in frames] == later
+        ack(peer, request_id, frames)
+        ack(*second)
+        client.flush(timeout=10)
+        assert client.statistics.accepted == 10
+    finally:
+        router.close()
+        context.term()
+
+
 def test_ids_are_uuids_and_sessions_differ_per_client(make_client, workdir):
     a = make_client(source="a", runtime_dir=workdir)
     b = make_client(source="b", runtime_dir=workdir)
