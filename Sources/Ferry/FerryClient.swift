@@ -74,15 +74,22 @@ public final class FerryClient: Sendable {
         }
 
         /// How many events the next message may carry now, or nil if none may go out: a full
-        /// batch while the in-flight window (`maxInFlightBatches`) has room, a partial one only
+        /// batch (`batchMaxEvents`, or as many as fit in `batchMaxBytes`) while the in-flight
+        /// window (`maxInFlightBatches`) has room, a partial one only
         /// while fewer than ``FerryClient/partialBatchesInFlight`` messages are in flight. Under
         /// load the events that arrive meanwhile gather into one message instead of going out one
         /// message each, which would cost the agent a message apiece and queue them behind each
         /// other; an app sending rarely still sends each event at once.
         func nextBatchSize(_ configuration: FerryClientConfiguration) -> Int? {
             guard !pending.isEmpty, inFlight.count < configuration.maxInFlightBatches else { return nil }
-            let count = min(configuration.batchMaxEvents, pending.count)
-            if count < configuration.batchMaxEvents && inFlight.count >= FerryClient.partialBatchesInFlight { return nil }
+            var count = 0, bytes = 0
+            for entry in pending.prefix(configuration.batchMaxEvents) {
+                if count > 0 && bytes + entry.frame.count > configuration.batchMaxBytes { break }
+                bytes += entry.frame.count
+                count += 1
+            }
+            let full = count == configuration.batchMaxEvents || count < pending.count
+            if !full && inFlight.count >= FerryClient.partialBatchesInFlight { return nil }
             return count
         }
     }
@@ -93,7 +100,8 @@ public final class FerryClient: Sendable {
 
     /// Creates a client and starts its I/O thread. Works whether or not the agent is running.
     public init(configuration: FerryClientConfiguration = FerryClientConfiguration(), logger: Logger) throws {
-        precondition(configuration.outboxCapacity > 0 && configuration.batchMaxEvents > 0 && configuration.maxInFlightBatches > 0)
+        precondition(configuration.outboxCapacity > 0 && configuration.batchMaxEvents > 0 && configuration.batchMaxBytes > 0
+                     && configuration.maxInFlightBatches > 0)
         self.configuration = configuration
         self.logger = logger
         state = Mutex(State())

@@ -12,9 +12,13 @@ public struct FerryClientConfiguration: Sendable, Hashable {
     public var overflowPolicy: OverflowPolicy
     /// Most events per message sent to the agent.
     public var batchMaxEvents: Int
-    /// Most messages sent but not yet acked. A message that is not a full batch
-    /// (`batchMaxEvents`) goes out only while fewer than two are in flight: under load, events
-    /// gather into fewer, larger messages instead of one message each.
+    /// Most bytes of event frames per message (a larger single event still goes alone). The
+    /// agent holds a few unread messages per client, so this bounds what each client can make
+    /// it hold; 64 KiB keeps a message's cost per event small.
+    public var batchMaxBytes: Int
+    /// Most messages sent but not yet acked. A message that is not a full batch (held back by
+    /// neither `batchMaxEvents` nor `batchMaxBytes`) goes out only while fewer than two are in
+    /// flight: under load, events gather into fewer, larger messages instead of one message each.
     public var maxInFlightBatches: Int
     /// A message not acked within this time is sent again (the agent drops the duplicates).
     public var resendAfter: Duration
@@ -38,6 +42,7 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         outboxCapacity: Int = 10_000,
         overflowPolicy: OverflowPolicy = .dropOldest,
         batchMaxEvents: Int = 256,
+        batchMaxBytes: Int = 64 << 10,
         maxInFlightBatches: Int = 8,
         resendAfter: Duration = .seconds(2),
         anonymousID: String = ""
@@ -47,6 +52,7 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         self.outboxCapacity = outboxCapacity
         self.overflowPolicy = overflowPolicy
         self.batchMaxEvents = batchMaxEvents
+        self.batchMaxBytes = batchMaxBytes
         self.maxInFlightBatches = maxInFlightBatches
         self.resendAfter = resendAfter
         self.anonymousID = anonymousID

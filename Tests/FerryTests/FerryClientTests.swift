@@ -338,6 +338,36 @@ struct FerryClientReplyTests {
         await client.shutdown()
     }
 
+    @Test("batchMaxBytes splits messages by size: full by bytes, they use the window; the partial rest waits")
+    func batchMaxBytesSplitsMessages() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let released = Atomic<Bool>(false)
+        var logger = Logger(label: "ferry-tests")
+        logger.logLevel = .critical
+        // Events of about 1 KiB, at most two per message; queued while no agent listens.
+        let client = try FerryClient(
+            configuration: .init(source: "bytes", runtimeDirectory: dir.appending("rt"), batchMaxBytes: 2_500,
+                                 resendAfter: .milliseconds(100)),
+            logger: logger)
+        let pad = String(repeating: "p", count: 1_000)
+        let ids = (0..<6).map { client.enqueue(Event(name: "sized-\($0)", properties: ["pad": .string(pad)])) }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in
+            released.load(ordering: .acquiring) ? FakeIngestAgent.ack(header, events) : nil
+        }
+        defer { fake.stop() }
+        try await eventually("two full messages of two events go out") {
+            Set(fake.receivedIDs).isSuperset(of: [Array(ids[0..<2]), Array(ids[2..<4])])
+        }
+        #expect(!fake.receivedIDs.contains(Array(ids[4..<6])), "the last two are a partial batch: they wait")
+        released.store(true, ordering: .releasing)
+        try await withTimeout(.seconds(20), "flush") { try await client.flush(timeout: .seconds(20)) }
+        #expect(fake.receivedIDs.allSatisfy { $0.count == 2 })
+        #expect(fake.receivedIDs.contains(Array(ids[4..<6])))
+        #expect(client.statistics.accepted == 6)
+        await client.shutdown()
+    }
+
     @Test("a lost ack is re-sent; the agent's `duplicate` answer resolves the send")
     func lostAckIsResent() async throws {
         let dir = try TemporaryDirectory()

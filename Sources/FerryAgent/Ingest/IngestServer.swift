@@ -37,8 +37,10 @@ final class IngestServer: Sendable {
     static let maxCommitBacklogBytes = 4 << 20
     /// Unread messages libzmq queues per client connection: beyond them a client's batches wait
     /// in the kernel's socket buffer and its own outbox, not in agent memory. (libzmq holds a
-    /// little more than this: the message being decoded, and reads acknowledged in steps.)
-    static let receiveHighWaterMark: Int32 = 1
+    /// little more than this: the message being decoded, and reads acknowledged in steps.) Not 1:
+    /// libzmq's reader then hands its I/O thread a command after every message read (its
+    /// low-water mark is half the high one), which halved the one-event-per-message rate.
+    static let receiveHighWaterMark: Int32 = 4
     /// Event frames read per round before the acks and control requests get a turn.
     static let maxFramesPerRound = 8192
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import collections
 import enum
+import itertools
 import logging
 import math
 import os
@@ -212,8 +213,8 @@ class Client:
     def __init__(self, source: Optional[str] = None, *, runtime_dir: Optional[str] = None,
                  outbox_capacity: int = 10_000,
                  overflow_policy: Union[OverflowPolicy, str] = OverflowPolicy.DROP_OLDEST,
-                 batch_max_events: int = 256, max_in_flight_batches: int = 8, resend_after: float = 2.0,
-                 exit_flush_timeout: float = 5.0) -> None:
+                 batch_max_events: int = 256, batch_max_bytes: int = 65536, max_in_flight_batches: int = 8,
+                 resend_after: float = 2.0, exit_flush_timeout: float = 5.0) -> None:
         """Creates a client and starts its I/O thread; works whether or not the agent runs.
 
         - `source`: the name events are stamped with (default: the program's name).
@@ -222,9 +223,10 @@ class Client:
           per-user directory).
         - `outbox_capacity`: most events held waiting for an ack; `overflow_policy` says which to
           drop beyond it (`"drop-oldest"`, the default, or `"drop-newest"`).
-        - `batch_max_events` (1-4096), `max_in_flight_batches`: events per message, messages sent
-          but not yet acked (a message that is not a full batch goes out only while fewer than
-          two are in flight, so under load events gather into fewer messages).
+        - `batch_max_events` (1-4096), `batch_max_bytes`, `max_in_flight_batches`: events and
+          bytes of event frames per message (a larger single event still goes alone), messages
+          sent but not yet acked (a message that is not a full batch goes out only while fewer
+          than two are in flight, so under load events gather into fewer messages).
         - `resend_after`: seconds without an ack before a message is sent again.
         - `exit_flush_timeout`: how long leaving a `with` block waits for the acks.
         """
@@ -234,6 +236,8 @@ class Client:
             raise ValueError("outbox_capacity must be a positive int")
         if not isinstance(batch_max_events, int) or not 1 <= batch_max_events <= wire.MAX_EVENTS_PER_MESSAGE:
             raise ValueError("batch_max_events must be 1 to %d" % wire.MAX_EVENTS_PER_MESSAGE)
+        if not isinstance(batch_max_bytes, int) or batch_max_bytes < 1:
+            raise ValueError("batch_max_bytes must be a positive int")
         if not isinstance(max_in_flight_batches, int) or max_in_flight_batches < 1:
             raise ValueError("max_in_flight_batches must be a positive int")
         if not resend_after > 0:
@@ -243,6 +247,7 @@ class Client:
         self.outbox_capacity = outbox_capacity
         self.overflow_policy = OverflowPolicy(overflow_policy)
         self.batch_max_events = batch_max_events
+        self.batch_max_bytes = batch_max_bytes
         self.max_in_flight_batches = max_in_flight_batches
         self.resend_after = float(resend_after)
         self.exit_flush_timeout = exit_flush_timeout
@@ -612,13 +617,20 @@ class Client:
 
     def _next_batch_size(self) -> int:
         """How many events the next message may carry now (0: none may go out). A full batch
-        while the in-flight window has room; a partial one only while fewer than
-        PARTIAL_BATCHES_IN_FLIGHT messages are in flight, so under load events gather into one
-        message instead of one message each (as the Swift client does)."""
+        (batch_max_events, or as many as fit in batch_max_bytes) while the in-flight window has
+        room; a partial one only while fewer than PARTIAL_BATCHES_IN_FLIGHT messages are in
+        flight, so under load events gather into one message instead of one message each (as
+        the Swift client does)."""
         if not self._pending or len(self._in_flight) >= self.max_in_flight_batches:
             return 0
-        count = min(self.batch_max_events, len(self._pending))
-        if count < self.batch_max_events and len(self._in_flight) >= self.PARTIAL_BATCHES_IN_FLIGHT:
+        count = size = 0
+        for entry in itertools.islice(self._pending, self.batch_max_events):
+            if count and size + len(entry.frame) > self.batch_max_bytes:
+                break
+            size += len(entry.frame)
+            count += 1
+        full = count == self.batch_max_events or count < len(self._pending)
+        if not full and len(self._in_flight) >= self.PARTIAL_BATCHES_IN_FLIGHT:
             return 0
         return count
 

@@ -273,6 +273,33 @@ def test_partial_batches_wait_while_two_messages_are_in_flight(workdir, make_cli
         context.term()
 
 
+def test_batch_max_bytes_splits_messages_by_size(workdir, make_client):
+    """At most batch_max_bytes of frames per message: six 1 KiB events go out two by two."""
+    with pytest.raises(ValueError):
+        ferry.Client(source="bad", runtime_dir=workdir, batch_max_bytes=0)
+    context = zmq.Context()
+    router = context.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    router.bind("ipc://%s/ingest" % workdir)
+    try:
+        client = make_client(source="bytes", runtime_dir=workdir, batch_max_bytes=2500, resend_after=600.0)
+        ids = [client.enqueue(ferry.Event(name="sized-%d" % i, properties={"pad": "p" * 1000})) for i in range(6)]
+        seen = []
+        while sum(len(frames) for _, _, frames in seen) < 6:
+            assert router.poll(10_000)
+            peer, header, *frames = router.recv_multipart()
+            seen.append((peer, wire.decode_header(header).request_id, frames))
+            router.send_multipart([peer, wire.encode_header(wire.KIND_ACK, seen[-1][1]),
+                                   wire.encode_ack([(f[:16], 0, 0) for f in frames])])
+        assert [[uuid.UUID(bytes=bytes(f[:16])) for f in frames] for _, _, frames in seen] == \
+            [ids[0:2], ids[2:4], ids[4:6]]
+        client.flush(timeout=10)
+        assert client.statistics.accepted == 6
+    finally:
+        router.close()
+        context.term()
+
+
 def test_ids_are_uuids_and_sessions_differ_per_client(make_client, workdir):
     a = make_client(source="a", runtime_dir=workdir)
     b = make_client(source="b", runtime_dir=workdir)
