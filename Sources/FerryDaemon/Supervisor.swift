@@ -6,7 +6,11 @@ import UnixSignals
 
 /// Runs beside the agent: tells the service manager when the agent is ready, alive (watchdog)
 /// and stopping, and reloads the configuration on SIGHUP.
-struct Supervisor: Service {
+struct Supervisor: Service, CustomStringConvertible {
+    /// What service-lifecycle logs for this service. Without it, `ServiceGroupConfiguration`'s
+    /// `"\(service)"` printed the struct by reflection: a fifth of ferryd's start-up instructions.
+    var description: String { "Supervisor" }
+
     let agent: FerryAgent
     let notifier: SystemdNotifier
     let logger: Logger

@@ -16,7 +16,9 @@ import Synchronization
 /// let server = MetricsHTTPServer(host: "127.0.0.1", port: 9464, logger: logger) { agent.metricsExposition() }
 /// let group = ServiceGroup(services: [agent, server], gracefulShutdownSignals: [.sigterm], logger: logger)
 /// ```
-public final class MetricsHTTPServer: Service, Sendable {
+public final class MetricsHTTPServer: Service, Sendable, CustomStringConvertible {
+    /// `MetricsHTTPServer(host:port)`: what logs (and service-lifecycle) print for the server.
+    public var description: String { "MetricsHTTPServer(\(host):\(port))" }
     /// The address to bind.
     public let host: String
     /// The port to bind (0: any free port; see ``boundPort()``).

@@ -24,7 +24,10 @@ import ZeroMQ
 /// let group = ServiceGroup(services: [agent], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
 /// try await group.run()
 /// ```
-public final class FerryAgent: Service, Sendable {
+public final class FerryAgent: Service, Sendable, CustomStringConvertible {
+    /// `FerryAgent`: what logs (and service-lifecycle) print for the agent; cheap, unlike the
+    /// reflection `"\(agent)"` would otherwise fall back to.
+    public var description: String { "FerryAgent" }
     /// The configuration the agent runs with.
     public let configuration: AgentConfiguration
     /// The agent's metrics (swift-metrics instruments made by its backend's factory) and the
