@@ -103,12 +103,17 @@ struct Driver {
 
     /// Ferry's durable ingest, and ferryd's CPU time per event accepted during the run (µs; CPU
     /// from /proc/<pid>/stat, events from the `accepted` counter, both read when the clients are
-    /// released and after the last one reported).
+    /// released and after the last one reported). Delivery is not started (`consent.autoStart`
+    /// false: events are accepted and queued durably), as the JetStream peer and the disk ceiling
+    /// deliver nothing either; delivery has rows of its own, and every sink live with ingest is
+    /// `4.backlog.live`.
     func ferryRun(clients count: Int, size: Int) throws -> (rate: Double, cpuPerEventMicroseconds: Double) {
         let dir = work + "/ferry-\(count)-\(size)"
         defer { removeTree(dir) }
+        let config = try sinkConfig(dir: dir, #"{"consent":{"autoStart":false}}"#)
+        defer { try? FileManager.default.removeItem(atPath: config) }
         let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
-                                                           sink: dir + "/sink", config: configPath, log: dir + ".log")
+                                                           sink: dir + "/sink", config: config, log: dir + ".log")
         defer { agent.stop() }
         let children = try clients(count, runtime: dir + "/rt", size: size)
         for child in children { try child.expectReady() }
