@@ -256,11 +256,15 @@ struct FerryClientTests {
 /// The client against scripted agent replies.
 @Suite("FerryClient reply handling")
 struct FerryClientReplyTests {
-    static func makeClient(runtimeDirectory: String, source: String) throws -> FerryClient {
+    static func makeClient(
+        runtimeDirectory: String, source: String, batchMaxEvents: Int = 256, batchMaxBytes: Int = 64 << 10,
+        resendAfter: Duration = .milliseconds(200)
+    ) throws -> FerryClient {
         var logger = Logger(label: "ferry-tests")
         logger.logLevel = .critical
         return try FerryClient(
-            configuration: .init(source: source, runtimeDirectory: runtimeDirectory, resendAfter: .milliseconds(200)),
+            configuration: .init(source: source, runtimeDirectory: runtimeDirectory, batchMaxEvents: batchMaxEvents,
+                                 batchMaxBytes: batchMaxBytes, resendAfter: resendAfter),
             logger: logger)
     }
 
@@ -292,11 +296,7 @@ struct FerryClientReplyTests {
             released.load(ordering: .acquiring) ? FakeIngestAgent.ack(header, events) : nil
         }
         defer { fake.stop() }
-        var logger = Logger(label: "ferry-tests")
-        logger.logLevel = .critical
-        let client = try FerryClient(
-            configuration: .init(source: "gather", runtimeDirectory: dir.appending("rt"), resendAfter: .milliseconds(100)),
-            logger: logger)
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "gather", resendAfter: .milliseconds(100))
         let first = client.enqueue(Event(name: "first"))
         try await eventually("the first event's message arrives") { fake.messageCount >= 1 }
         let second = client.enqueue(Event(name: "second"))
@@ -320,12 +320,8 @@ struct FerryClientReplyTests {
         defer { dir.remove() }
         let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, _, _ in nil }
         defer { fake.stop() }
-        var logger = Logger(label: "ferry-tests")
-        logger.logLevel = .critical
-        let client = try FerryClient(
-            configuration: .init(source: "window", runtimeDirectory: dir.appending("rt"), batchMaxEvents: 4, maxInFlightBatches: 8,
-                                 resendAfter: .seconds(600)),
-            logger: logger)
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "window", batchMaxEvents: 4,
+                                         resendAfter: .seconds(600))
         _ = client.enqueue(Event(name: "one"))
         try await eventually("the first message arrives") { fake.messageCount == 1 }
         _ = client.enqueue(Event(name: "two"))
@@ -343,13 +339,9 @@ struct FerryClientReplyTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let released = Atomic<Bool>(false)
-        var logger = Logger(label: "ferry-tests")
-        logger.logLevel = .critical
         // Events of about 1 KiB, at most two per message; queued while no agent listens.
-        let client = try FerryClient(
-            configuration: .init(source: "bytes", runtimeDirectory: dir.appending("rt"), batchMaxBytes: 2_500,
-                                 resendAfter: .milliseconds(100)),
-            logger: logger)
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "bytes", batchMaxBytes: 2_500,
+                                         resendAfter: .milliseconds(100))
         let pad = String(repeating: "p", count: 1_000)
         let ids = (0..<6).map { client.enqueue(Event(name: "sized-\($0)", properties: ["pad": .string(pad)])) }
         let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in

@@ -1,6 +1,7 @@
 """ferry.Client against a real ferryd: delivery, exactly once across a crash, the outbox, threads."""
 from __future__ import annotations
 
+import contextlib
 import threading
 import uuid
 
@@ -216,12 +217,28 @@ def test_falls_back_to_protocol_1_for_an_older_agent(workdir, make_client):
         context.term()
 
 
-def test_an_agent_refusal_of_the_whole_message_is_final(workdir, make_client):
+@contextlib.contextmanager
+def scripted_agent(workdir):
+    """A ROUTER bound where the agent's ingest socket would be, that the test drives by hand."""
     context = zmq.Context()
     router = context.socket(zmq.ROUTER)
     router.setsockopt(zmq.LINGER, 0)
     router.bind("ipc://%s/ingest" % workdir)
     try:
+        yield router
+    finally:
+        router.close()
+        context.term()
+
+
+def ack_all(router, peer, request_id, frames):
+    """Answers one message: every event accepted."""
+    router.send_multipart([peer, wire.encode_header(wire.KIND_ACK, request_id),
+                           wire.encode_ack([(f[:16], 0, 0) for f in frames])])
+
+
+def test_an_agent_refusal_of_the_whole_message_is_final(workdir, make_client):
+    with scripted_agent(workdir) as router:
         client = make_client(source="denied", runtime_dir=workdir)
         receipts = []
         client.enqueue(ferry.Event(name="x"), receipts.append)
@@ -233,71 +250,47 @@ def test_an_agent_refusal_of_the_whole_message_is_final(workdir, make_client):
         client.flush(timeout=10)
         assert [(r.status, r.reason) for r in receipts] == [(ferry.Status.REFUSED_BY_AGENT, "access_denied")]
         assert client.statistics.rejected == 1
-    finally:
-        router.close()
-        context.term()
 
 
 def test_partial_batches_wait_while_two_messages_are_in_flight(workdir, make_client):
     """With two messages unacked, events that do not fill a batch wait, then go out together."""
-    context = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    router.bind("ipc://%s/ingest" % workdir)
+    with scripted_agent(workdir) as router:
+        def receive():
+            assert router.poll(10_000)
+            peer, header, *frames = router.recv_multipart()
+            return peer, wire.decode_header(header).request_id, frames
 
-    def receive():
-        assert router.poll(10_000)
-        peer, header, *frames = router.recv_multipart()
-        return peer, wire.decode_header(header).request_id, frames
-
-    def ack(peer, request_id, frames):
-        router.send_multipart([peer, wire.encode_header(wire.KIND_ACK, request_id),
-                               wire.encode_ack([(f[:16], 0, 0) for f in frames])])
-
-    try:
         client = make_client(source="gather", runtime_dir=workdir, resend_after=600.0)
         client.enqueue(ferry.Event(name="first"))
         first = receive()
         client.enqueue(ferry.Event(name="second"))
         second = receive()
         later = [client.enqueue(ferry.Event(name="later-%d" % i)) for i in range(8)]
-        ack(*first)
+        ack_all(router, *first)
         peer, request_id, frames = receive()
         assert [uuid.UUID(bytes=bytes(f[:16])) for f in frames] == later
-        ack(peer, request_id, frames)
-        ack(*second)
+        ack_all(router, peer, request_id, frames)
+        ack_all(router, *second)
         client.flush(timeout=10)
         assert client.statistics.accepted == 10
-    finally:
-        router.close()
-        context.term()
 
 
 def test_batch_max_bytes_splits_messages_by_size(workdir, make_client):
     """At most batch_max_bytes of frames per message: six 1 KiB events go out two by two."""
     with pytest.raises(ValueError):
         ferry.Client(source="bad", runtime_dir=workdir, batch_max_bytes=0)
-    context = zmq.Context()
-    router = context.socket(zmq.ROUTER)
-    router.setsockopt(zmq.LINGER, 0)
-    router.bind("ipc://%s/ingest" % workdir)
-    try:
+    with scripted_agent(workdir) as router:
         client = make_client(source="bytes", runtime_dir=workdir, batch_max_bytes=2500, resend_after=600.0)
         ids = [client.enqueue(ferry.Event(name="sized-%d" % i, properties={"pad": "p" * 1000})) for i in range(6)]
         seen = []
-        while sum(len(frames) for _, _, frames in seen) < 6:
+        while sum(len(frames) for frames in seen) < 6:
             assert router.poll(10_000)
             peer, header, *frames = router.recv_multipart()
-            seen.append((peer, wire.decode_header(header).request_id, frames))
-            router.send_multipart([peer, wire.encode_header(wire.KIND_ACK, seen[-1][1]),
-                                   wire.encode_ack([(f[:16], 0, 0) for f in frames])])
-        assert [[uuid.UUID(bytes=bytes(f[:16])) for f in frames] for _, _, frames in seen] == \
-            [ids[0:2], ids[2:4], ids[4:6]]
+            seen.append(frames)
+            ack_all(router, peer, wire.decode_header(header).request_id, frames)
+        assert [[uuid.UUID(bytes=bytes(f[:16])) for f in frames] for frames in seen] == [ids[0:2], ids[2:4], ids[4:6]]
         client.flush(timeout=10)
         assert client.statistics.accepted == 6
-    finally:
-        router.close()
-        context.term()
 
 
 def test_ids_are_uuids_and_sessions_differ_per_client(make_client, workdir):
