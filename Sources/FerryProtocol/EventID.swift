@@ -61,39 +61,41 @@ public struct EventID: Hashable, Comparable, Sendable, CustomStringConvertible {
         (lhs.high, lhs.low) < (rhs.high, rhs.low)
     }
 
-    /// Appends the lower-case canonical UUID text (``description``) to `out`.
-    package func appendText(to out: inout [UInt8]) {
+    /// The canonical UUID text is this many bytes.
+    private static let textLength = 36
+
+    /// Writes the lower-case canonical UUID text into the first 36 bytes of `buffer`.
+    private func writeText(into buffer: UnsafeMutableBufferPointer<UInt8>) {
         let digits: StaticString = "0123456789abcdef"
-        func append(_ half: UInt64, dashesAfter first: Int, _ second: Int) {
+        var at = 0
+        func put(_ half: UInt64, dashesAfter first: Int, _ second: Int) {
             for index in 0..<16 {
-                if index == first || index == second { out.append(UInt8(ascii: "-")) }
-                out.append(digits.utf8Start[Int((half >> UInt64(60 - 4 * index)) & 0xF)])
+                if index == first || index == second {
+                    buffer[at] = UInt8(ascii: "-")
+                    at += 1
+                }
+                buffer[at] = digits.utf8Start[Int((half >> UInt64(60 - 4 * index)) & 0xF)]
+                at += 1
             }
         }
-        append(high, dashesAfter: 8, 12)
-        append(low, dashesAfter: 0, 4)
+        put(high, dashesAfter: 8, 12)
+        put(low, dashesAfter: 0, 4)
+    }
+
+    /// Appends the lower-case canonical UUID text (``description``) to `out`, in place.
+    package func appendText(to out: inout [UInt8]) {
+        let start = out.count
+        out.append(contentsOf: repeatElement(0, count: Self.textLength))
+        out.withUnsafeMutableBufferPointer { writeText(into: UnsafeMutableBufferPointer(rebasing: $0[start...])) }
     }
 
     /// Lower-case canonical UUID text.
     public var description: String {
         // Written straight into the string's storage: one allocation (the JetStream sink makes
-        // one per delivered event for `Nats-Msg-Id`). The same text as ``appendText(to:)``.
-        String(unsafeUninitializedCapacity: 36) { buffer in
-            let digits: StaticString = "0123456789abcdef"
-            var at = 0
-            func put(_ half: UInt64, dashesAfter first: Int, _ second: Int) {
-                for index in 0..<16 {
-                    if index == first || index == second {
-                        buffer[at] = UInt8(ascii: "-")
-                        at += 1
-                    }
-                    buffer[at] = digits.utf8Start[Int((half >> UInt64(60 - 4 * index)) & 0xF)]
-                    at += 1
-                }
-            }
-            put(high, dashesAfter: 8, 12)
-            put(low, dashesAfter: 0, 4)
-            return at
+        // one per delivered event for `Nats-Msg-Id`).
+        String(unsafeUninitializedCapacity: Self.textLength) { buffer in
+            writeText(into: buffer)
+            return Self.textLength
         }
     }
 }

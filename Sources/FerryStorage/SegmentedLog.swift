@@ -661,14 +661,14 @@ package final class SegmentedLog: Sendable {
     }
 
     /// Counts committed events' bytes by sender uid, by segment (the commit thread, after a
-    /// group commit: `usage[segment][uid]`).
-    package func recordUsage(_ usage: [UInt64: [UInt32: Int64]]) {
+    /// group commit: one entry per segment and sender of the group).
+    package func recordUsage(_ usage: [(segment: UInt64, uid: UInt32, bytes: Int64)]) {
         guard !usage.isEmpty else { return }
         state.withLock { state in
-            for (index, byUID) in usage {
-                guard let i = state.segments.firstIndex(where: { $0.index == index }) else { continue }
-                state.segments[i].uidBytes.merge(byUID, uniquingKeysWith: +)
-                state.uidBytes.merge(byUID, uniquingKeysWith: +)
+            for entry in usage {
+                guard let i = state.segments.firstIndex(where: { $0.index == entry.segment }) else { continue }
+                state.segments[i].uidBytes[entry.uid, default: 0] += entry.bytes
+                state.uidBytes[entry.uid, default: 0] += entry.bytes
             }
         }
     }

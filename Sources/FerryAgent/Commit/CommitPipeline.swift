@@ -399,11 +399,7 @@ final class CommitPipeline: Sendable {
                 try writer.commit()
                 counters.commitEvents.record(appended.count)
                 counters.fsync.recordNanoseconds(Int64(clamping: writer.lastSyncNanoseconds))
-                if !usage.isEmpty {
-                    var bySegment: [UInt64: [UInt32: Int64]] = [:]
-                    for entry in usage { bySegment[entry.segment, default: [:]][entry.uid, default: 0] += entry.bytes }
-                    log.recordUsage(bySegment)
-                }
+                log.recordUsage(usage)
             } catch {
                 // Nothing of the group is kept: every event of it, and any duplicate of one of
                 // them, is rejected so the client knows to keep or resend it.
