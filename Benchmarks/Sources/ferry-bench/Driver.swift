@@ -412,7 +412,7 @@ struct Driver {
                 while nowNanoseconds() < deadline {
                     let counters = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#)?["counters"] as? [String: Any]
                     if (counters?["delivered"] as? Int ?? 0) >= events { break }
-                    // Every 50 ms: ~1% of a 1M-event run, and one status costs ferryd ~1 ms of CPU.
+                    // Every 50 ms: ~1% of a 1M-event run; each status reply costs ferryd CPU the sink would use.
                     sleepMicroseconds(50_000)
                 }
                 rates.append(Double(events) / seconds(since: ready))
