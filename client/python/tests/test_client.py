@@ -279,9 +279,10 @@ def test_batch_max_bytes_splits_messages_by_size(workdir, make_client):
     """At most batch_max_bytes of frames per message: six 1 KiB events go out two by two."""
     with pytest.raises(ValueError):
         ferry.Client(source="bad", runtime_dir=workdir, batch_max_bytes=0)
+    # Queued while no agent listens, so all six are in the outbox when the first message forms.
+    client = make_client(source="bytes", runtime_dir=workdir, batch_max_bytes=2500, resend_after=600.0)
+    ids = [client.enqueue(ferry.Event(name="sized-%d" % i, properties={"pad": "p" * 1000})) for i in range(6)]
     with scripted_agent(workdir) as router:
-        client = make_client(source="bytes", runtime_dir=workdir, batch_max_bytes=2500, resend_after=600.0)
-        ids = [client.enqueue(ferry.Event(name="sized-%d" % i, properties={"pad": "p" * 1000})) for i in range(6)]
         seen = []
         while sum(len(frames) for frames in seen) < 6:
             assert router.poll(10_000)
