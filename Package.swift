@@ -60,11 +60,14 @@ let package = Package(
         .target(name: "CFerryCRC32C"),
         // Wire format v1, event model, record codec, CRC32C, UUIDv7.
         .target(name: "FerryProtocol", dependencies: ["CFerryCRC32C"]),
+        // The thread runtime our targets share (package access): dedicated threads, the inbox
+        // between threads, the executor for blocking file I/O, the wake pipe, the async signal.
+        .target(name: "FerryThreads"),
         // Client library linked by applications.
         .target(
             name: "Ferry",
             dependencies: [
-                "ZeroMQ", "FerryProtocol",
+                "ZeroMQ", "FerryProtocol", "FerryThreads",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
             ]
@@ -86,7 +89,7 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryProtocol", "FerryStorage",
+                "ZeroMQ", "FerryProtocol", "FerryStorage", "FerryThreads",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -97,7 +100,7 @@ let package = Package(
         .target(
             name: "FerryHTTPSink",
             dependencies: [
-                "FerryAgent", "FerryProtocol", "FerryStorage", "CZlib",
+                "FerryAgent", "FerryProtocol", "FerryStorage", "FerryThreads", "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -109,7 +112,7 @@ let package = Package(
         .target(
             name: "FerryJetStreamSink",
             dependencies: [
-                "FerryAgent", "FerryProtocol", "FerryStorage", "NATS",
+                "FerryAgent", "FerryProtocol", "FerryStorage", "FerryThreads", "NATS",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -153,7 +156,7 @@ let package = Package(
         .target(
             name: "FerryTestKit",
             dependencies: [
-                "Ferry", "FerryAgent", "FerryHTTPSink", "FerryMetrics", "FerryStorage", "FerryProtocol", "ZeroMQ", "NATS",
+                "Ferry", "FerryAgent", "FerryHTTPSink", "FerryMetrics", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "NATS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -167,7 +170,7 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "Ferry", "FerryStorage", "FerryProtocol", "ZeroMQ",
+                "Ferry", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -175,10 +178,11 @@ let package = Package(
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
+        .testTarget(name: "FerryThreadsTests", dependencies: ["FerryThreads"]),
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),
         .testTarget(
             name: "FerryAgentTests",
-            dependencies: ["FerryAgent", "FerryStorage", "FerryHTTPSink", "FerryJetStreamSink", "FerryMetrics", "FerryTestKit", "Ferry", "NATS"]
+            dependencies: ["FerryAgent", "FerryStorage", "FerryThreads", "FerryHTTPSink", "FerryJetStreamSink", "FerryMetrics", "FerryTestKit", "Ferry", "NATS"]
         ),
         .testTarget(name: "FerryMetricsTests", dependencies: ["FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryTestKit"]),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),

@@ -6,6 +6,7 @@ import Darwin
 import CZeroMQ
 import DequeModule
 import FerryProtocol
+import FerryThreads
 import Logging
 import Synchronization
 import ZeroMQ

@@ -10,6 +10,7 @@ import Foundation
 #endif
 import CZeroMQ
 import FerryProtocol
+import FerryThreads
 import ZeroMQ
 
 /// Reads and changes the agent's state through its control socket: consent, tracking, features,

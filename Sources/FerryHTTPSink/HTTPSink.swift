@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import FerryAgent
 import FerryProtocol
 import FerryStorage
+import FerryThreads
 import Foundation
 import Logging
 import NIOCore

@@ -1,6 +1,7 @@
 import FerryAgent
 import FerryProtocol
 import FerryStorage
+import FerryThreads
 import Foundation
 import Logging
 import NATS

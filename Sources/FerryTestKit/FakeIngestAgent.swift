@@ -1,5 +1,6 @@
 import Foundation
 import FerryProtocol
+import FerryThreads
 import Synchronization
 import ZeroMQ
 

@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryThreads
 import Synchronization
 
 /// Thrown by ``eventually(_:timeout:pollInterval:_:)`` when the condition never held.

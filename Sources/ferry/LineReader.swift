@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import FerryProtocol
+import FerryThreads
 import Synchronization
 
 /// Reads lines from a file descriptor as they arrive (`tail -f log | ferry emit --stdin`): each

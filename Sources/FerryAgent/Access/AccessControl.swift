@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import FerryProtocol
+import FerryThreads
 import Logging
 import Synchronization
 import ZeroMQ

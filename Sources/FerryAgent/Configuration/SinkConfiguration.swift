@@ -1,5 +1,6 @@
 import FerryProtocol
 import FerryStorage
+import FerryThreads
 import Logging
 
 extension AgentConfiguration {

@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryThreads
 import Logging
 
 /// The settings of one type of sink: what a sink object of the configuration holds besides the

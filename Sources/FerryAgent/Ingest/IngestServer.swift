@@ -6,6 +6,7 @@ import Darwin
 import CZeroMQ
 import FerryProtocol
 import FerryStorage
+import FerryThreads
 import Logging
 import Synchronization
 import ZeroMQ

@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryThreads
 import Synchronization
 
 /// What other threads hand to the socket thread: the commit thread's acks, bus publications from

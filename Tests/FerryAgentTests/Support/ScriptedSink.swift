@@ -2,6 +2,7 @@ import FerryProtocol
 @testable import FerryAgent
 import FerryTestKit
 @testable import FerryStorage
+import FerryThreads
 import Synchronization
 
 /// A real ``Sink`` for delivery-loop tests: it keeps what it is given in memory and, on command,

@@ -1,4 +1,4 @@
-@testable import FerryProtocol
+import FerryThreads
 import Foundation
 import Testing
 
