@@ -1,4 +1,6 @@
 // Little-endian integer reads and writes over byte buffers: the only byte-twiddling in the module.
+// `package`: our targets (FerryStorage's codecs) share them; applications linking Ferry do not see
+// them.
 
 extension Array where Element == UInt8 {
     @inlinable
@@ -20,7 +22,7 @@ extension Array where Element == UInt8 {
 extension UnsafeRawBufferPointer {
     /// Reads a little-endian integer at `offset` (unaligned). The caller has checked the bounds.
     @inlinable
-    public func loadLE<T: FixedWidthInteger>(at offset: Int, as: T.Type) -> T {
+    package func loadLE<T: FixedWidthInteger>(at offset: Int, as: T.Type) -> T {
         T(littleEndian: loadUnaligned(fromByteOffset: offset, as: T.self))
     }
 }
@@ -34,12 +36,12 @@ extension UnsafeMutableRawBufferPointer {
 
 /// Reads a little-endian integer from `bytes` at `offset`. The caller has checked the bounds.
 @inlinable
-public func readLE<T: FixedWidthInteger>(_ bytes: [UInt8], at offset: Int, as type: T.Type = T.self) -> T {
+package func readLE<T: FixedWidthInteger>(_ bytes: [UInt8], at offset: Int, as type: T.Type = T.self) -> T {
     bytes.withUnsafeBytes { $0.loadLE(at: offset, as: T.self) }
 }
 
 /// Appends `value` to `bytes` in little-endian order.
 @inlinable
-public func appendLE<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
+package func appendLE<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
     bytes.appendLE(value)
 }

@@ -10,6 +10,12 @@ import FerryProtocol
 import Foundation
 import ZeroMQ
 
+/// Appends `value` to `bytes` in little-endian order (FerryProtocol's helper is `package`, not
+/// visible from this package).
+private func appendLE<T: FixedWidthInteger>(_ value: T, to bytes: inout [UInt8]) {
+    withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+}
+
 /// Writes a log of `events` events straight into `directory` (segment files exactly as ferryd
 /// writes them), far faster than ingesting them: the recovery, memory and delivery experiments
 /// need millions of queued events.
