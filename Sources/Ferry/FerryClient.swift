@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import CZeroMQ
 import DequeModule
 import FerryProtocol
 import FerryThreads
@@ -119,9 +118,9 @@ public final class FerryClient: Sendable {
                 socket = try ZMQSocket(context: context, type: .dealer)
                 // Without a connected agent, sends fail at once instead of queueing in a pipe
                 // the agent may never read; the events wait in the outbox instead.
-                try socket.setOption(ZMQ_IMMEDIATE, 1)
-                try socket.setOption(ZMQ_RECONNECT_IVL, 50)
-                try socket.setOption(ZMQ_RECONNECT_IVL_MAX, 500)
+                try socket.setOption(.immediate, 1)
+                try socket.setOption(.reconnectInterval, 50)
+                try socket.setOption(.reconnectIntervalMax, 500)
                 try socket.connect(FerryPaths.ingestEndpoint(configuration.runtimeDirectory))
             } catch {
                 ready.put(.failure(.socket("\(error)")))

@@ -8,7 +8,6 @@ import FoundationEssentials
 #else
 import Foundation
 #endif
-import CZeroMQ
 import FerryProtocol
 import FerryThreads
 import ZeroMQ
@@ -262,7 +261,7 @@ public struct FerryControl: Sendable, Hashable {
             defer { context.terminate() }
             let socket = try ZMQSocket(context: context, type: .req)
             defer { socket.close() }
-            try socket.setOption(ZMQ_LINGER, 0)
+            try socket.setOption(.linger, 0)
             try socket.connect(endpoint)
             guard try socket.send([body], dontWait: true) else {
                 throw FerryClientError.agentNotRunning(endpoint: endpoint, detail: "cannot send to the control socket")

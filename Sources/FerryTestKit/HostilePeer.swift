@@ -1,4 +1,3 @@
-import CZeroMQ
 import FerryProtocol
 import ZeroMQ
 
@@ -35,7 +34,7 @@ public enum HostilePeer {
             let socket = try ZMQSocket(context: context, type: .dealer)
             // Closing waits (up to 60 s) until everything queued reached the agent, so the run
             // ends when the agent has been sent all of it, not when it is queued locally.
-            try socket.setOption(ZMQ_LINGER, 60_000)
+            try socket.setOption(.linger, 60_000)
             defer { socket.close() }
             try socket.connect(FerryPaths.ingestEndpoint(runtimeDirectory))
             var result = Result()

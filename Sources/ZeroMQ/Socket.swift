@@ -90,8 +90,11 @@ public final class ZMQSocket {
 
     // MARK: Options
 
+    // The raw options by libzmq constant stay inside the module: callers name them with
+    // ZMQSocketOption / ZMQSocketBytesOption and need no `import CZeroMQ`.
+
     /// Sets an integer option (`ZMQ_SNDHWM`, `ZMQ_LINGER`, …).
-    public func setOption(_ option: CInt, _ value: Int32) throws(ZMQError) {
+    func setOption(_ option: CInt, _ value: Int32) throws(ZMQError) {
         let socket = try live("zmq_setsockopt(\(option))")
         var value = value
         _ = try zmqCall("zmq_setsockopt(\(option))") {
@@ -100,7 +103,7 @@ public final class ZMQSocket {
     }
 
     /// Sets a binary option (`ZMQ_SUBSCRIBE`, `ZMQ_ROUTING_ID`, …).
-    public func setOption(_ option: CInt, bytes: some Collection<UInt8>) throws(ZMQError) {
+    func setOption(_ option: CInt, bytes: some Collection<UInt8>) throws(ZMQError) {
         let socket = try live("zmq_setsockopt(\(option))")
         let array = Array(bytes)
         _ = try zmqCall("zmq_setsockopt(\(option))") {
@@ -109,7 +112,7 @@ public final class ZMQSocket {
     }
 
     /// Reads an integer option.
-    public func option(_ option: CInt) throws(ZMQError) -> Int32 {
+    func option(_ option: CInt) throws(ZMQError) -> Int32 {
         let socket = try live("zmq_getsockopt(\(option))")
         var value: Int32 = 0
         var size = MemoryLayout<Int32>.size

@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import CZeroMQ
 import Ferry
 import FerryProtocol
 import Foundation
@@ -61,7 +60,7 @@ func runZMQPush(_ flags: Flags) throws {
     let frame = benchFrame(id: EventID(high: 1, low: 2), sequence: 1, bodySize: flags.int("size", default: 256))
     let context = try ZMQContext()
     let socket = try ZMQSocket(context: context, type: .push)
-    try socket.setOption(ZMQ_LINGER, -1)  // the END must arrive
+    try socket.setOption(.linger, -1)  // the END must arrive
     try socket.connect(endpoint)
     ChildProtocol.ready()
     let start = nowNanoseconds()
@@ -168,8 +167,8 @@ func runLatencyClient(_ flags: Flags) throws {
     let properties = propertiesJSON(size: flags.int("size", default: 256))
     let context = try ZMQContext()
     let socket = try ZMQSocket(context: context, type: .dealer)
-    try socket.setOption(ZMQ_RCVHWM, 0)
-    try socket.setOption(ZMQ_SNDHWM, 0)
+    try socket.setOption(.receiveHighWaterMark, 0)
+    try socket.setOption(.sendHighWaterMark, 0)
     try socket.connect(FerryPaths.ingestEndpoint(runtime))
     let ids = EventIDGenerator()
     var histogram = Histogram<UInt64>(highestTrackableValue: 60_000_000, numberOfSignificantValueDigits: .three)

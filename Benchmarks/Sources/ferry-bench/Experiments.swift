@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import CZeroMQ
 import FerryAgent
 import FerryStorage
 import FerryProtocol
@@ -115,9 +114,9 @@ final class Agent {
         defer { context.terminate() }
         let socket = try ZMQSocket(context: context, type: .dealer)
         defer { socket.close() }
-        try socket.setOption(ZMQ_LINGER, 0)
-        try socket.setOption(ZMQ_RECONNECT_IVL, 1)
-        try socket.setOption(ZMQ_RECONNECT_IVL_MAX, 1)
+        try socket.setOption(.linger, 0)
+        try socket.setOption(.reconnectInterval, 1)
+        try socket.setOption(.reconnectIntervalMax, 1)
         try socket.connect(FerryPaths.ingestEndpoint(runtime))
         let frame = benchFrame(id: EventIDGenerator().next(), sequence: 0, bodySize: 64)
         _ = try socket.send([MessageHeader(kind: .events, requestID: 7).encoded(), frame])
@@ -151,7 +150,7 @@ func controlRequest(runtime: String, _ json: String) -> [String: Any]? {
     defer { context.terminate() }
     guard let socket = try? ZMQSocket(context: context, type: .req) else { return nil }
     defer { socket.close() }
-    try? socket.setOption(ZMQ_LINGER, 0)
+    try? socket.setOption(.linger, 0)
     guard (try? socket.connect(FerryPaths.controlEndpoint(runtime))) != nil,
           (try? socket.send([Array(json.utf8)])) == true,
           let ready = try? ZMQPoller.poll([.socket(socket, .readable)], timeout: .seconds(5)),

@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import CZeroMQ
 import FerryProtocol
 import FerryStorage
 import FerryThreads
