@@ -58,8 +58,7 @@ public final class FileSink: Sink {
 
     /// The file name for sequence `index`.
     public static func fileName(_ index: UInt64) -> String {
-        let digits = String(index)
-        return "events-" + String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".jsonl"
+        "events-" + SegmentFile.paddedIndex(index) + ".jsonl"
     }
 
     private var currentPath: String { directory + "/" + Self.fileName(state.withLock { $0.fileIndex }) }
