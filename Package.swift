@@ -151,16 +151,26 @@ let package = Package(
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
             ]
         ),
-        // Helpers for tests: temp dirs, launching agents, waiting on conditions. A target for
-        // our own tests, not a product.
+        // The small test kit, for unit tests of the storage and the agent: temp directories,
+        // waiting on conditions, log fixtures, fault seeds, in-process ZeroMQ peers. Links no NIO,
+        // NATS or AsyncHTTPClient. A target for our own tests, not a product.
         .target(
             name: "FerryTestKit",
             dependencies: [
-                "Ferry", "FerryAgent", "FerryHTTPSink", "FerryMetrics", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "NATS",
+                "FerryProtocol", "FerryStorage", "FerryThreads", "ZeroMQ",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        // The integration test kit: child processes, launching ferryd and ferry, the HTTP test
+        // server (SwiftNIO) and its Segment collector, gzip decoding, a nats-server process,
+        // stallfs, tmpfs mounts. Not a product.
+        .target(
+            name: "FerryIntegrationKit",
+            dependencies: [
+                "FerryTestKit", "FerryProtocol", "FerryThreads", "ZeroMQ", "NATS", "CZlib",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
-                .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .executableTarget(
@@ -176,18 +186,63 @@ let package = Package(
             ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
-        .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit"]),
+        .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit", "FerryIntegrationKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
         .testTarget(name: "FerryThreadsTests", dependencies: ["FerryThreads"]),
+        // Only the small kit: no NIO, NATS or AsyncHTTPClient in this build.
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),
         .testTarget(
             name: "FerryAgentTests",
-            dependencies: ["FerryAgent", "FerryStorage", "FerryThreads", "FerryHTTPSink", "FerryJetStreamSink", "FerryMetrics", "FerryTestKit", "Ferry", "NATS"]
+            dependencies: [
+                "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryMetrics",
+                // The configuration tests load files with every sink type ferryd links.
+                "FerryHTTPSink", "FerryJetStreamSink",
+                "FerryTestKit", "FerryIntegrationKit",
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
-        .testTarget(name: "FerryMetricsTests", dependencies: ["FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryTestKit"]),
-        .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
-        .testTarget(name: "FerryDaemonTests", dependencies: ["FerryDaemon", "FerryTestKit"]),
-        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "FerryStorage", "NATS"]),
+        .testTarget(
+            name: "FerryHTTPSinkTests",
+            dependencies: [
+                "FerryHTTPSink", "FerryAgent", "FerryStorage", "FerryProtocol", "FerryTestKit", "FerryIntegrationKit",
+                // Its configuration tests load files with every sink type ferryd links.
+                "FerryJetStreamSink",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "FerryJetStreamSinkTests",
+            dependencies: [
+                "FerryJetStreamSink", "FerryAgent", "FerryStorage", "FerryProtocol", "NATS", "FerryTestKit", "FerryIntegrationKit",
+                // Its configuration tests load files with every sink type ferryd links.
+                "FerryHTTPSink",
+            ]
+        ),
+        .testTarget(
+            name: "FerryMetricsTests",
+            dependencies: [
+                "FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryTestKit", "FerryIntegrationKit",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "FerryTests",
+            dependencies: [
+                "Ferry", "FerryAgent", "FerryProtocol", "FerryTestKit", "FerryIntegrationKit",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "FerryDaemonTests",
+            dependencies: ["FerryDaemon", "FerryTestKit", "FerryIntegrationKit", .product(name: "Logging", package: "swift-log")]
+        ),
+        .testTarget(
+            name: "FerryIntegrationTests",
+            dependencies: [
+                "FerryTestKit", "FerryIntegrationKit", "Ferry", "FerryProtocol", "FerryStorage", "NATS",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
     ],
     swiftLanguageModes: [.v6]
 )

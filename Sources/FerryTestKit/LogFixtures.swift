@@ -185,3 +185,13 @@ package func restoreWrites(fd: CInt, path: String) throws {
 
 /// The ids of encoded event frames.
 package func idsOf(_ frames: [[UInt8]]) -> [EventID] { frames.map(Events.id(of:)) }
+
+/// `events` as the log hands them to a sink: records of segment 1, 1000 bytes apart, accepted at
+/// `acceptedAt` (for sink tests that need no log on disk).
+public func storedEvents(_ events: [WireEvent], acceptedAt: UInt64 = 1_700_000_000_000) -> [StoredEvent] {
+    events.enumerated().map { index, event in
+        let frame = event.encoded()
+        return StoredEvent(position: LogPosition(segment: 1, offset: 16 + Int64(index) * 1000),
+                           size: LogRecord.framedSize(frameSize: frame.count), acceptedAt: acceptedAt, frame: frame)
+    }
+}

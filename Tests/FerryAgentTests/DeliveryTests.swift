@@ -1,5 +1,6 @@
 import Foundation
 @testable import FerryAgent
+import FerryIntegrationKit
 @testable import FerryStorage
 import FerryProtocol
 import FerryTestKit

@@ -8,11 +8,7 @@ import Testing
 @Suite("File sink")
 struct FileSinkTests {
     static func stored(_ events: [WireEvent], acceptedAt: UInt64 = 1_700_000_000_000) -> [StoredEvent] {
-        events.enumerated().map { index, event in
-            let frame = event.encoded()
-            return StoredEvent(position: LogPosition(segment: 1, offset: 16 + Int64(index) * 1000),
-                               size: LogRecord.framedSize(frameSize: frame.count), acceptedAt: acceptedAt, frame: frame)
-        }
+        storedEvents(events, acceptedAt: acceptedAt)
     }
 
     static func ids(_ lines: [[String: Any]]) -> [String] { lines.map { $0["id"] as? String ?? "<no id>" } }

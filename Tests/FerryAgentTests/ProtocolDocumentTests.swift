@@ -1,4 +1,5 @@
 @testable import FerryAgent
+import FerryIntegrationKit
 @testable import FerryStorage
 import FerryProtocol
 import FerryTestKit

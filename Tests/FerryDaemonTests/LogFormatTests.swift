@@ -1,4 +1,5 @@
 import FerryDaemon
+import FerryIntegrationKit
 import FerryTestKit
 import Foundation
 import Logging

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import Ferry
+import FerryIntegrationKit
 import FerryProtocol
 import FerryTestKit
 import Foundation

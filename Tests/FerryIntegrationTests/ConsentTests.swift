@@ -1,3 +1,4 @@
+import FerryIntegrationKit
 import Foundation
 import FerryTestKit
 import Testing

@@ -1,3 +1,4 @@
+import FerryIntegrationKit
 import FerryProtocol
 import FerryStorage
 import FerryTestKit

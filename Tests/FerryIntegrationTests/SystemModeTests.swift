@@ -1,3 +1,4 @@
+import FerryIntegrationKit
 import FerryTestKit
 import Foundation
 import Testing

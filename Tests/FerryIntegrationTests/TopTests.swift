@@ -1,4 +1,5 @@
 import Ferry
+import FerryIntegrationKit
 import FerryTestKit
 import Foundation
 import Logging

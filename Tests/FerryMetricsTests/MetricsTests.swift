@@ -1,4 +1,5 @@
 @testable import FerryAgent
+import FerryIntegrationKit
 import FerryMetrics
 import FerryMetricsHTTP
 import FerryProtocol

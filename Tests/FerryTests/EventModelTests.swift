@@ -1,4 +1,5 @@
 import Ferry
+import FerryIntegrationKit
 import FerryProtocol
 import FerryTestKit
 import Foundation

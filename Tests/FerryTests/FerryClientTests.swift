@@ -1,5 +1,6 @@
 import Synchronization
 import Ferry
+import FerryIntegrationKit
 import FerryProtocol
 import FerryTestKit
 import Foundation

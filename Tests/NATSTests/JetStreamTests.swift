@@ -1,3 +1,4 @@
+import FerryIntegrationKit
 import FerryTestKit
 import NATS
 import Testing

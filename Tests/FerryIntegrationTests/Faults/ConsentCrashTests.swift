@@ -1,3 +1,4 @@
+import FerryIntegrationKit
 import Foundation
 import FerryProtocol
 import FerryTestKit

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import FerryIntegrationKit
 import Foundation
 import FerryProtocol
 import FerryTestKit

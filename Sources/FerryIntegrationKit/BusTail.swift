@@ -1,3 +1,4 @@
+import FerryTestKit
 import Foundation
 
 /// A running `ferry tail --json` process, with helpers to read what it printed.

@@ -1,3 +1,4 @@
+import FerryTestKit
 import Foundation
 
 /// Finds the built `ferryd` and `ferry` executables.

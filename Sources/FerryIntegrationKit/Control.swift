@@ -1,5 +1,6 @@
 import Foundation
 import FerryProtocol
+import FerryTestKit
 import ZeroMQ
 
 /// A reply of the agent's control socket to `{"op":"status"}`.

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryTestKit
 import Foundation
 import Synchronization
 
@@ -184,7 +185,7 @@ public final class AgentProcess: Sendable {
 
     /// The events the file sink has written so far.
     public func deliveredEvents() throws -> [DeliveredEvent] {
-        try FerryTestKit.deliveredEvents(in: sinkDirectory)
+        try FerryIntegrationKit.deliveredEvents(in: sinkDirectory)
     }
 
     /// Kills the current process (`SIGKILL`) if it still runs. Idempotent; leaves the

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryTestKit
 import Foundation
 
 /// A plain HTTP/1.1 response as a test reads it.

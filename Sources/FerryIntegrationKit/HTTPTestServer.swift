@@ -1,4 +1,4 @@
-import FerryHTTPSink
+import FerryTestKit
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -210,7 +210,7 @@ public final class HTTPTestServer: Sendable {
                               rawBody: rawBody, body: rawBody)
         if request.header("Content-Encoding")?.lowercased() == "gzip" {
             do {
-                request.body = try Gzip.decompress(rawBody)
+                request.body = try Gunzip.decompress(rawBody)
             } catch {
                 request.body = []
                 request.decodingError = "\(error)"

@@ -1,4 +1,6 @@
 @testable import FerryAgent
+import FerryHTTPSink  // the configurations load with every sink type ferryd links
+import FerryIntegrationKit
 @testable import FerryStorage
 @testable import FerryJetStreamSink
 import FerryProtocol

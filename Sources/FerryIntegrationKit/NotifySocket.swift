@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import FerryProtocol
+import FerryTestKit
 import FerryThreads
 import Foundation
 import Synchronization

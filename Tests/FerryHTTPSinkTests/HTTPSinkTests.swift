@@ -2,6 +2,7 @@ import Foundation
 @testable import FerryAgent
 @testable import FerryStorage
 @testable import FerryHTTPSink
+import FerryIntegrationKit
 import FerryProtocol
 import FerryTestKit
 import Logging
@@ -21,7 +22,7 @@ struct HTTPSinkTests {
             if i % 2 == 0 { event.userID = "user-\(i)" }
             return event
         }
-        return DeliveryBatch(events: FileSinkTests.stored(events), consent: consent)
+        return DeliveryBatch(events: storedEvents(events), consent: consent)
     }
 
     static func ids(_ batch: DeliveryBatch) -> [String] { batch.events.map(\.decodedID.description) }
@@ -138,7 +139,7 @@ struct HTTPSinkTests {
                 WireEvent(id: ids.next(), timestamp: 951_782_400_000, sequence: 3, pid: 7, type: .page,
                           source: "web", name: "Pricing", userID: "u2"),
             ]
-            let batch = DeliveryBatch(events: FileSinkTests.stored(events), consent: Self.consent)
+            let batch = DeliveryBatch(events: storedEvents(events), consent: Self.consent)
             _ = try await Self.withSink(server, configure: { $0.format = .segment }) { try await $0.deliver(batch) }
             let request = try #require(server.requests.first)
             #expect(request.header("Idempotency-Key") == batch.idempotencyKey)
@@ -191,7 +192,7 @@ struct HTTPSinkTests {
                 #expect(request.rawBody != request.body)
                 #expect(request.rawBody.count * 5 < request.body.count, "padding compresses well: \(request.rawBody.count) vs \(request.body.count)")
                 #expect(Array(request.rawBody.prefix(2)) == [0x1F, 0x8B], "a gzip member")
-                #expect(try Gzip.decompress(request.rawBody) == request.body)
+                #expect(try Gunzip.decompress(request.rawBody) == request.body)
                 let sentAt = (expected["sent_at"] as? NSNumber)?.uint64Value ?? 0
                 #expect(request.body == HTTPBatchBody.envelope(batch, sentAt: sentAt), "same bytes as an uncompressed body")
             } else {
@@ -204,14 +205,14 @@ struct HTTPSinkTests {
     @Test("gzip round trip, including empty input and several members; damaged data is refused")
     func gzipRoundTrip() throws {
         for input in [[UInt8](), Array("hello".utf8), (0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 9) }] {
-            #expect(try Gzip.decompress(Gzip.compress(input)) == input)
+            #expect(try Gunzip.decompress(Gzip.compress(input)) == input)
         }
         let two = try Gzip.compress(Array("ab".utf8)) + Gzip.compress(Array("cd".utf8))
-        #expect(try Gzip.decompress(two) == Array("abcd".utf8))
+        #expect(try Gunzip.decompress(two) == Array("abcd".utf8))
         var damaged = try Gzip.compress(Array(repeating: 65, count: 1000))
         damaged[damaged.count / 2] ^= 0xFF
-        #expect(throws: AgentError.self) { try Gzip.decompress(damaged) }
-        #expect(throws: AgentError.self) { try Gzip.decompress(Array(try Gzip.compress(Array("hello".utf8)).dropLast(4))) }
+        #expect(throws: Gunzip.Failure.self) { try Gunzip.decompress(damaged) }
+        #expect(throws: Gunzip.Failure.self) { try Gunzip.decompress(Array(try Gzip.compress(Array("hello".utf8)).dropLast(4))) }
     }
 
     // MARK: Authentication

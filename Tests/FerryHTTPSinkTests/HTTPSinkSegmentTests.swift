@@ -2,6 +2,7 @@ import Foundation
 @testable import FerryAgent
 @testable import FerryStorage
 @testable import FerryHTTPSink
+import FerryIntegrationKit
 import FerryProtocol
 import FerryTestKit
 import Testing
@@ -23,7 +24,7 @@ struct HTTPSinkSegmentTests {
     }
 
     static func batch(_ events: [WireEvent]) -> DeliveryBatch {
-        DeliveryBatch(events: FileSinkTests.stored(events), consent: HTTPSinkTests.consent)
+        DeliveryBatch(events: storedEvents(events), consent: HTTPSinkTests.consent)
     }
 
     /// A collector for ``writeKey``, a server answering with it (or with `handler`, given the
@@ -165,10 +166,10 @@ struct HTTPSinkSegmentTests {
 
     @Test("a message of exactly 32,000 bytes is sent, one byte more is rejected")
     func messageLimitBoundary() async throws {
-        let base = HTTPBatchBody.segmentEvent(FileSinkTests.stored([Self.event(1, padding: 1)])[0]).count
+        let base = HTTPBatchBody.segmentEvent(storedEvents([Self.event(1, padding: 1)])[0]).count
         let exact = Self.event(1, padding: 1 + HTTPBatchBody.segmentMaxMessageBytes - base)
         let over = Self.event(2, padding: 2 + HTTPBatchBody.segmentMaxMessageBytes - base)
-        let stored = FileSinkTests.stored([exact, over])
+        let stored = storedEvents([exact, over])
         #expect(HTTPBatchBody.segmentEvent(stored[0]).count == 32_000)
         #expect(HTTPBatchBody.segmentEvent(stored[1]).count == 32_001)
         try await Self.withCollector { collector, _, sink, _ in

@@ -1,3 +1,4 @@
+import FerryTestKit
 import Foundation
 
 /// One line of the file sink (`<sink dir>/events-*.jsonl`).

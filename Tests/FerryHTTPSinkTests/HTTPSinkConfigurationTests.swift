@@ -3,6 +3,7 @@ import Foundation
 import FerryTestKit
 @testable import FerryStorage
 @testable import FerryHTTPSink
+import FerryJetStreamSink  // the configurations load with every sink type ferryd links
 import Testing
 
 @Suite("HTTP sink configuration and Retry-After")

@@ -1,3 +1,4 @@
+import FerryTestKit
 import Foundation
 import Synchronization
 
