@@ -144,7 +144,7 @@ let package = Package(
         .target(
             name: "FerryDaemon",
             dependencies: [
-                "FerryAgent", "FerryProtocol", "FerryMetrics", "FerryMetricsHTTP",
+                "FerryAgent", "FerryProtocol", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -175,7 +175,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "ferryd",
-            dependencies: ["FerryDaemon", "FerryHTTPSink", "FerryJetStreamSink"]
+            dependencies: ["FerryDaemon", "FerryAgent", "FerryHTTPSink", "FerryJetStreamSink"]
         ),
         .executableTarget(
             name: "ferry",
@@ -250,5 +250,13 @@ let package = Package(
 for target in package.targets where target.type != .system && target.name != "CFerryCRC32C" {
     var settings = target.swiftSettings ?? []
     settings.append(.enableUpcomingFeature("ExistentialAny"))
+    // A file uses members (extension methods, conformances) only of modules it imports itself,
+    // so a module's imports stop leaking into its users' files (as hummingbird does). Not yet for
+    // the agent core and its tests and the metrics tests, rewritten on other branches of issue 20
+    // at the same time (their files use CoreMetrics members without importing it): turn it on
+    // there after the merge.
+    if !["FerryAgent", "FerryAgentTests", "FerryCommitTests", "FerryMetricsTests"].contains(target.name) {
+        settings.append(.enableUpcomingFeature("MemberImportVisibility"))
+    }
     target.swiftSettings = settings
 }

@@ -9,8 +9,10 @@ import FerryProtocol
 import Foundation
 import FerryMetrics
 import FerryMetricsHTTP
+import FerryStorage
 import Logging
 import ServiceLifecycle
+import UnixSignals
 
 /// What `ferryd` does: parses its arguments, loads the configuration, sets up logging and runs
 /// the agent as a service until SIGTERM/SIGINT, reloading on SIGHUP and telling a service

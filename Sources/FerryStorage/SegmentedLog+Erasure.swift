@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Synchronization
 
 // Erasure in place, by recorded position (never a search by content): the record keeps its size
 // and offset, its payload is overwritten.

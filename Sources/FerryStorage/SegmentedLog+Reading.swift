@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import FerryProtocol
+import Synchronization
 
 // Reading committed records: by position, in batches, skipping damage exactly as recovery did.
 

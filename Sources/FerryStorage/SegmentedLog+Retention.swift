@@ -1,3 +1,4 @@
+import Synchronization
 // What retention needs: which segments every consumer has passed, how much an old segment still
 // holds, and forgetting a segment once it is deleted (by delivery or the drop-oldest policy).
 // ``LogWriter`` deletes the files.

@@ -1,4 +1,5 @@
 import FerryProtocol
+import Synchronization
 
 // Bytes on disk per sender uid (for the per-uid share) and the status snapshot.
 

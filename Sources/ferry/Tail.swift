@@ -1,4 +1,5 @@
 import ArgumentParser
+import Ferry
 import FerryProtocol
 import Foundation
 import ZeroMQ

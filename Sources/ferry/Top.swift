@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import ArgumentParser
+import Ferry
 import FerryProtocol
 import Foundation
 

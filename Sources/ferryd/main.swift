@@ -1,3 +1,4 @@
+import FerryAgent
 import FerryDaemon
 import FerryHTTPSink
 import FerryJetStreamSink

@@ -1,3 +1,4 @@
+import FerryProtocol
 @testable import FerryStorage
 import FerryTestKit
 import Foundation
