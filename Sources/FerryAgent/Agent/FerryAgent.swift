@@ -433,15 +433,9 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     /// session snapshot covers) and starts every session's idle clock now.
     static func completeSessions(_ sessions: SessionTable, heldLog: SegmentedLog) throws -> SessionTable {
         var sessions = sessions
-        var position = heldLog.startPosition
-        while true {
-            let (events, next) = try heldLog.read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
-            for event in events {
-                guard let header = event.isErased ? nil : try? event.header(), let session = header.session else { continue }
-                sessions.insert(session: session, sequence: header.sequence, at: event.acceptedAt, source: header.source(in: event.frame))
-            }
-            if events.isEmpty || next == position { break }
-            position = next
+        try heldLog.forEachRecord { event in
+            guard let header = event.isErased ? nil : try? event.header(), let session = header.session else { return }
+            sessions.insert(session: session, sequence: header.sequence, at: event.acceptedAt, source: header.source(in: event.frame))
         }
         sessions.touchAll(now: WallClock.unixMilliseconds())
         return sessions
