@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "FerryMetricsHTTP", targets: ["FerryMetricsHTTP"]),
         .library(name: "FerryStorage", targets: ["FerryStorage"]),
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
+        .library(name: "FerryMetricSamples", targets: ["FerryMetricSamples"]),
         .library(name: "ZeroMQ", targets: ["ZeroMQ"]),
         .library(name: "NATS", targets: ["NATS"]),
         .executable(name: "ferryd", targets: ["ferryd"]),
@@ -60,6 +61,9 @@ let package = Package(
         .target(name: "CFerryCRC32C"),
         // Wire format v1, event model, record codec, CRC32C, UUIDv7.
         .target(name: "FerryProtocol", dependencies: ["CFerryCRC32C"]),
+        // A reader of the Prometheus text exposition (`ferry metrics`, `GET /metrics`) for tools
+        // such as `ferry top`; not part of the wire format.
+        .target(name: "FerryMetricSamples", dependencies: ["FerryProtocol"]),
         // Client library linked by applications.
         .target(
             name: "Ferry",
@@ -86,7 +90,7 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryProtocol", "FerryStorage",
+                "ZeroMQ", "FerryProtocol", "FerryStorage", "FerryMetricSamples",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -167,23 +171,23 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "Ferry", "FerryStorage", "FerryProtocol", "ZeroMQ",
+                "Ferry", "FerryStorage", "FerryProtocol", "FerryMetricSamples", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit"]),
-        .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
+        .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol", "FerryMetricSamples"]),
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),
         .testTarget(
             name: "FerryAgentTests",
             dependencies: ["FerryAgent", "FerryStorage", "FerryHTTPSink", "FerryJetStreamSink", "FerryMetrics", "FerryTestKit", "Ferry", "NATS"]
         ),
-        .testTarget(name: "FerryMetricsTests", dependencies: ["FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryTestKit"]),
+        .testTarget(name: "FerryMetricsTests", dependencies: ["FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryMetricSamples", "FerryTestKit"]),
         .testTarget(name: "FerryTests", dependencies: ["Ferry", "FerryAgent", "FerryTestKit"]),
         .testTarget(name: "FerryDaemonTests", dependencies: ["FerryDaemon", "FerryTestKit"]),
-        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "FerryStorage", "NATS"]),
+        .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryTestKit", "Ferry", "FerryProtocol", "FerryMetricSamples", "FerryStorage", "NATS"]),
     ],
     swiftLanguageModes: [.v6]
 )

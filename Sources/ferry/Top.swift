@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import ArgumentParser
+import FerryMetricSamples
 import FerryProtocol
 import Foundation
 

@@ -17,7 +17,7 @@ final class PipelineHarness: Sendable {
     let scratch: ScratchDirectory
     let log: SegmentedLog
     let pipeline: CommitPipeline
-    let counters = AgentCounters(backend: PrometheusBackend().agentBackend)
+    let counters = AgentMetrics(backend: PrometheusBackend().agentBackend)
     let configuration: AgentConfiguration
     /// What the pipeline hands the socket thread: acks and bus messages (this harness drains it).
     private let mailbox: SocketMailbox

@@ -1,4 +1,5 @@
 import Foundation
+import FerryMetricSamples
 import FerryProtocol
 import FerryTestKit
 import Synchronization

@@ -157,7 +157,7 @@ final class DeliveryLoop: Sendable {
     /// the sink writing (a batch skipped whole or dead-lettered).
     init(
         sink: any Sink, configuration: AgentConfiguration.SinkConfiguration, log: SegmentedLog,
-        cursorStore: CursorStore, deadLetters: DeadLetterStore, counters: AgentCounters, logger: Logger,
+        cursorStore: CursorStore, deadLetters: DeadLetterStore, counters: AgentMetrics, logger: Logger,
         checkpoint: [UInt8]? = nil, gate: any DeliveryGate = OpenDeliveryGate(), io: BlockingExecutor? = nil,
         blocked: @escaping @Sendable ([StoredEvent], String) -> Void = { _, _ in },
         circuitChanged: @escaping @Sendable (CircuitChange) -> Void = { _ in },
