@@ -37,9 +37,9 @@ final class PipelineHarness: Sendable {
         mailbox.updateSubscription(Array("dropped".utf8), subscribe: true)
         pipeline = CommitPipeline(log: log, configuration: configuration, counters: counters, mailbox: mailbox,
                                   committedSignals: [], logger: quietLogger)
-        let (_, worker, seeded) = try FerryAgent.loadConsent(configuration: configuration, log: log, dedup: dedup,
+        let (_, worker, seeded) = try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: dedup,
                                                              mailbox: mailbox, logger: quietLogger)
-        try pipeline.start(dedup: seeded, sessions: FerryAgent.emptySessionTable(configuration.dedup), consent: worker.take())
+        try pipeline.start(dedup: seeded, sessions: AgentStartup.emptySessionTable(configuration.dedup), consent: worker.take())
     }
 
     /// Moves what the mailbox holds into `pending` (acks) and `droppedOnBus`, waiting up to
