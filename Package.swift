@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "FerryMetricsHTTP", targets: ["FerryMetricsHTTP"]),
         .library(name: "FerryStorage", targets: ["FerryStorage"]),
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
+        .library(name: "FerryMetricSamples", targets: ["FerryMetricSamples"]),
         .library(name: "ZeroMQ", targets: ["ZeroMQ"]),
         .library(name: "NATS", targets: ["NATS"]),
         .executable(name: "ferryd", targets: ["ferryd"]),
@@ -63,6 +64,9 @@ let package = Package(
         // The thread runtime our targets share (package access): dedicated threads, the inbox
         // between threads, the executor for blocking file I/O, the wake pipe, the async signal.
         .target(name: "FerryThreads"),
+        // A reader of the Prometheus text exposition (`ferry metrics`, `GET /metrics`) for tools
+        // such as `ferry top`; not part of the wire format.
+        .target(name: "FerryMetricSamples", dependencies: ["FerryProtocol"]),
         // Client library linked by applications.
         .target(
             name: "Ferry",
@@ -89,7 +93,7 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryProtocol", "FerryStorage", "FerryThreads",
+                "ZeroMQ", "FerryProtocol", "FerryStorage", "FerryThreads", "FerryMetricSamples",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -180,14 +184,14 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "Ferry", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ",
+                "Ferry", "FerryStorage", "FerryProtocol", "FerryThreads", "FerryMetricSamples", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit", "FerryIntegrationKit"]),
-        .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
+        .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol", "FerryMetricSamples"]),
         .testTarget(name: "FerryThreadsTests", dependencies: ["FerryThreads"]),
         // Only the small kit: no NIO, NATS or AsyncHTTPClient in this build.
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),
@@ -221,7 +225,7 @@ let package = Package(
         .testTarget(
             name: "FerryMetricsTests",
             dependencies: [
-                "FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryTestKit", "FerryIntegrationKit",
+                "FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryMetricSamples", "FerryTestKit", "FerryIntegrationKit",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -239,7 +243,7 @@ let package = Package(
         .testTarget(
             name: "FerryIntegrationTests",
             dependencies: [
-                "FerryTestKit", "FerryIntegrationKit", "Ferry", "FerryProtocol", "FerryStorage", "NATS",
+                "FerryTestKit", "FerryIntegrationKit", "Ferry", "FerryProtocol", "FerryMetricSamples", "FerryStorage", "NATS",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -204,9 +204,11 @@ public struct FerryControl: Sendable, Hashable {
     }
 
     /// The agent's metrics in the Prometheus text exposition (`metrics`), as `ferry metrics`
-    /// prints them; read them with FerryProtocol's `MetricSamples`.
+    /// prints them; read them with `MetricSamples` (module `FerryMetricSamples`).
     ///
     /// ```swift
+    /// import FerryMetricSamples
+    ///
     /// let samples = MetricSamples(parsing: Array(try await control.metrics().utf8))
     /// samples.value("ferry_events_accepted_total")
     /// ```

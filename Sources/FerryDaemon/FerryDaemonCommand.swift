@@ -145,9 +145,9 @@ struct FerryDaemonCommand: ParsableCommand {
             ReloadableLogHandler(inner: FerryLogHandler(label: label, format: logFormat), level: level)
         }
         let logger = Logger(label: "ferryd")
-        // The Prometheus backend: set up here and only here. The agent records into it through
-        // swift-metrics with this factory (no global bootstrap), and reads its status counters
-        // back from it.
+        // The Prometheus backend: set up here and only here. The agent exports its metrics to it
+        // through swift-metrics with this factory (no global bootstrap); its status counters are
+        // its own state.
         let metrics = PrometheusBackend()
         let agent = FerryAgent(configuration: configuration, metrics: metrics.agentBackend, logger: logger)
         let supervisor = Supervisor(

@@ -24,11 +24,11 @@ public struct PrometheusBackend: Sendable {
     public init() {
         let registry = PrometheusCollectorRegistry()
         var factory = PrometheusMetricsFactory(registry: registry)
-        for name in AgentCounters.latencyHistograms { factory.durationHistogramBuckets[name] = AgentCounters.latencyBuckets }
-        for name in AgentCounters.sizeHistograms { factory.valueHistogramBuckets[name] = AgentCounters.commitSizeBuckets }
+        for name in AgentMetrics.latencyHistograms { factory.durationHistogramBuckets[name] = AgentMetrics.latencyBuckets }
+        for name in AgentMetrics.sizeHistograms { factory.valueHistogramBuckets[name] = AgentMetrics.commitSizeBuckets }
         // Anything else recorded through this factory (another library's timers) gets the same
         // fine latency buckets rather than the coarse defaults.
-        factory.defaultDurationHistogramBuckets = AgentCounters.latencyBuckets
+        factory.defaultDurationHistogramBuckets = AgentMetrics.latencyBuckets
         self.registry = registry
         self.factory = factory
     }

@@ -70,7 +70,8 @@ public struct WhoAmIReply: Sendable, Hashable, Codable {
 }
 
 /// The reply to `metrics`: `{"ok":true,"content_type":"text/plain; version=0.0.4","text":"…"}`,
-/// the agent's metrics in the Prometheus text exposition (read them with ``MetricSamples``).
+/// the agent's metrics in the Prometheus text exposition (read them with
+/// `FerryMetricSamples.MetricSamples`, or `samples` there).
 public struct MetricsReply: Sendable, Hashable, Codable {
     /// The exposition.
     public var text: String
@@ -85,9 +86,6 @@ public struct MetricsReply: Sendable, Hashable, Codable {
         self.text = text
         self.contentType = contentType
     }
-
-    /// The samples of ``text``.
-    public var samples: MetricSamples { MetricSamples(parsing: Array(text.utf8)) }
 
     private enum CodingKeys: String, CodingKey { case ok, text, contentType = "content_type" }
 

@@ -5,6 +5,7 @@ import Darwin
 #endif
 import ArgumentParser
 import Ferry
+import FerryMetricSamples
 import FerryProtocol
 import Foundation
 

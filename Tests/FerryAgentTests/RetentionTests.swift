@@ -17,7 +17,7 @@ final class PipelineHarness: Sendable {
     let scratch: ScratchDirectory
     let log: SegmentedLog
     let pipeline: CommitPipeline
-    let counters = AgentCounters(backend: PrometheusBackend().agentBackend)
+    let counters = AgentMetrics(backend: PrometheusBackend().agentBackend)
     let configuration: AgentConfiguration
     /// What the pipeline hands the socket thread: acks and bus messages (this harness drains it).
     private let mailbox: SocketMailbox
@@ -37,9 +37,9 @@ final class PipelineHarness: Sendable {
         mailbox.updateSubscription(Array("dropped".utf8), subscribe: true)
         pipeline = CommitPipeline(log: log, configuration: configuration, counters: counters, mailbox: mailbox,
                                   committedSignals: [], logger: quietLogger)
-        let (_, worker, seeded) = try FerryAgent.loadConsent(configuration: configuration, log: log, dedup: dedup,
+        let (_, worker, seeded) = try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: dedup,
                                                              mailbox: mailbox, logger: quietLogger)
-        try pipeline.start(dedup: seeded, sessions: FerryAgent.emptySessionTable(configuration.dedup), consent: worker.take())
+        try pipeline.start(dedup: seeded, sessions: AgentStartup.emptySessionTable(configuration.dedup), consent: worker.take())
     }
 
     /// Moves what the mailbox holds into `pending` (acks) and `droppedOnBus`, waiting up to

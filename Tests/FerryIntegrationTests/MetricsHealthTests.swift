@@ -1,5 +1,6 @@
 import FerryIntegrationKit
 import Foundation
+import FerryMetricSamples
 import FerryProtocol
 import FerryTestKit
 import Synchronization

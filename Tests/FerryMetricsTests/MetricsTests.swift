@@ -2,6 +2,7 @@
 import FerryIntegrationKit
 import FerryMetrics
 import FerryMetricsHTTP
+import FerryMetricSamples
 import FerryProtocol
 import FerryTestKit
 import Logging
@@ -11,7 +12,7 @@ import Testing
 struct MetricsTests {
     @Test("latency buckets resolve 100 µs to 10 s in steps of at most 1.5×; 0.5, 1 and 2 ms fall apart")
     func latencyBuckets() {
-        let seconds = AgentCounters.latencyBuckets.map { Double($0.components.attoseconds) / 1e18 + Double($0.components.seconds) }
+        let seconds = AgentMetrics.latencyBuckets.map { Double($0.components.attoseconds) / 1e18 + Double($0.components.seconds) }
         #expect(abs(seconds.first! - 0.0001) < 1e-12)
         #expect(seconds.last! >= 10)
         for (lower, upper) in zip(seconds, seconds.dropFirst()) {
@@ -21,11 +22,11 @@ struct MetricsTests {
         #expect(Set([bucket(0.0005), bucket(0.001), bucket(0.002)]).count == 3)
     }
 
-    @Test("two agents' backends share nothing; status counters are read from the exposition")
+    @Test("two agents' stores share nothing; status counters read the store, the exposition shows every series")
     func perAgentStore() {
-        let first = AgentCounters(backend: PrometheusBackend().agentBackend)
-        let second = AgentCounters(backend: PrometheusBackend().agentBackend)
-        var tally = AgentCounters.GroupTally()
+        let first = AgentMetrics(backend: PrometheusBackend().agentBackend)
+        let second = AgentMetrics(backend: PrometheusBackend().agentBackend)
+        var tally = AgentMetrics.GroupTally()
         tally.accepted = 7
         tally.duplicate = 2
         tally.rejected = Array(repeating: 0, count: RejectReason.allCases.count)
@@ -45,16 +46,80 @@ struct MetricsTests {
         #expect(first.clientEventsLostBySource == ["app \"quoted\"": 4])
         #expect(second.snapshot.values.allSatisfy { $0 == 0 }, "\(second.snapshot)")
         // Every reject reason is a series from the start, so readers see zeros, not gaps.
-        let samples = second.samples
+        let samples = MetricSamples(parsing: second.backend.exposition())
         #expect(samples.values("ferry_events_rejected_total", by: "reason").keys.sorted()
             == RejectReason.rejections.map(\.description).sorted())
     }
 
-    @Test("the discarding backend records nothing and reads 0")
+    // Until issue 20 this test asserted that status read 0 here (status counters were parsed
+    // back from the exposition); the counters are the agent's state now and read true.
+    @Test("the discarding backend exports nothing; status counters still read the true values")
     func discarding() {
-        let counters = AgentCounters()
+        let counters = AgentMetrics()
         counters.accepted.increment(by: 3)
-        #expect(counters.snapshot["accepted"] == 0)
+        #expect(counters.snapshot["accepted"] == 3)
+        #expect(counters.backend.exposition().isEmpty)
+    }
+
+    @Test("the catalog: each name once, counters end in _total, one line of help each; histogram settings come from it")
+    func catalog() {
+        let names = MetricDescriptor.catalog.map(\.name)
+        #expect(Set(names).count == names.count)
+        for descriptor in MetricDescriptor.catalog {
+            #expect(descriptor.name.hasSuffix("_total") == (descriptor.kind == .counter), "\(descriptor)")
+            #expect(!descriptor.help.isEmpty && !descriptor.help.contains("\n"), "\(descriptor)")
+            #expect(MetricDescriptor.named(descriptor.name) == descriptor)
+        }
+        #expect(AgentMetrics.latencyHistograms == ["ferry_ack_latency_seconds", "ferry_fsync_seconds", "ferry_delivery_latency_seconds"])
+        #expect(AgentMetrics.sizeHistograms == ["ferry_commit_events"])
+    }
+
+    @Test("status counters and the exposition show the same figures")
+    func storeAndExpositionAgree() {
+        let backend = PrometheusBackend()
+        let metrics = AgentMetrics(backend: backend.agentBackend)
+        var tally = AgentMetrics.GroupTally()
+        tally.accepted = 11
+        tally.duplicate = 1
+        tally.blocked = 2
+        tally.suppressed = 3
+        tally.held = 4
+        tally.rejected = Array(repeating: 0, count: RejectReason.allCases.count)
+        tally.rejected[Int(RejectReason.storage.rawValue)] = 5
+        metrics.record(tally)
+        metrics.record(tally)
+        metrics.commitEvents.record(11)
+        metrics.dropped.increment(by: 6)
+        metrics.messagesRefused.increment()
+        metrics.accessDenied.increment(by: 2)
+        metrics.blockedAtSend.increment(by: 7)
+        metrics.recordLost(8, source: "a")
+        metrics.recordLost(1, source: "b")
+        for (index, sink) in ["x", "y"].enumerated() {
+            metrics.sink(sink).delivered.increment(by: 10 + index)
+            metrics.sink(sink).failures.increment(by: 3)
+            metrics.sink(sink).retried.increment(by: 2)
+            metrics.sink(sink).deadLettered.increment(by: index)
+        }
+        let samples = MetricSamples(parsing: backend.exposition())
+        let status = metrics.snapshot
+        let table: [(String, MetricDescriptor)] = [
+            ("accepted", .eventsAccepted), ("duplicate", .eventsDuplicate), ("rejected", .eventsRejected),
+            ("dropped", .eventsDropped), ("delivered", .sinkDelivered), ("delivery_failures", .sinkFailures),
+            ("retried", .sinkRetried), ("dead_lettered", .sinkDeadLettered), ("malformed_messages", .messagesRefused),
+            ("suppressed", .eventsSuppressed), ("held", .eventsHeldTotal), ("client_events_lost", .clientEventsLost),
+            ("access_denied", .messagesDenied),
+        ]
+        for (key, descriptor) in table {
+            #expect(status[key] == Int(samples.sum(descriptor.name)), "\(key)")
+            #expect((status[key] ?? 0) > 0, "\(key)")
+        }
+        #expect(status["blocked"] == 4 && samples.value("ferry_events_blocked_total", ["stage": "ingest"]) == 4)
+        #expect(status["blocked_at_send"] == 7 && samples.value("ferry_events_blocked_total", ["stage": "send"]) == 7)
+        #expect(status["commits"] == 1 && samples.value("ferry_commit_events_count") == 1)
+        #expect(status["rejected"] == 10 && status["rejected_full"] == 0)
+        #expect(metrics.clientEventsLostBySource == ["a": 8, "b": 1])
+        #expect(metrics.sinkCounts("y") == (delivered: 11, retried: 2, deadLettered: 1))
     }
 
     @Test("the exposition parser reads labels with escapes, histograms and special values")
@@ -84,7 +149,7 @@ struct MetricsTests {
     @Test("GET /metrics: 200 with the exposition, 404 elsewhere, 405 for POST, HEAD without a body")
     func httpEndpoint() async throws {
         let backend = PrometheusBackend()
-        let counters = AgentCounters(backend: backend.agentBackend)
+        let counters = AgentMetrics(backend: backend.agentBackend)
         counters.accepted.increment(by: 42)
         counters.ackLatency.recordNanoseconds(1_500_000)
         let server = MetricsHTTPServer(host: "127.0.0.1", port: 0, logger: Logger(label: "test")) { backend.exposition() }

@@ -1,3 +1,4 @@
+import FerryMetricSamples
 import FerryProtocol
 import Foundation
 import Testing

@@ -267,12 +267,12 @@ final class ConsentWorker {
         let matches = { (event: StoredEvent) in scopes.contains { self.covers($0, event) } }
         let cursor = mainLog.cursor
         var queued = 0
-        try Self.forEachRecord(of: mainLog) { event in
+        try mainLog.forEachRecord { event in
             guard !event.isErased, matches(event) else { return }
             journal.eraseQueued.append(ErasedRecord(event))
             if event.position >= cursor { queued += 1 }
         }
-        try Self.forEachRecord(of: heldLog) { event in
+        try heldLog.forEachRecord { event in
             guard !event.isErased, matches(event) else { return }
             journal.eraseHeld.append(ErasedRecord(event))
         }
@@ -363,13 +363,7 @@ final class ConsentWorker {
     /// queue after the recorded end (a crash after it was committed).
     private func appendOnce(_ journal: ConsentJournal, writer: LogWriter) throws {
         var present = Set<EventID>()
-        var position = journal.queueEnd
-        while true {
-            let (batch, next) = try mainLog.read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
-            for event in batch { present.insert(event.decodedID) }
-            if batch.isEmpty || next == position { break }
-            position = next
-        }
+        try mainLog.forEachRecord(from: journal.queueEnd) { present.insert($0.decodedID) }
         var appended = 0
         for record in journal.release where !present.contains(record.eventID) {
             // Still held: the held copy is erased only after the queued one is committed.
@@ -416,21 +410,10 @@ final class ConsentWorker {
 
     // MARK: The held area
 
-    /// Calls `body` with every record of `log`, oldest first.
-    private static func forEachRecord(of log: SegmentedLog, _ body: (StoredEvent) throws -> Void) throws {
-        var position = log.startPosition
-        while true {
-            let (batch, next) = try log.read(from: position, maxEvents: 4096, maxBytes: 4 << 20)
-            for event in batch { try body(event) }
-            if batch.isEmpty || next == position { break }
-            position = next
-        }
-    }
-
     /// The held events that are not erased, oldest first.
     private func liveHeldEvents() throws -> [StoredEvent] {
         var events: [StoredEvent] = []
-        try Self.forEachRecord(of: heldLog) { if !$0.isErased { events.append($0) } }
+        try heldLog.forEachRecord { if !$0.isErased { events.append($0) } }
         return events
     }
 

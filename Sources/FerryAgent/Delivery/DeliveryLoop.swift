@@ -23,18 +23,16 @@ public struct DeliveryState: Sendable {
     public var sink: String
     /// What the loop is doing now.
     public var phase: Phase = .starting
-    /// The circuit breaker's state.
-    public var circuit: CircuitState = .closed
+    // The circuit and the failures since the last success are the breaker's
+    // (``DeliveryLoop/circuitStatus``), read from there by `ferry status`.
     /// Agent ms of the last successful batch.
     public var lastSuccessAt: UInt64?
-    /// Failed attempts since the last success.
-    public var consecutiveFailures = 0
     /// The last failure's message.
     public var lastError: String?
     /// Agent ms of the next attempt while ``phase`` is `retrying` (or the circuit is open).
     public var retryAt: UInt64?
-    // What the sink delivered, retried and dead-lettered is counted in its metrics
-    // (`ferry_sink_*_total{sink}`), the one store `ferry status` reads too.
+    // What the sink delivered, retried and dead-lettered is counted in the agent's metric store
+    // (`SinkMetrics`, exported as `ferry_sink_*_total{sink}`), which `ferry status` reads.
 }
 
 /// A change of a sink's circuit breaker, published on the bus topic `circuit`.
@@ -60,7 +58,11 @@ struct CircuitBreaker {
     private(set) var failureThreshold: Int
     private(set) var openMilliseconds: UInt64
     private(set) var state: DeliveryState.CircuitState = .closed
+    /// Transient failures since the last success: what opens the circuit.
     private(set) var failures = 0
+    /// Failed attempts since the last success, permanent ones (which never open the circuit)
+    /// included: what `ferry status` shows.
+    private(set) var consecutiveFailures = 0
     private(set) var openUntil: UInt64 = 0
 
     init(_ configuration: AgentConfiguration.SinkConfiguration.Circuit) {
@@ -86,6 +88,7 @@ struct CircuitBreaker {
     /// After a successful attempt.
     mutating func succeeded() -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
         failures = 0
+        consecutiveFailures = 0
         guard state != .closed else { return nil }
         defer { state = .closed }
         return (state, .closed)
@@ -94,6 +97,7 @@ struct CircuitBreaker {
     /// After a failed attempt at `now`.
     mutating func failed(now: UInt64) -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
         failures += 1
+        consecutiveFailures += 1
         switch state {
         case .halfOpen, .closed where failures >= failureThreshold:
             let from = state
@@ -103,6 +107,12 @@ struct CircuitBreaker {
         default:
             return nil
         }
+    }
+
+    /// After an attempt that failed for good (its batch is dead-lettered): counted for status,
+    /// never toward opening the circuit.
+    mutating func failedPermanently() {
+        consecutiveFailures += 1
     }
 }
 
@@ -145,6 +155,12 @@ final class DeliveryLoop: Sendable {
     /// The sink's checkpoint as last stored with the cursor.
     private let checkpoint: Mutex<[UInt8]?>
     private let breaker: Mutex<CircuitBreaker>
+
+    /// The circuit's state and the failed attempts since the last success, as the breaker has
+    /// them (the one place they are kept).
+    var circuitStatus: (state: DeliveryState.CircuitState, consecutiveFailures: Int) {
+        breaker.withLock { ($0.state, $0.consecutiveFailures) }
+    }
     private let replays = Mutex<ReplayQueue>(ReplayQueue())
 
     private struct ReplayQueue {
@@ -158,7 +174,7 @@ final class DeliveryLoop: Sendable {
     /// the sink writing (a batch skipped whole or dead-lettered).
     init(
         sink: any Sink, configuration: AgentConfiguration.SinkConfiguration, log: SegmentedLog,
-        cursorStore: CursorStore, deadLetters: DeadLetterStore, counters: AgentCounters, logger: Logger,
+        cursorStore: CursorStore, deadLetters: DeadLetterStore, counters: AgentMetrics, logger: Logger,
         checkpoint: [UInt8]? = nil, gate: any DeliveryGate = OpenDeliveryGate(), io: BlockingExecutor? = nil,
         blocked: @escaping @Sendable ([StoredEvent], String) -> Void = { _, _ in },
         circuitChanged: @escaping @Sendable (CircuitChange) -> Void = { _ in },
@@ -255,7 +271,6 @@ final class DeliveryLoop: Sendable {
                 state.withLock {
                     $0.phase = .delivering
                     $0.lastSuccessAt = now
-                    $0.consecutiveFailures = 0
                     $0.retryAt = nil
                 }
                 published(sent)
@@ -377,11 +392,9 @@ final class DeliveryLoop: Sendable {
                 let sinkError = error as? SinkError ?? SinkError(.retry(after: nil), "\(error)")
                 let now = WallClock.unixMilliseconds()
                 metrics.failures.increment()
-                state.withLock {
-                    $0.consecutiveFailures += 1
-                    $0.lastError = sinkError.message
-                }
+                state.withLock { $0.lastError = sinkError.message }
                 if sinkError.disposition == .permanent {
+                    breaker.withLock { $0.failedPermanently() }
                     return await deadLetter(batch, sinkError, reason: "permanent", attempts: attempts)
                 }
                 if let change = breaker.withLock({ $0.failed(now: now) }) { announce(change, error: sinkError.message) }
@@ -440,7 +453,6 @@ final class DeliveryLoop: Sendable {
     private func announce(_ change: (DeliveryState.CircuitState, DeliveryState.CircuitState), error: String? = nil) {
         let (failures, openUntil) = breaker.withLock { ($0.failures, $0.openUntil) }
         let now = WallClock.unixMilliseconds()
-        state.withLock { $0.circuit = change.1 }
         metrics.circuitOpen.record(change.1 == .closed ? 0 : 1)
         if change.1 == .open {
             logger.warning("circuit open", metadata: ["failures": "\(failures)", "until": "\(openUntil)"])

@@ -47,7 +47,7 @@ final class IngestServer: Sendable {
     private let context: ZMQContext
     private let configuration: AgentConfiguration
     private let pipeline: CommitPipeline
-    private let counters: AgentCounters
+    private let counters: AgentMetrics
     private let logger: Logger
     private let mailbox: SocketMailbox
     private let controlThread: BlockingExecutor
@@ -66,7 +66,7 @@ final class IngestServer: Sendable {
     /// called on `controlThread`, never on the socket thread.
     init(
         context: ZMQContext, configuration: AgentConfiguration, pipeline: CommitPipeline, mailbox: SocketMailbox,
-        counters: AgentCounters, logger: Logger, controlThread: BlockingExecutor, access: AccessControl,
+        counters: AgentMetrics, logger: Logger, controlThread: BlockingExecutor, access: AccessControl,
         control: @escaping ControlHandler
     ) {
         self.access = access

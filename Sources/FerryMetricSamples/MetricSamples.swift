@@ -1,3 +1,5 @@
+import FerryProtocol
+
 /// One line of the Prometheus text exposition: `name{label="value",…} value`.
 public struct MetricSample: Sendable, Hashable {
     /// The sample's name (for histograms `…_bucket`, `…_sum`, `…_count`).
@@ -16,8 +18,8 @@ public struct MetricSample: Sendable, Hashable {
 }
 
 /// The samples of a Prometheus text exposition (format 0.0.4), as `ferry metrics` and
-/// `GET /metrics` serve it. The agent reads its status counters back from its own exposition
-/// with it (one store for both), and tools such as `ferry top` read `ferry metrics` with it.
+/// `GET /metrics` serve it: tools such as `ferry top` read `ferry metrics` with it. (The agent
+/// itself never reads its metrics back: `ferry status` counters are its own state.)
 ///
 /// ```swift
 /// let samples = MetricSamples(parsing: Array("ferry_events_accepted_total 42\n".utf8))
@@ -183,4 +185,9 @@ extension String {
         while scalars.last == " " { scalars.removeLast() }
         return String(scalars)
     }
+}
+
+extension MetricsReply {
+    /// The samples of ``MetricsReply/text``.
+    public var samples: MetricSamples { MetricSamples(parsing: Array(text.utf8)) }
 }

@@ -1,0 +1,32 @@
+@testable import FerryAgent
+import Testing
+
+/// The breaker is the one place a sink's circuit and its failures since the last success are
+/// kept; `ferry status` reads them from it.
+@Suite("CircuitBreaker: the circuit and the failures status shows")
+struct CircuitBreakerTests {
+    @Test("transient failures open the circuit at the threshold; a probe after the open period decides")
+    func opensAndCloses() {
+        var breaker = CircuitBreaker(.init(failureThreshold: 2, openMilliseconds: 100))
+        #expect(breaker.failed(now: 0) == nil)
+        #expect(breaker.failed(now: 10).map { [$0.0, $0.1] } == [.closed, .open])
+        #expect(breaker.state == .open && breaker.consecutiveFailures == 2)
+        #expect(breaker.admit(now: 50).wait == 60)
+        let probe = breaker.admit(now: 110)
+        #expect(probe.wait == nil && probe.changed.map { [$0.0, $0.1] } == [.open, .halfOpen])
+        #expect(breaker.succeeded().map { [$0.0, $0.1] } == [.halfOpen, .closed])
+        #expect(breaker.state == .closed && breaker.consecutiveFailures == 0 && breaker.failures == 0)
+    }
+
+    @Test("a permanent failure is counted for status but never opens the circuit")
+    func permanent() {
+        var breaker = CircuitBreaker(.init(failureThreshold: 2, openMilliseconds: 100))
+        breaker.failedPermanently()
+        breaker.failedPermanently()
+        #expect(breaker.state == .closed && breaker.consecutiveFailures == 2 && breaker.failures == 0)
+        #expect(breaker.failed(now: 0) == nil)
+        #expect(breaker.consecutiveFailures == 3)
+        _ = breaker.succeeded()
+        #expect(breaker.consecutiveFailures == 0)
+    }
+}
