@@ -74,6 +74,16 @@ final class OnceKeyStore {
         return true
     }
 
+    /// Whether `mark` was recorded before.
+    func contains(_ mark: Mark) -> Bool { marks.contains(mark) }
+
+    /// Records `mark` (a no-op if it is known); the next ``commit()`` makes it durable. The commit
+    /// stage records a group's marks only once the group's writes succeeded.
+    func insert(_ mark: Mark) {
+        guard marks.insert(mark).inserted else { return }
+        pending.append(mark)
+    }
+
     /// Forgets a mark made in this group (its event was rolled back).
     func unmark(_ key: String) {
         let mark = Mark(key: key)
