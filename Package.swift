@@ -176,6 +176,8 @@ let package = Package(
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol"]),
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),
+        // The commit stage's decision, table-driven: no files, sockets, threads or test kit.
+        .testTarget(name: "FerryCommitTests", dependencies: ["FerryAgent", "FerryProtocol", "FerryStorage"]),
         .testTarget(
             name: "FerryAgentTests",
             dependencies: ["FerryAgent", "FerryStorage", "FerryHTTPSink", "FerryJetStreamSink", "FerryMetrics", "FerryTestKit", "Ferry", "NATS"]
