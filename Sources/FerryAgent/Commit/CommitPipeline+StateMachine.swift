@@ -108,11 +108,13 @@ extension CommitPipeline {
         }
 
         /// What one event of the group leaves in the committed state, and which write it waits on.
+        /// Trivial (no reference fields): appending and reading one copies bytes, no retains.
         struct Entry: Sendable {
             var id: EventID
             var session: EventID?
             var sequence: UInt64
-            var source: String
+            /// Where the session's source name is in ``StateMachine/sources`` (with a session only).
+            var source: Int
             /// The once-key taken at the gate (kept even if the event is then refused, unless it
             /// was written and its write failed).
             var onceKey: OnceKeyStore.Mark?
@@ -120,6 +122,14 @@ extension CommitPipeline {
             var seen: Bool
             /// The write the entry waits on (none: kept whatever the writes do).
             var write: Writes
+        }
+
+        /// What ``wrote(to:segment:)`` needs of the event judged `store` or `hold` (its entry is
+        /// the last one): trivial, so judging an event copies no `Event`.
+        private struct Awaiting {
+            var uid: UInt32?
+            var countsUsage: Bool
+            var recordBytes: Int64
         }
 
         /// A (session, sequence) pair decided in this group.
@@ -131,8 +141,11 @@ extension CommitPipeline {
         let limits: Limits
         /// This group's entries, in arrival order.
         private(set) var entries: [Entry] = []
-        /// Ids seen in this group (``Entry/seen``).
-        private var ids = EventIDSet()
+        /// The source names of the entries with a session (``Entry/source``).
+        private var sources: [String] = []
+        /// Ids seen in this group (``Entry/seen``). Sized for a typical group up front, so a warm
+        /// machine does not grow it.
+        private var ids = EventIDSet(capacity: 1024)
         /// Session sequences seen in this group (only events with a session touch it).
         private var sequences: Set<SessionSequence> = []
         /// Once-keys taken in this group.
@@ -146,7 +159,7 @@ extension CommitPipeline {
         /// Events written to the log and to the held area in this group.
         private(set) var written: (log: Int, held: Int) = (0, 0)
         /// The event judged `store` or `hold` whose write is not reported yet.
-        private var awaiting: Event?
+        private var awaiting: Awaiting?
 
         init(limits: Limits) {
             self.limits = limits
@@ -167,12 +180,16 @@ extension CommitPipeline {
             let decision = consent(event.consent, in: book)
             // The once-key is taken before the consent gate, so a suppressed or blocked conversion
             // still counts; in no-op mode nothing at all is recorded.
-            var entry = Entry(id: event.id, session: event.session, sequence: event.sequence, source: event.source,
+            var entry = Entry(id: event.id, session: event.session, sequence: event.sequence, source: -1,
                               onceKey: nil, seen: false, write: [])
             if let mark = event.onceKey, decision != .blocked(.noOp) {
                 if book.isMarked(mark) || marks.contains(mark) { return .duplicate(.onceKey) }
                 marks.insert(mark)
                 entry.onceKey = mark
+            }
+            if event.session != nil {
+                entry.source = sources.count
+                sources.append(event.source)
             }
             switch decision {
             case .blocked(let reason):
@@ -185,7 +202,7 @@ extension CommitPipeline {
             case .hold:
                 record(entry)
                 guard book.heldBytes + event.heldBytes <= limits.retentionMaxBytes else { return .reject(.full) }
-                awaiting = event
+                awaiting = Awaiting(uid: event.uid, countsUsage: event.countsUsage, recordBytes: event.recordBytes)
                 return .hold
             case .store:
                 record(entry)
@@ -194,7 +211,7 @@ extension CommitPipeline {
                     // This sender has its share of the queue: it alone is answered `full`.
                     return .reject(.full)
                 }
-                awaiting = event
+                awaiting = Awaiting(uid: event.uid, countsUsage: event.countsUsage, recordBytes: event.recordBytes)
                 // Count a segment header too: the append may start a new segment.
                 guard book.logBytes + event.recordBytes + SegmentedLog.segmentHeaderSize > limits.retentionMaxBytes else {
                     return .store(makingRoom: false)
@@ -213,9 +230,10 @@ extension CommitPipeline {
         mutating func wrote(to write: Writes, segment: UInt64) {
             guard let event = awaiting else { preconditionFailure("wrote(to:) without an event judged store or hold") }
             awaiting = nil
-            entries[entries.count - 1].seen = true
-            entries[entries.count - 1].write = write
-            see(event.id, session: event.session, sequence: event.sequence)
+            let last = entries.count - 1
+            entries[last].seen = true
+            entries[last].write = write
+            see(entries[last].id, session: entries[last].session, sequence: entries[last].sequence)
             if write == .held {
                 written.held += 1
                 return
@@ -244,7 +262,7 @@ extension CommitPipeline {
                 guard entry.seen else { continue }
                 book.remember(entry.id, at: now)
                 if let session = entry.session {
-                    book.remember(session: session, sequence: entry.sequence, source: entry.source, at: now)
+                    book.remember(session: session, sequence: entry.sequence, source: sources[entry.source], at: now)
                 }
             }
             reset()
@@ -253,9 +271,16 @@ extension CommitPipeline {
         /// Empties the overlay (keeping capacity).
         private mutating func reset() {
             if ids.count > 0 {
-                for entry in entries where entry.seen { ids.remove(entry.id) }
+                // Clearing the table costs a pass over its slots, removing ids a probe each:
+                // clear it unless the group's ids fill only a small share of it.
+                if ids.count * 16 >= ids.slotCount {
+                    ids.removeAll()
+                } else {
+                    for entry in entries where entry.seen { ids.remove(entry.id) }
+                }
             }
             entries.removeAll(keepingCapacity: true)
+            if !sources.isEmpty { sources.removeAll(keepingCapacity: true) }
             if !sequences.isEmpty { sequences.removeAll(keepingCapacity: true) }
             if !marks.isEmpty { marks.removeAll(keepingCapacity: true) }
             verdicts.removeAll(keepingCapacity: true)
