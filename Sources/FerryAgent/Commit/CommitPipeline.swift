@@ -285,11 +285,8 @@ final class CommitPipeline: Sendable {
                 case .refused(let entry, let frame):
                     answer.append(entry, frame: frame)
                 case .event(let header, let frame):
-                    let event = StateMachine.Event(header, frame: frame, origin: batch.origin, uid: batch.uid)
-                    let action = machine.judge(event, in: book)
-                    let (entry, note) = perform(action, on: event, frame: frame, batch: batch, book: book,
-                                                machine: &machine, now: now)
-                    answer.append(entry, frame: frame, note: note)
+                    judge(header, frame: frame, origin: batch.origin, uid: batch.uid, book: &book, machine: &machine,
+                          now: now, into: &answer)
                 }
             }
             results.append(answer)
@@ -323,10 +320,24 @@ final class CommitPipeline: Sendable {
         return (results, answered)
     }
 
+    /// Has the machine judge one event of a batch from `uid` with `origin` metadata, carries out
+    /// its action and adds the answer to `answer`. Out of line on purpose: with the answer added
+    /// in the batch loop, the compiler copied the header and frame out of the item twice per event.
+    @inline(never)
+    private func judge(
+        _ header: EventHeader, frame: [UInt8], origin: [UInt8], uid: UInt32?, book: inout Book,
+        machine: inout StateMachine, now: UInt64, into answer: inout CommittedBatch
+    ) {
+        let event = StateMachine.Event(header, frame: frame, origin: origin, uid: uid)
+        let action = machine.judge(event, in: book)
+        let (entry, note) = perform(action, on: event, frame: frame, origin: origin, book: book, machine: &machine, now: now)
+        answer.append(entry, frame: frame, note: note)
+    }
+
     /// Carries out the machine's action for one event (the append or hold, for `store` and
     /// `hold`) and returns its answer.
     private func perform(
-        _ action: StateMachine.Action, on event: StateMachine.Event, frame: [UInt8], batch: IngestBatch, book: Book,
+        _ action: StateMachine.Action, on event: StateMachine.Event, frame: [UInt8], origin: [UInt8], book: Book,
         machine: inout StateMachine, now: UInt64
     ) -> (AckEntry, CommittedBatch.Note?) {
         switch action {
@@ -335,14 +346,14 @@ final class CommitPipeline: Sendable {
                 return (AckEntry(id: event.id, status: .rejected, reason: .full), nil)
             }
             do {
-                try book.writer.append(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
+                try book.writer.append(frame: frame, acceptedAt: now, encodedMetadata: origin)
             } catch {
                 return (AckEntry(id: event.id, status: .rejected, reason: .storage), nil)
             }
             machine.wrote(to: .log, segment: book.writer.activeIndex)
         case .hold:
             do {
-                try book.consent.hold(frame: frame, acceptedAt: now, encodedMetadata: batch.origin)
+                try book.consent.hold(frame: frame, acceptedAt: now, encodedMetadata: origin)
             } catch {
                 return (AckEntry(id: event.id, status: .rejected, reason: .storage), nil)
             }
@@ -411,8 +422,13 @@ final class CommitPipeline: Sendable {
 
     /// Hands each answer to the destination its batch came from: one call per destination.
     private func answer(_ results: [CommittedBatch]) {
-        guard let first = results.first?.replyTo else { return }
-        if results.allSatisfy({ $0.replyTo === first }) {
+        // Read by index: `results.first?.replyTo` and `allSatisfy` copied each whole answer
+        // (its arrays and dictionary retained and released) just to compare one reference.
+        guard !results.isEmpty else { return }
+        let first = results[0].replyTo
+        var index = 1
+        while index < results.count, results[index].replyTo === first { index += 1 }
+        if index == results.count {
             first.deliver(results)
             return
         }
