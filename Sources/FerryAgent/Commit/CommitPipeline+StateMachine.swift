@@ -127,6 +127,8 @@ extension CommitPipeline {
         /// What ``wrote(to:segment:)`` needs of the event judged `store` or `hold` (its entry is
         /// the last one): trivial, so judging an event copies no `Event`.
         private struct Awaiting {
+            /// Its entry, appended to ``entries`` once its write is reported (seen) or not.
+            var entry: Entry
             var uid: UInt32?
             var countsUsage: Bool
             var recordBytes: Int64
@@ -143,8 +145,10 @@ extension CommitPipeline {
         private(set) var entries: [Entry] = []
         /// The source names of the entries with a session (``Entry/source``).
         private var sources: [String] = []
-        /// Ids seen in this group (``Entry/seen``). Sized for a typical group up front, so a warm
-        /// machine does not grow it.
+        /// Ids seen in this group (``Entry/seen``), and the id of the event being judged or
+        /// awaiting its write (taken in ``judge(_:in:)`` with the one probe that also finds a
+        /// duplicate, given back if the event turns out not seen). Sized for a typical group up
+        /// front, so a warm machine does not grow it.
         private var ids = EventIDSet(capacity: 1024)
         /// Session sequences seen in this group (only events with a session touch it).
         private var sequences: Set<SessionSequence> = []
@@ -163,11 +167,12 @@ extension CommitPipeline {
 
         init(limits: Limits) {
             self.limits = limits
+            entries.reserveCapacity(1024)
         }
 
         /// Judges `event` against the committed state in `book` and this group's earlier events.
         mutating func judge(_ event: Event, in book: some CommitBook) -> Action {
-            awaiting = nil
+            if awaiting != nil { abandonAwaiting() }
             // A session's stored sequences answer first; the id window covers clients without
             // sessions and sequences the table no longer judges.
             if let session = event.session {
@@ -176,14 +181,20 @@ extension CommitPipeline {
                     return .duplicate(.none)
                 }
             }
-            if book.isRecent(event.id) || (ids.count > 0 && ids.contains(event.id)) { return .duplicate(.none) }
+            if book.isRecent(event.id) { return .duplicate(.none) }
+            // One probe finds a copy seen earlier in the group and takes the id for this event;
+            // every verdict below that leaves it unseen gives it back.
+            guard ids.insert(event.id) else { return .duplicate(.none) }
             let decision = consent(event.consent, in: book)
             // The once-key is taken before the consent gate, so a suppressed or blocked conversion
             // still counts; in no-op mode nothing at all is recorded.
             var entry = Entry(id: event.id, session: event.session, sequence: event.sequence, source: -1,
                               onceKey: nil, seen: false, write: [])
             if let mark = event.onceKey, decision != .blocked(.noOp) {
-                if book.isMarked(mark) || marks.contains(mark) { return .duplicate(.onceKey) }
+                if book.isMarked(mark) || marks.contains(mark) {
+                    ids.remove(event.id)
+                    return .duplicate(.onceKey)
+                }
                 marks.insert(mark)
                 entry.onceKey = mark
             }
@@ -194,33 +205,39 @@ extension CommitPipeline {
             switch decision {
             case .blocked(let reason):
                 record(entry)
+                ids.remove(event.id)
                 return .block(reason)
             case .suppressed:
                 entry.seen = true
                 record(entry)
                 return .suppress
             case .hold:
-                record(entry)
-                guard book.heldBytes + event.heldBytes <= limits.retentionMaxBytes else { return .reject(.full) }
-                awaiting = Awaiting(uid: event.uid, countsUsage: event.countsUsage, recordBytes: event.recordBytes)
+                guard book.heldBytes + event.heldBytes <= limits.retentionMaxBytes else {
+                    record(entry)
+                    ids.remove(event.id)
+                    return .reject(.full)
+                }
+                awaiting = Awaiting(entry: entry, uid: event.uid, countsUsage: event.countsUsage,
+                                    recordBytes: event.recordBytes)
                 return .hold
             case .store:
-                record(entry)
                 if let uid = event.uid, let share = limits.uidShareBytes,
                    book.bytes(ofUID: uid) + groupBytes(ofUID: uid) + event.recordBytes > share {
                     // This sender has its share of the queue: it alone is answered `full`.
+                    record(entry)
+                    ids.remove(event.id)
                     return .reject(.full)
                 }
-                awaiting = Awaiting(uid: event.uid, countsUsage: event.countsUsage, recordBytes: event.recordBytes)
                 // Count a segment header too: the append may start a new segment.
-                guard book.logBytes + event.recordBytes + SegmentedLog.segmentHeaderSize > limits.retentionMaxBytes else {
-                    return .store(makingRoom: false)
-                }
-                guard limits.fullPolicy == .dropOldest else {
-                    awaiting = nil
+                let fits = book.logBytes + event.recordBytes + SegmentedLog.segmentHeaderSize <= limits.retentionMaxBytes
+                guard fits || limits.fullPolicy == .dropOldest else {
+                    record(entry)
+                    ids.remove(event.id)
                     return .reject(.full)
                 }
-                return .store(makingRoom: true)
+                awaiting = Awaiting(entry: entry, uid: event.uid, countsUsage: event.countsUsage,
+                                    recordBytes: event.recordBytes)
+                return .store(makingRoom: !fits)
             }
         }
 
@@ -228,12 +245,12 @@ extension CommitPipeline {
         /// `segment` is the log segment it went to. Without this report (no room, the append
         /// threw) the event leaves only its once-key behind.
         mutating func wrote(to write: Writes, segment: UInt64) {
-            guard let event = awaiting else { preconditionFailure("wrote(to:) without an event judged store or hold") }
+            guard var event = awaiting else { preconditionFailure("wrote(to:) without an event judged store or hold") }
             awaiting = nil
-            let last = entries.count - 1
-            entries[last].seen = true
-            entries[last].write = write
-            see(entries[last].id, session: entries[last].session, sequence: entries[last].sequence)
+            event.entry.seen = true
+            event.entry.write = write
+            // Its id is in `ids` since judge(_:in:).
+            record(event.entry)
             if write == .held {
                 written.held += 1
                 return
@@ -257,6 +274,7 @@ extension CommitPipeline {
         /// (its id, its session sequence and its once-key stay free), then empties the overlay
         /// for the next group.
         mutating func settle(failed: Writes, at now: UInt64, into book: inout some CommitBook) {
+            if awaiting != nil { abandonAwaiting() }
             for entry in entries where entry.write.isDisjoint(with: failed) {
                 if let mark = entry.onceKey { book.mark(mark) }
                 guard entry.seen else { continue }
@@ -268,8 +286,18 @@ extension CommitPipeline {
             reset()
         }
 
+        /// Gives back the id of the event judged `store` or `hold` whose write was not reported
+        /// (no room, the append threw): it was not seen.
+        private mutating func abandonAwaiting() {
+            guard let event = awaiting else { return }
+            awaiting = nil
+            ids.remove(event.entry.id)
+            record(event.entry)
+        }
+
         /// Empties the overlay (keeping capacity).
         private mutating func reset() {
+            if awaiting != nil { abandonAwaiting() }
             if ids.count > 0 {
                 // Clearing the table costs a pass over its slots, removing ids a probe each:
                 // clear it unless the group's ids fill only a small share of it.
@@ -291,12 +319,12 @@ extension CommitPipeline {
 
         private mutating func record(_ entry: Entry) {
             entries.append(entry)
-            if entry.seen { see(entry.id, session: entry.session, sequence: entry.sequence) }
+            if entry.seen, let session = entry.session { see(session: session, sequence: entry.sequence) }
         }
 
-        private mutating func see(_ id: EventID, session: EventID?, sequence: UInt64) {
-            ids.insert(id)
-            if let session { sequences.insert(SessionSequence(session: session, sequence: sequence)) }
+        /// Adds a seen event's session sequence (its id is in `ids` since judge(_:in:)).
+        private mutating func see(session: EventID, sequence: UInt64) {
+            sequences.insert(SessionSequence(session: session, sequence: sequence))
         }
 
         private mutating func consent(_ key: ConsentKey, in book: some CommitBook) -> IngestDecision {
