@@ -127,8 +127,6 @@ extension CommitPipeline {
         /// What ``wrote(to:segment:)`` needs of the event judged `store` or `hold` (its entry is
         /// the last one): trivial, so judging an event copies no `Event`.
         private struct Awaiting {
-            /// Its entry, appended to ``entries`` once its write is reported (seen) or not.
-            var entry: Entry
             var uid: UInt32?
             var countsUsage: Bool
             var recordBytes: Int64
@@ -149,7 +147,7 @@ extension CommitPipeline {
         /// awaiting its write (taken in ``judge(_:in:)`` with the one probe that also finds a
         /// duplicate, given back if the event turns out not seen). Sized for a typical group up
         /// front, so a warm machine does not grow it.
-        private var ids = EventIDSet(capacity: 1024)
+        private var ids = EventIDSet(capacity: 4096)
         /// Session sequences seen in this group (only events with a session touch it).
         private var sequences: Set<SessionSequence> = []
         /// Once-keys taken in this group.
@@ -212,32 +210,32 @@ extension CommitPipeline {
                 record(entry)
                 return .suppress
             case .hold:
+                record(entry)
                 guard book.heldBytes + event.heldBytes <= limits.retentionMaxBytes else {
-                    record(entry)
                     ids.remove(event.id)
                     return .reject(.full)
                 }
-                awaiting = Awaiting(entry: entry, uid: event.uid, countsUsage: event.countsUsage,
-                                    recordBytes: event.recordBytes)
+                awaiting = Awaiting(uid: event.uid, countsUsage: event.countsUsage, recordBytes: event.recordBytes)
                 return .hold
             case .store:
+                record(entry)
                 if let uid = event.uid, let share = limits.uidShareBytes,
                    book.bytes(ofUID: uid) + groupBytes(ofUID: uid) + event.recordBytes > share {
                     // This sender has its share of the queue: it alone is answered `full`.
-                    record(entry)
                     ids.remove(event.id)
                     return .reject(.full)
                 }
+                awaiting = Awaiting(uid: event.uid, countsUsage: event.countsUsage, recordBytes: event.recordBytes)
                 // Count a segment header too: the append may start a new segment.
-                let fits = book.logBytes + event.recordBytes + SegmentedLog.segmentHeaderSize <= limits.retentionMaxBytes
-                guard fits || limits.fullPolicy == .dropOldest else {
-                    record(entry)
+                guard book.logBytes + event.recordBytes + SegmentedLog.segmentHeaderSize > limits.retentionMaxBytes else {
+                    return .store(makingRoom: false)
+                }
+                guard limits.fullPolicy == .dropOldest else {
+                    awaiting = nil
                     ids.remove(event.id)
                     return .reject(.full)
                 }
-                awaiting = Awaiting(entry: entry, uid: event.uid, countsUsage: event.countsUsage,
-                                    recordBytes: event.recordBytes)
-                return .store(makingRoom: !fits)
+                return .store(makingRoom: true)
             }
         }
 
@@ -245,12 +243,13 @@ extension CommitPipeline {
         /// `segment` is the log segment it went to. Without this report (no room, the append
         /// threw) the event leaves only its once-key behind.
         mutating func wrote(to write: Writes, segment: UInt64) {
-            guard var event = awaiting else { preconditionFailure("wrote(to:) without an event judged store or hold") }
+            guard let event = awaiting else { preconditionFailure("wrote(to:) without an event judged store or hold") }
             awaiting = nil
-            event.entry.seen = true
-            event.entry.write = write
+            let last = entries.count - 1
+            entries[last].seen = true
+            entries[last].write = write
             // Its id is in `ids` since judge(_:in:).
-            record(event.entry)
+            if let session = entries[last].session { see(session: session, sequence: entries[last].sequence) }
             if write == .held {
                 written.held += 1
                 return
@@ -274,7 +273,6 @@ extension CommitPipeline {
         /// (its id, its session sequence and its once-key stay free), then empties the overlay
         /// for the next group.
         mutating func settle(failed: Writes, at now: UInt64, into book: inout some CommitBook) {
-            if awaiting != nil { abandonAwaiting() }
             for entry in entries where entry.write.isDisjoint(with: failed) {
                 if let mark = entry.onceKey { book.mark(mark) }
                 guard entry.seen else { continue }
@@ -289,19 +287,17 @@ extension CommitPipeline {
         /// Gives back the id of the event judged `store` or `hold` whose write was not reported
         /// (no room, the append threw): it was not seen.
         private mutating func abandonAwaiting() {
-            guard let event = awaiting else { return }
             awaiting = nil
-            ids.remove(event.entry.id)
-            record(event.entry)
+            ids.remove(entries[entries.count - 1].id)
         }
 
         /// Empties the overlay (keeping capacity).
         private mutating func reset() {
             if awaiting != nil { abandonAwaiting() }
             if ids.count > 0 {
-                // Clearing the table costs a pass over its slots, removing ids a probe each:
-                // clear it unless the group's ids fill only a small share of it.
-                if ids.count * 16 >= ids.slotCount {
+                // Clearing the table costs about an instruction per slot, removing ids about a
+                // hundred each: clear it unless the group's ids fill only a small share of it.
+                if ids.count * 64 >= ids.slotCount {
                     ids.removeAll()
                 } else {
                     for entry in entries where entry.seen { ids.remove(entry.id) }
