@@ -60,6 +60,7 @@ struct CommittedBatch: Sendable {
     }
 
     /// Adds the answer for the next frame.
+    @inline(__always)
     mutating func append(_ entry: AckEntry, frame: [UInt8], note: Note? = nil) {
         if let note { notes[entries.count] = note }
         entries.append(entry)
@@ -289,7 +290,7 @@ final class CommitPipeline: Sendable {
                           now: now, into: &answer)
                 }
             }
-            results.append(answer)
+            results.append(consume answer)
         }
         let (failed, reason, answered) = writeGroup(book: book, machine: machine, results: results)
         if !failed.isEmpty { Self.reject(machine.ids(waitingOn: failed), in: &results, reason: reason) }
@@ -304,8 +305,9 @@ final class CommitPipeline: Sendable {
         // Tallied in locals, added once per group: no shared write per event.
         var tally = AgentCounters.GroupTally()
         tally.rejected = Array(repeating: 0, count: RejectReason.allCases.count)
-        for result in results {
-            for entry in result.entries {
+        // By index: `for result in results` copied each whole answer.
+        for b in results.indices {
+            for entry in results[b].entries {
                 switch entry.status {
                 case .accepted: tally.accepted += 1
                 case .duplicate: tally.duplicate += 1
@@ -314,7 +316,7 @@ final class CommitPipeline: Sendable {
                 default: tally.rejected[Int(min(entry.reason.rawValue, UInt8(tally.rejected.count - 1)))] += 1
                 }
             }
-            if !result.notes.isEmpty { tally.held += result.notes.values.count { $0.topic == .held } }
+            if !results[b].notes.isEmpty { tally.held += results[b].notes.values.count { $0.topic == .held } }
         }
         counters.record(tally)
         return (results, answered)
