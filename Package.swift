@@ -195,6 +195,8 @@ let package = Package(
         .testTarget(name: "FerryThreadsTests", dependencies: ["FerryThreads"]),
         // Only the small kit: no NIO, NATS or AsyncHTTPClient in this build.
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),
+        // The commit stage's decision, table-driven: no files, sockets, threads or test kit.
+        .testTarget(name: "FerryCommitTests", dependencies: ["FerryAgent", "FerryProtocol", "FerryStorage"]),
         .testTarget(
             name: "FerryAgentTests",
             dependencies: [

@@ -112,6 +112,17 @@ package struct EventIDSet {
         return removed
     }
 
+    /// Slots in the table (at least twice the ids it holds).
+    package var slotCount: Int { slots.count }
+
+    /// Removes every id, keeping the table's size: one pass clearing every slot, cheaper than
+    /// ``remove(_:)`` per id once the ids fill more than a small share of the slots.
+    package mutating func removeAll() {
+        slots.withUnsafeMutableBufferPointer { $0.update(repeating: .zero) }
+        hasZero = false
+        count = 0
+    }
+
     private mutating func grow() {
         let old = slots
         slots = Array(repeating: .zero, count: old.count * 2)

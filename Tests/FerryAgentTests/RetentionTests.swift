@@ -70,20 +70,20 @@ final class PipelineHarness: Sendable {
     func submit(_ frames: [[UInt8]]) async throws -> [AckEntry] {
         let request = nextRequest.add(1, ordering: .relaxed).oldValue
         let items: [IngestBatch.Item] = try frames.map { .event(try EventHeader($0), frame: $0) }
-        #expect(pipeline.submit(IngestBatch(peer: [1, 2, 3], requestID: request, items: items)))
+        #expect(pipeline.submit(IngestBatch(replyTo: mailbox, route: AckRoute(peer: [1, 2, 3], requestID: request), items: items)))
         let mailbox = self.mailbox, pending = self.pending, dropped = droppedOnBus
         let batch = try await offPool { () throws -> CommittedBatch in
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline {
                 if let hit = pending.withLock({ list -> CommittedBatch? in
-                    guard let index = list.firstIndex(where: { $0.requestID == request }) else { return nil }
+                    guard let index = list.firstIndex(where: { $0.route.requestID == request }) else { return nil }
                     return list.remove(at: index)
                 }) { return hit }
                 Self.drain(mailbox, into: pending, dropped: dropped, timeout: 200)
             }
             throw TestFailure("no commit result for request \(request)")
         }
-        #expect(batch.peer == [1, 2, 3])
+        #expect(batch.route.peer == [1, 2, 3])
         #expect(batch.entries.count == frames.count)
         #expect(batch.entries.map(\.id) == frames.map(Events.id(of:)))
         return batch.entries

@@ -241,7 +241,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         }
         let pipeline = CommitPipeline(
             log: log, configuration: configuration, counters: counters, mailbox: mailbox,
-            committedSignals: deliveries.map(\.wakeup), logger: logger)
+            committedSignals: deliveries.map(\.wakeup), faults: .planted, logger: logger)
         // The access policy, resolved against the user and group databases here (never on a
         // socket thread) and refreshed in the background.
         let access = await io.run { AccessControl(policy: configuration.access, logger: logger) }

@@ -16,6 +16,26 @@ enum IngestDecision: Equatable, Sendable {
     case blocked(RejectReason)
 }
 
+/// What the ingest gate (``ConsentEngine/decide(_:)``) reads of an event: its type, its
+/// category byte and its local-only flag. Events alike in these are judged alike under one state,
+/// which lets the commit stage judge each such key once a group.
+struct ConsentKey: Equatable, Sendable {
+    var type: EventType
+    /// The event's category byte (0: its type's default category).
+    var category: UInt8
+    var localOnly: Bool
+
+    init(type: EventType, category: UInt8, localOnly: Bool) {
+        self.type = type
+        self.category = category
+        self.localOnly = localOnly
+    }
+
+    init(_ header: EventHeader) {
+        self.init(type: header.type, category: header.category, localOnly: header.flags.contains(.localOnly))
+    }
+}
+
 /// The host's consent state and the two checks made against it: at ingest (``decide(_:)``) and
 /// at send time (``admit(_:sink:)``, the delivery loop's ``DeliveryGate``).
 ///
@@ -84,9 +104,14 @@ final class ConsentEngine: DeliveryGate, Sendable {
 
     /// The category name of an event (its own byte, or its type's default), or `nil` if unknown.
     func category(of header: EventHeader) -> String? {
-        if header.category == 0 { return configuration.typeCategories[header.type.description] }
-        if header.category == ConsentCategories.consentCode { return ConsentCategories.consentName }
-        return names[header.category]
+        category(type: header.type, code: header.category)
+    }
+
+    /// The category name of an event of `type` whose category byte is `code`.
+    private func category(type: EventType, code: UInt8) -> String? {
+        if code == 0 { return configuration.typeCategories[type.description] }
+        if code == ConsentCategories.consentCode { return ConsentCategories.consentName }
+        return names[code]
     }
 
     /// True while events can reach the upstream at all (used to decide whether a consent change
@@ -107,11 +132,16 @@ final class ConsentEngine: DeliveryGate, Sendable {
     /// Judges one arriving event. Once-key marks and dedup happen before this (so a suppressed or
     /// blocked conversion still counts); the agent's own `consent` events never come through here.
     func decide(_ header: EventHeader) -> IngestDecision {
-        let category = category(of: header)
+        decide(ConsentKey(header))
+    }
+
+    /// Judges an event by the only fields the ingest gate reads (see ``ConsentKey``).
+    func decide(_ key: ConsentKey) -> IngestDecision {
+        let category = category(type: key.type, code: key.category)
         return state.withLock { state in
             let persisted = state.persisted
             if persisted.enabledFeatures.isEmpty { return .blocked(.noOp) }
-            if header.flags.contains(.localOnly) { return .suppressed }
+            if key.localOnly { return .suppressed }
             if !configuration.networkTracking { return .blocked(.killSwitch) }
             if !persisted.trackingEnabled { return .blocked(.trackingDisabled) }
             if persisted.gdpr.forbidsDataUsage { return .blocked(.gdprDataUsageDenied) }
@@ -123,7 +153,7 @@ final class ConsentEngine: DeliveryGate, Sendable {
             case .denied:
                 return .blocked(.consentDenied)
             case .undetermined:
-                if configuration.undetermined.allowTypes.contains(header.type) { return .store }
+                if configuration.undetermined.allowTypes.contains(key.type) { return .store }
                 return configuration.undetermined.policy == .hold ? .hold : .blocked(.consentUndetermined)
             }
         }

@@ -83,7 +83,7 @@ final class ConsentWorker {
         if oldestHeldAt == nil { oldestHeldAt = acceptedAt }
     }
 
-    /// Commits the held group (after the main log's) and the once-key marks.
+    /// Commits the held group (after the main log's).
     func commitGroup(heldAppended: Int) throws {
         if heldAppended > 0 {
             try heldWriter.commit()
@@ -93,6 +93,18 @@ final class ConsentWorker {
 
     /// Bytes in the held area, for its size cap.
     var heldBytes: Int64 { heldWriter.totalBytes }
+
+    /// The ingest gate's verdict on events of `key` under the current state.
+    func decide(_ key: ConsentKey) -> IngestDecision { engine.decide(key) }
+
+    /// Whether a once-key's mark was recorded (by an earlier group or an earlier run).
+    func isMarked(_ mark: OnceKeyStore.Mark) -> Bool { onceKeys.contains(mark) }
+
+    /// Records a once-key's mark (durable at the next ``commitOnceKeys()``).
+    func mark(_ mark: OnceKeyStore.Mark) { onceKeys.insert(mark) }
+
+    /// Writes the once-key marks recorded since the last call and `fdatasync`s them.
+    func commitOnceKeys() throws { try onceKeys.commit() }
 
     // MARK: Commands
 

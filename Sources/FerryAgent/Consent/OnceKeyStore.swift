@@ -66,21 +66,14 @@ final class OnceKeyStore {
     /// Marks known.
     var count: Int { marks.count }
 
-    /// Records `key` if it is new (returns true); false if it was seen before.
-    func mark(_ key: String) -> Bool {
-        let mark = Mark(key: key)
-        guard marks.insert(mark).inserted else { return false }
-        pending.append(mark)
-        return true
-    }
+    /// Whether `mark` was recorded before.
+    func contains(_ mark: Mark) -> Bool { marks.contains(mark) }
 
-    /// Forgets a mark made in this group (its event was rolled back).
-    func unmark(_ key: String) {
-        let mark = Mark(key: key)
-        if let index = pending.firstIndex(of: mark) {
-            pending.remove(at: index)
-            marks.remove(mark)
-        }
+    /// Records `mark` (a no-op if it is known); the next ``commit()`` makes it durable. The commit
+    /// stage records a group's marks only once the group's writes succeeded.
+    func insert(_ mark: Mark) {
+        guard marks.insert(mark).inserted else { return }
+        pending.append(mark)
     }
 
     /// Writes the marks made since the last call and `fdatasync`s them.

@@ -256,11 +256,11 @@ final class IngestServer: Sendable {
         // Header and body encoded into one reused buffer and sent from it: no array per ack.
         let buffer = sockets.ackBuffer
         buffer.bytes.removeAll(keepingCapacity: true)
-        MessageHeader(version: batch.version, kind: .ack, requestID: batch.requestID).encode(into: &buffer.bytes)
+        MessageHeader(version: batch.route.version, kind: .ack, requestID: batch.route.requestID).encode(into: &buffer.bytes)
         AckCodec.encode(batch.entries, into: &buffer.bytes)
         do {
             try buffer.bytes.withUnsafeBytes { raw in
-                try batch.peer.withUnsafeBytes { peer in
+                try batch.route.peer.withUnsafeBytes { peer in
                     // Never block the socket thread on a slow peer (see `send`).
                     _ = try sockets.ingest.send(peer, UnsafeRawBufferPointer(rebasing: raw[..<MessageHeader.size]),
                                                 UnsafeRawBufferPointer(rebasing: raw[MessageHeader.size...]), dontWait: true)
@@ -454,8 +454,9 @@ final class IngestServer: Sendable {
             }
         }
         let origin = origins.metadata(connection: peer, peer: credentials)
-        if !pipeline.submit(IngestBatch(peer: peer, requestID: header.requestID, version: header.version, origin: origin,
-                                         uid: credentials?.uid, items: items, receivedAt: receivedAt)) {
+        let route = AckRoute(peer: peer, requestID: header.requestID, version: header.version)
+        if !pipeline.submit(IngestBatch(replyTo: mailbox, route: route, origin: origin, uid: credentials?.uid, items: items,
+                                        receivedAt: receivedAt)) {
             refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket,
                    version: header.version)
         }

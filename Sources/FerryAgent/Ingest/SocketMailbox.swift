@@ -2,7 +2,8 @@ import FerryProtocol
 import FerryThreads
 import Synchronization
 
-/// What other threads hand to the socket thread: the commit thread's acks, bus publications from
+/// What other threads hand to the socket thread: the commit thread's acks (it is the ZeroMQ ingest
+/// socket's ``AckDestination``), bus publications from
 /// any thread, and control replies. It is built before anything that publishes, so the commit
 /// pipeline, the delivery loops and the consent worker get it at construction; the socket thread
 /// (``IngestServer``) drains it whenever its wake-up pipe fires.
@@ -30,11 +31,6 @@ final class SocketMailbox: Sendable {
 
     init() throws {
         wake = try WakePipe()
-    }
-
-    /// Queues the acks of one group (called on the commit thread).
-    func deliverAcks(_ batches: [CommittedBatch]) {
-        post(.committed(batches))
     }
 
     /// Publishes a bus message from any thread (dropped by the socket if nobody subscribes).
@@ -103,4 +99,30 @@ final class SocketMailbox: Sendable {
         items.withLock { $0.append(item) }
         wakeClosed.withLock { closed in if !closed { wake.wake() } }
     }
+}
+
+/// The ZeroMQ ingest socket's ack destination: the socket thread sends each answer to the peer
+/// and request its ``AckRoute`` names.
+extension SocketMailbox: AckDestination {
+    /// Queues the answers of one group (called on the commit thread).
+    func deliver(_ answers: [CommittedBatch]) {
+        post(.committed(answers))
+    }
+}
+
+/// What a ZeroMQ ingest message's route holds: the connection's routing id as the address; the
+/// request id (low 32 bits) and the protocol version the ack is sent in (bits 32–39) as the tag.
+extension AckRoute {
+    /// The route back to request `requestID` of the ZeroMQ connection `peer` (its routing id),
+    /// answered in protocol `version`.
+    init(peer: [UInt8], requestID: UInt32, version: UInt8 = ferryProtocolVersion) {
+        self.init(address: peer, tag: UInt64(version) << 32 | UInt64(requestID))
+    }
+
+    /// The ZeroMQ routing id of the client connection.
+    var peer: [UInt8] { address }
+    /// The request id the ack answers.
+    var requestID: UInt32 { UInt32(truncatingIfNeeded: tag) }
+    /// The protocol version of the message (the ack is sent in it).
+    var version: UInt8 { UInt8(truncatingIfNeeded: tag >> 32) }
 }
