@@ -145,9 +145,10 @@ extension CommitPipeline {
         private var sources: [String] = []
         /// Ids seen in this group (``Entry/seen``), and the id of the event being judged or
         /// awaiting its write (taken in ``judge(_:in:)`` with the one probe that also finds a
-        /// duplicate, given back if the event turns out not seen). Sized for a typical group up
-        /// front, so a warm machine does not grow it.
-        private var ids = EventIDSet(capacity: 4096)
+        /// duplicate, given back if the event turns out not seen). Sized for a group of a few
+        /// hundred events and kept at the largest size a group needed: ``reset()`` clears every
+        /// slot, so a table much larger than the groups costs more than it saves.
+        private var ids = EventIDSet(capacity: 256)
         /// Session sequences seen in this group (only events with a session touch it).
         private var sequences: Set<SessionSequence> = []
         /// Once-keys taken in this group.
@@ -169,6 +170,7 @@ extension CommitPipeline {
         }
 
         /// Judges `event` against the committed state in `book` and this group's earlier events.
+        @inline(__always)
         mutating func judge(_ event: Event, in book: some CommitBook) -> Action {
             if awaiting != nil { abandonAwaiting() }
             // A session's stored sequences answer first; the id window covers clients without

@@ -339,6 +339,7 @@ final class CommitPipeline: Sendable {
 
     /// Carries out the machine's action for one event (the append or hold, for `store` and
     /// `hold`) and returns its answer.
+    @inline(__always)
     private func perform(
         _ action: StateMachine.Action, on event: StateMachine.Event, frame: [UInt8], origin: [UInt8], book: Book,
         machine: inout StateMachine, now: UInt64
