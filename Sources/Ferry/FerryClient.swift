@@ -159,7 +159,7 @@ public final class FerryClient: Sendable {
         _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
         context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(.track, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+        queueHelperEvent(.track, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
                 context: context)
     }
 
@@ -169,7 +169,7 @@ public final class FerryClient: Sendable {
         _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
         context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(.screen, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+        queueHelperEvent(.screen, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
                 context: context)
     }
 
@@ -183,7 +183,7 @@ public final class FerryClient: Sendable {
         _ name: String, properties: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
         context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(.page, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
+        queueHelperEvent(.page, name: name, properties: properties, userID: userID, anonymousID: anonymousID,
                 context: context)
     }
 
@@ -192,7 +192,7 @@ public final class FerryClient: Sendable {
     public func identify(
         userID: String, traits: [String: FerryValue] = [:], anonymousID: String = "", context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(.identify, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
+        queueHelperEvent(.identify, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
                 context: context)
     }
 
@@ -207,7 +207,7 @@ public final class FerryClient: Sendable {
         _ groupID: String, traits: [String: FerryValue] = [:], userID: String = "", anonymousID: String = "",
         context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(.group, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
+        queueHelperEvent(.group, name: "", properties: traits, userID: userID, anonymousID: anonymousID,
                 groupID: groupID, context: context)
     }
 
@@ -221,16 +221,16 @@ public final class FerryClient: Sendable {
     public func alias(
         userID: String, previousID: String, anonymousID: String = "", context: [String: FerryValue] = [:]
     ) -> EventID {
-        enqueue(.alias, name: "", userID: userID, anonymousID: anonymousID, previousID: previousID,
+        queueHelperEvent(.alias, name: "", userID: userID, anonymousID: anonymousID, previousID: previousID,
                 context: context)
     }
 
     /// A helper's event, its properties and context encoded straight into the frame.
-    private func enqueue(
+    private func queueHelperEvent(
         _ type: EventType, name: String, properties: [String: FerryValue] = [:], userID: String, anonymousID: String,
         groupID: String = "", previousID: String = "", context: [String: FerryValue]
     ) -> EventID {
-        enqueue(type, name: name, userID: userID, anonymousID: anonymousID, groupID: groupID, previousID: previousID,
+        encodeAndQueue(type, name: name, userID: userID, anonymousID: anonymousID, groupID: groupID, previousID: previousID,
                 jsonCapacity: FerryValue.estimatedJSONSize(properties) + FerryValue.estimatedJSONSize(context),
                 properties: { if !properties.isEmpty { FerryValue.appendObject(properties, to: &$0) } },
                 context: { if !context.isEmpty { FerryValue.appendObject(context, to: &$0) } })
@@ -239,7 +239,7 @@ public final class FerryClient: Sendable {
     /// Queues any event and returns its id at once. After ``shutdown()`` the event is dropped.
     @discardableResult
     public func enqueue(_ event: Event) -> EventID {
-        enqueue(event, receipt: nil)
+        queue(event, receipt: nil)
     }
 
     /// Sends an event and waits for its final status (accepted, duplicate, rejected, …). Waits as
@@ -261,11 +261,11 @@ public final class FerryClient: Sendable {
     /// ```
     @discardableResult
     public func enqueue(_ event: Event, onReceipt: @escaping @Sendable (Receipt) -> Void) -> EventID {
-        enqueue(event, receipt: onReceipt)
+        queue(event, receipt: onReceipt)
     }
 
-    private func enqueue(_ event: Event, receipt: (@Sendable (Receipt) -> Void)?) -> EventID {
-        enqueue(event.type, name: event.name, userID: event.userID, onceKey: event.onceKey, category: event.category,
+    private func queue(_ event: Event, receipt: (@Sendable (Receipt) -> Void)?) -> EventID {
+        encodeAndQueue(event.type, name: event.name, userID: event.userID, onceKey: event.onceKey, category: event.category,
                 localOnly: event.localOnly, anonymousID: event.anonymousID, groupID: event.groupID,
                 previousID: event.previousID, jsonCapacity: event.propertiesJSON.count + event.contextJSON.count,
                 receipt: receipt, properties: { $0.append(contentsOf: event.propertiesJSON) },
@@ -274,7 +274,7 @@ public final class FerryClient: Sendable {
 
     /// Encodes an event (its properties and context appended by the closures, see
     /// `WireEvent.encode`) and puts it in the outbox.
-    private func enqueue(
+    private func encodeAndQueue(
         _ type: EventType, name: String, userID: String, onceKey: String = "", category: UInt8 = 0,
         localOnly: Bool = false, anonymousID: String, groupID: String, previousID: String, jsonCapacity: Int,
         receipt: (@Sendable (Receipt) -> Void)? = nil, properties: (inout [UInt8]) -> Void,

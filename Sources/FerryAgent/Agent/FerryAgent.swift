@@ -257,7 +257,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let control = makeControlRouter()
         defer { controlThread.shutdown() }
         let context = try ZMQContext()
-        let server = IngestServer(
+        let sockets = AgentSockets(
             context: context, configuration: configuration, pipeline: pipeline, mailbox: mailbox, counters: counters,
             logger: logger, controlThread: controlThread, access: access
         ) { [control] request, peer, reply in
@@ -269,7 +269,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let sessions = try await io.run { try AgentStartup.completeSessions(recoveredSessions, heldLog: heldLog) }
         try pipeline.start(dedup: dedup, sessions: sessions, consent: worker)
         do {
-            try await io.run { try server.start() }
+            try await io.run { try sockets.start() }
         } catch {
             await pipeline.stop()
             await io.run { context.terminate() }
@@ -294,9 +294,9 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
             }
         }
         logger.info("ferryd stopping")
-        server.stopIntake()
+        sockets.stopIntake()
         await pipeline.stop()
-        await server.stop()
+        await sockets.stop()
         for sink in sinks { try? await sink.shutdown() }
         await verifier.stop()
         await access.stop()

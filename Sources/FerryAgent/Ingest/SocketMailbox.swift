@@ -6,7 +6,7 @@ import Synchronization
 /// socket's ``AckDestination``), bus publications from
 /// any thread, and control replies. It is built before anything that publishes, so the commit
 /// pipeline, the delivery loops and the consent worker get it at construction; the socket thread
-/// (``IngestServer``) drains it whenever its wake-up pipe fires.
+/// (``AgentSockets``) drains it whenever its wake-up pipe fires.
 ///
 /// It also knows the bus subscriptions the socket thread has seen, so nothing is serialised for a
 /// topic nobody listens to.

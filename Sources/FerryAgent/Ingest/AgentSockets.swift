@@ -23,7 +23,7 @@ import ZeroMQ
 /// Other threads talk to it through its ``SocketMailbox`` (acks, publications, control replies)
 /// and the mailbox's wake-up pipe, never by touching a socket. Control requests are answered on
 /// the agent's control thread, so a request that reads files never holds up the sockets.
-final class IngestServer: Sendable {
+final class AgentSockets: Sendable {
     /// The most event frames in one message.
     static let maxEventsPerMessage = 4096
     /// Inbound frames above this size drop the connection in libzmq (hostile-peer bound); between
