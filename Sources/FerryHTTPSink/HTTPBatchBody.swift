@@ -111,7 +111,8 @@ enum HTTPBatchBody {
             return "segment: the stored event \(stored.decodedID) cannot be decoded"
         }
         if event.userID.isEmpty && event.anonymousID.isEmpty {
-            return "segment: a \(event.type) message needs a userId or an anonymousId; the event has neither"
+            let article = event.type == .identify || event.type == .alias ? "an" : "a"
+            return "segment: \(article) \(event.type) message needs a userId or an anonymousId; the event has neither"
         }
         switch event.type {
         case .track where event.name.isEmpty:
