@@ -9,7 +9,8 @@ import FerryStorage
 /// (``JSONWriter/storedEventObject(_:)``):
 ///
 /// ```json
-/// {"batch_id":"<idempotency key>","sent_at":1714564800000,"consent":{"ad_storage":"granted"},
+/// {"version":2,"batch_id":"<idempotency key>","sent_at":1714564800000,
+///  "consent":{"ad_personalization":"unset","ad_storage":"granted","anonymous_id":"…","consent_seq":3,…},
 ///  "events":[{"id":"…","type":"track","name":"Signed Up","source":"web","pid":42,"seq":7,
 ///             "timestamp":1714564799000,"accepted_at":1714564799001,"user_id":"u1",
 ///             "properties":{"plan":"pro"}}]}
@@ -22,37 +23,46 @@ import FerryStorage
 /// {"batch":[{"messageId":"…","type":"track","event":"Signed Up","userId":"u1",
 ///            "timestamp":"2024-05-01T11:59:59.000Z","properties":{"plan":"pro"},
 ///            "context":{"ferry":{"source":"web","pid":42,"seq":7,"accepted_at":1714564799001}}}],
-///  "sentAt":"2024-05-01T12:00:00.000Z","context":{"consent":{"ad_storage":"granted"}}}
+///  "sentAt":"2024-05-01T12:00:00.000Z","context":{"consent":{"ad_personalization":"unset",…,"consent_seq":3,…}}}
 /// ```
+///
+/// Both carry the consent stamp written by ``ConsentStampStyle`` (docs/PROTOCOL.md, "Consent
+/// stamp"), byte for byte what the file sink and JetStream write; body version 1
+/// (`bodyVersion: 1`) writes the stamp as before (`consent_seq` a string, `ads_personalization`)
+/// and no `version`.
 enum HTTPBatchBody {
-    /// The body of `batch` in `format`, sent at `sentAt` (ms since the epoch).
-    static func encode(_ batch: DeliveryBatch, format: HTTPSinkConfiguration.BodyFormat, sentAt: UInt64) -> [UInt8] {
+    /// The body of `batch` in `format` and body version `version`, sent at `sentAt` (ms since the epoch).
+    static func encode(_ batch: DeliveryBatch, format: HTTPSinkConfiguration.BodyFormat,
+                       version: Int = HTTPSinkConfiguration.currentBodyVersion, sentAt: UInt64) -> [UInt8] {
         switch format {
-        case .envelope: envelope(batch, sentAt: sentAt)
-        case .segment: segment(batch, sentAt: sentAt)
+        case .envelope: envelope(batch, version: version, sentAt: sentAt)
+        case .segment: segment(batch, version: version, sentAt: sentAt)
         }
     }
 
-    static func envelope(_ batch: DeliveryBatch, sentAt: UInt64) -> [UInt8] {
+    static func envelope(_ batch: DeliveryBatch, version: Int = HTTPSinkConfiguration.currentBodyVersion, sentAt: UInt64) -> [UInt8] {
         var json = JSONWriter()
+        // From body version 2 on the envelope says its version first (absent: 1).
+        if version >= 2 { json.field("version", UInt64(version)) }
         json.field("batch_id", batch.idempotencyKey)
         json.field("sent_at", sentAt)
-        json.rawField("consent", consentObject(batch.consent))
+        json.rawField("consent", consentObject(batch.consent, version: version))
         json.storedEventsField("events", batch.events)
         return json.finish()
     }
 
-    static func segment(_ batch: DeliveryBatch, sentAt: UInt64) -> [UInt8] {
-        segment(messages: batch.events.map(segmentEvent), consent: batch.consent, sentAt: sentAt)
+    static func segment(_ batch: DeliveryBatch, version: Int = HTTPSinkConfiguration.currentBodyVersion, sentAt: UInt64) -> [UInt8] {
+        segment(messages: batch.events.map(segmentEvent), consent: batch.consent, version: version, sentAt: sentAt)
     }
 
     /// The segment body holding `messages` (each from ``segmentEvent(_:)``).
-    static func segment(messages: [[UInt8]], consent: [String: String], sentAt: UInt64) -> [UInt8] {
+    static func segment(messages: [[UInt8]], consent: [String: String], version: Int = HTTPSinkConfiguration.currentBodyVersion,
+                        sentAt: UInt64) -> [UInt8] {
         var json = JSONWriter()
         json.rawField("batch", array(messages))
         json.field("sentAt", CivilTime.iso8601(milliseconds: sentAt))
         var context = JSONWriter()
-        context.rawField("consent", consentObject(consent))
+        context.rawField("consent", consentObject(consent, version: version))
         json.rawField("context", context.finish())
         return json.finish()
     }
@@ -76,10 +86,10 @@ enum HTTPBatchBody {
     /// Checks every event of `batch` against Segment's rules and cuts the rest into parts that
     /// fit. The cut depends on the events and the consent stamp only (`sentAt` always has the
     /// same length), so the same events give the same parts on every attempt.
-    static func segmentPlan(_ batch: DeliveryBatch, maxMessageBytes: Int = segmentMaxMessageBytes,
-                            maxBatchBytes: Int = segmentMaxBatchBytes) -> SegmentPlan {
+    static func segmentPlan(_ batch: DeliveryBatch, version: Int = HTTPSinkConfiguration.currentBodyVersion,
+                            maxMessageBytes: Int = segmentMaxMessageBytes, maxBatchBytes: Int = segmentMaxBatchBytes) -> SegmentPlan {
         // The body around the messages: `{"batch":[` … `],"sentAt":"…","context":{…}}`.
-        let overhead = segment(messages: [], consent: batch.consent, sentAt: 0).count
+        let overhead = segment(messages: [], consent: batch.consent, version: version, sentAt: 0).count
         var plan = SegmentPlan(rejections: [], parts: [])
         var part: [StoredEvent] = []
         var size = overhead
@@ -111,7 +121,8 @@ enum HTTPBatchBody {
             return "segment: the stored event \(stored.decodedID) cannot be decoded"
         }
         if event.userID.isEmpty && event.anonymousID.isEmpty {
-            return "segment: a \(event.type) message needs a userId or an anonymousId; the event has neither"
+            let article = event.type == .identify || event.type == .alias ? "an" : "a"
+            return "segment: \(article) \(event.type) message needs a userId or an anonymousId; the event has neither"
         }
         switch event.type {
         case .track where event.name.isEmpty:
@@ -224,11 +235,10 @@ enum HTTPBatchBody {
         return text + (isEmpty ? [] : [UInt8(ascii: ",")]) + Array(#""ferry":"#.utf8) + ferry.finish() + [UInt8(ascii: "}")]
     }
 
-    /// The consent stamp as a JSON object with sorted keys.
-    static func consentObject(_ consent: [String: String]) -> [UInt8] {
-        var json = JSONWriter()
-        for (key, value) in consent.sorted(by: { $0.key < $1.key }) { json.field(key, value) }
-        return json.finish()
+    /// The consent stamp as a JSON object with sorted keys (`{}` without one), in the style of
+    /// body version `version`.
+    static func consentObject(_ consent: [String: String], version: Int = HTTPSinkConfiguration.currentBodyVersion) -> [UInt8] {
+        (version >= 2 ? ConsentStampStyle.current : .original).json(consent)
     }
 
     private static func array(_ elements: [[UInt8]]) -> [UInt8] {

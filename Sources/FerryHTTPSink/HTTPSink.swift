@@ -132,7 +132,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
             case .envelope:
                 if !remaining.events.isEmpty { try await send(remaining) }
             case .segment:
-                let plan = HTTPBatchBody.segmentPlan(remaining)
+                let plan = HTTPBatchBody.segmentPlan(remaining, version: configuration.bodyVersion)
                 if let first = plan.rejections.first {
                     // Only a replayed dead letter gets here: the delivery loop takes rejected
                     // events out first (rejections(in:)).
@@ -160,7 +160,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// `anonymousId`, a `track` without a name, a message over 32 KB. None in `envelope` format.
     public func rejections(in batch: DeliveryBatch) -> [SinkRejection] {
         guard configuration.format == .segment else { return [] }
-        return HTTPBatchBody.segmentPlan(batch).rejections
+        return HTTPBatchBody.segmentPlan(batch, version: configuration.bodyVersion).rejections
     }
 
     public func shutdown() async throws {
@@ -215,7 +215,8 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// Transport failures are ``SinkError`` `.retry(after: nil)`.
     private func post(_ batch: DeliveryBatch) async throws -> (Int, HTTPHeaders, String?) {
         let authorization = try await authorization()
-        var body = HTTPBatchBody.encode(batch, format: configuration.format, sentAt: WallClock.unixMilliseconds())
+        var body = HTTPBatchBody.encode(batch, format: configuration.format, version: configuration.bodyVersion,
+                                        sentAt: WallClock.unixMilliseconds())
         var request = HTTPClientRequest(url: configuration.url)
         request.method = .POST
         for (name, value) in configuration.headers.sorted(by: { $0.key < $1.key }) { request.headers.add(name: name, value: value) }

@@ -33,6 +33,7 @@ extension HTTPSinkConfiguration {
             "connectTimeoutMilliseconds": .int { config.connectTimeoutMilliseconds = $0 },
             "format": .choice(BodyFormat.allCases.map(\.rawValue)) { config.format = BodyFormat(rawValue: $0)! },
             "gzip": .bool { config.gzip = $0 },
+            "bodyVersion": .int { config.bodyVersion = $0 },
         ], at: prefix)
         do {
             try config.validate()

@@ -45,6 +45,16 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
     public var format: BodyFormat
     /// Whether bodies are gzip-compressed (`Content-Encoding: gzip`).
     public var gzip: Bool
+    /// The body version (`bodyVersion`): 2, the default, carries the consent stamp of
+    /// docs/PROTOCOL.md ("Consent stamp": `consent_seq` a number, `ad_personalization`) and, in
+    /// `envelope`, a leading `"version":2`; 1 is the body before it (`consent_seq` a string,
+    /// `ads_personalization`, no `version`), for consumers not yet updated.
+    public var bodyVersion: Int = HTTPSinkConfiguration.currentBodyVersion
+
+    /// The newest body version, sent by default.
+    public static let currentBodyVersion = 2
+    /// The body versions this sink can send.
+    public static let bodyVersions = 1...2
 
     /// Headers the sink sets itself; ``headers`` may not name them (case-insensitive).
     public static let reservedHeaders: Set<String> = [
@@ -88,6 +98,9 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
         if let writeKeyFile, writeKeyFile.isEmpty { throw fail("writeKeyFile must not be empty") }
         if let tokenEnvironment, tokenEnvironment.isEmpty { throw fail("tokenEnvironment must not be empty") }
         if let caFile, caFile.isEmpty { throw fail("caFile must not be empty") }
+        guard Self.bodyVersions.contains(bodyVersion) else {
+            throw fail("bodyVersion must be \(Self.bodyVersions.map(String.init).joined(separator: " or ")), not \(bodyVersion)")
+        }
         guard requestTimeoutMilliseconds > 0, connectTimeoutMilliseconds > 0 else {
             throw fail("requestTimeoutMilliseconds and connectTimeoutMilliseconds must be positive")
         }

@@ -77,13 +77,15 @@ public final class JetStreamSink: Sink {
         if batch.events.isEmpty { return nil }
         let js = try await ready()
         let ackWait = Duration.milliseconds(configuration.ackTimeoutMilliseconds)
+        let lineFormat = configuration.lineFormat
         // Built and published a chunk at a time on the sink's thread, so the server stores the
         // first messages while the next ones are encoded (encoding the whole batch first left
         // it idle for that time), in log order.
         let pendings = await io.run {
             stride(from: 0, to: batch.events.count, by: Self.chunkSize).map { start in
                 let chunk = start..<min(start + Self.chunkSize, batch.events.count)
-                return js.publish(Self.messages(for: batch, in: chunk, template: template), ackWait: ackWait)
+                return js.publish(Self.messages(for: batch, in: chunk, template: template,
+                                                lineFormat: lineFormat), ackWait: ackWait)
             }
         }
         var failures: [NATSError] = []
@@ -201,8 +203,9 @@ public final class JetStreamSink: Sink {
     /// Two headers only: nats.c keeps headers in a hash map per message (a copy of every key and
     /// value, then encoded again on publish), which made the consent and origin headers the
     /// largest per-event cost of the sink; the body carries them once.
-    static func messages(for batch: DeliveryBatch, in range: Range<Int>? = nil, template: SubjectTemplate) -> [JetStreamMessage] {
-        let consent = FileSink.consentJSON(batch.consent)
+    static func messages(for batch: DeliveryBatch, in range: Range<Int>? = nil, template: SubjectTemplate,
+                         lineFormat: Int = FileSink.currentLineFormat) -> [JetStreamMessage] {
+        let consent = FileSink.consentJSON(batch.consent, lineFormat: lineFormat)
         // One template message: its header list is shared by every message made here.
         let shared = JetStreamMessage(subject: "", payload: [], headers: [("Ferry-Batch", batch.idempotencyKey)])
         // The last subject rendered, for the next event of the same type, category and source

@@ -13,7 +13,8 @@ extension JetStreamSinkConfiguration {
     ///   "replicas": 3, "duplicateWindowSeconds": 120,
     ///   "maxInFlight": 256, "ackTimeoutMilliseconds": 5000,
     ///   "connectTimeoutMilliseconds": 2000, "reconnectWaitMilliseconds": 250,
-    ///   "credentialsFile": "/etc/ferry/nats.creds", "tokenFile": "/etc/ferry/nats.token"
+    ///   "credentialsFile": "/etc/ferry/nats.creds", "tokenFile": "/etc/ferry/nats.token",
+    ///   "lineFormat": 3
     /// }
     /// ```
     static func fields(_ box: FieldBox<JetStreamSinkConfiguration>) -> [String: FieldReader.Field] {
@@ -32,6 +33,7 @@ extension JetStreamSinkConfiguration {
             "reconnectWaitMilliseconds": .int { box.value.reconnectWaitMilliseconds = $0 },
             "credentialsFile": .string { box.value.credentialsFile = $0 },
             "tokenFile": .string { box.value.tokenFile = $0 },
+            "lineFormat": .int { box.value.lineFormat = $0 },
         ]
     }
 }

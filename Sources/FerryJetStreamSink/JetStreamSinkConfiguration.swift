@@ -41,6 +41,13 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
     /// A file holding an authentication token (its surrounding whitespace is ignored), if the
     /// server requires one.
     public var tokenFile: String?
+    /// The file-sink line format whose object each message body is (`lineFormat`, without its
+    /// `line_format` key): 3, the default, with the consent stamp of docs/PROTOCOL.md ("Consent
+    /// stamp"); 2 with the stamp before it (`ads_personalization`), for consumers not yet updated.
+    public var lineFormat: Int = FileSink.currentLineFormat
+
+    /// The line formats a message body can take.
+    public static let lineFormats = 2...FileSink.currentLineFormat
 
     /// The default subject template.
     public static let defaultSubjectTemplate = "ferry.events.{category}.{type}"
@@ -97,6 +104,9 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
         guard [1, 3, 5].contains(replicas) else { throw fail("replicas must be 1, 3 or 5") }
         guard duplicateWindowSeconds >= 1 else { throw fail("duplicateWindowSeconds must be at least 1") }
         guard maxInFlight >= 1 else { throw fail("maxInFlight must be at least 1") }
+        guard Self.lineFormats.contains(lineFormat) else {
+            throw fail("lineFormat must be \(Self.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
+        }
         guard ackTimeoutMilliseconds >= 1, connectTimeoutMilliseconds >= 1, reconnectWaitMilliseconds >= 1 else {
             throw fail("timeouts must be positive")
         }

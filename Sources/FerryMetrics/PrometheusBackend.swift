@@ -17,7 +17,9 @@ import Prometheus
 public struct PrometheusBackend: Sendable {
     /// The registry every instrument of ``factory`` lives in.
     public let registry: PrometheusCollectorRegistry
-    /// The swift-metrics factory the agent records through.
+    /// The registry's swift-metrics factory with Ferry's buckets. It registers with an empty help
+    /// text: the agent records through ``agentBackend``, whose factory gives each of its metrics
+    /// the help text of its ``MetricDescriptor`` (`# HELP` in the exposition).
     public let factory: PrometheusMetricsFactory
 
     /// A backend with a fresh registry.
@@ -36,9 +38,9 @@ public struct PrometheusBackend: Sendable {
     /// The Prometheus text exposition (format 0.0.4) of the registry.
     public func exposition() -> [UInt8] { registry.emitToBuffer() }
 
-    /// What ``FerryAgent`` takes: this factory and this exposition.
+    /// What ``FerryAgent`` takes: this factory, with the catalog's help texts, and this exposition.
     public var agentBackend: AgentMetricsBackend {
         let registry = self.registry
-        return AgentMetricsBackend(factory: factory, exposition: { registry.emitToBuffer() })
+        return AgentMetricsBackend(factory: CatalogMetricsFactory(base: factory), exposition: { registry.emitToBuffer() })
     }
 }

@@ -45,12 +45,23 @@ struct FileSinkLineFormatTests {
             let raw = try Self.rawLines(directory)
             try #require(raw.count == 3)
             for line in raw {
-                #expect(line.hasPrefix(format == 1 ? #"{"id":"# : #"{"line_format":2,"id":"#), "\(line)")
+                #expect(line.hasPrefix(format == 1 ? #"{"id":"# : #"{"line_format":\#(format),"id":"#), "\(line)")
+                #expect(line.contains(format == 3 ? #""ad_personalization":"# : #""ads_personalization":"#), "\(line)")
                 #expect(line.contains(format == 1 ? #""consent_seq":"42""# : #""consent_seq":42"#), "\(line)")
             }
             parsed[format] = try sinkLines(directory)
         }
-        let one = try #require(parsed[1]), two = try #require(parsed[2])
+        let one = try #require(parsed[1]), two = try #require(parsed[2]), three = try #require(parsed[3])
+        // Format 3 differs from 2 in the stamp's ad-personalisation key only (Consent Mode v2's name).
+        for (old, new) in zip(two, three) {
+            #expect(new["line_format"] as? Int == 3)
+            var renamed = new
+            renamed["line_format"] = 2
+            var consent = try #require(renamed["consent"] as? [String: Any])
+            consent["ads_personalization"] = consent.removeValue(forKey: "ad_personalization")
+            renamed["consent"] = consent
+            #expect(NSDictionary(dictionary: renamed).isEqual(to: old), "\(old) vs \(new)")
+        }
         for (old, new) in zip(one, two) {
             #expect(old["line_format"] == nil)
             #expect(new["line_format"] as? Int == 2)
@@ -76,12 +87,12 @@ struct FileSinkLineFormatTests {
         let checkpoint = try await old.deliver(DeliveryBatch(events: first, consent: Self.stamp))
 
         let new = FileSink(directory: directory)
-        #expect(new.lineFormat == 2, "format 2 is the default")
+        #expect(new.lineFormat == 3, "format 3 is the default")
         #expect(try await new.recover(checkpoint: checkpoint) == checkpoint, "the checkpoint of a format 1 sink is valid")
         _ = try await new.deliver(DeliveryBatch(events: second, consent: Self.stamp))
         #expect(try FileManager.default.contentsOfDirectory(atPath: directory) == [FileSink.fileName(1)], "the same file goes on")
         let lines = try sinkLines(directory)
-        #expect(lines.map { $0["line_format"] as? Int } == [nil, nil, 2, 2])
+        #expect(lines.map { $0["line_format"] as? Int } == [nil, nil, 3, 3])
         #expect(lines.map(Self.consentSeq) == [42, 42, 42, 42])
         #expect(FileSinkTests.ids(lines) == (first + second).map { $0.decodedID.description })
     }
@@ -91,8 +102,8 @@ struct FileSinkLineFormatTests {
         let one = try ConfigurationTests.load(#"{"sinks": [{"name": "old", "type": "file", "lineFormat": 1}]}"#)
         #expect(one.sinks.first?.settings(as: FileSinkSettings.self)?.lineFormat == 1)
         let fallback = try ConfigurationTests.load(#"{"sinks": [{"name": "new", "type": "file"}]}"#)
-        #expect(fallback.sinks.first?.settings(as: FileSinkSettings.self)?.lineFormat == 2)
-        for bad in [#"3"#, #"0"#, #""2""#] {
+        #expect(fallback.sinks.first?.settings(as: FileSinkSettings.self)?.lineFormat == 3)
+        for bad in [#"4"#, #"0"#, #""2""#] {
             #expect {
                 _ = try ConfigurationTests.load(#"{"sinks": [{"name": "x", "type": "file", "lineFormat": \#(bad)}]}"#)
             } throws: { error in

@@ -127,6 +127,18 @@ struct HTTPSinkSegmentTests {
         #expect(fixed.rejections.isEmpty && fixed.parts.map(\.events.count) == [3])
     }
 
+    @Test("the reason for a message without userId or anonymousId names its type with the right article", arguments: [
+        (EventType.track, "a track"), (.screen, "a screen"), (.identify, "an identify"), (.group, "a group"),
+        (.alias, "an alias"), (.page, "a page"),
+    ])
+    func missingIdentityReason(type: EventType, phrase: String) {
+        var event = Self.event(1, type: type, userID: "")
+        event.groupID = "g"
+        event.previousID = "p"
+        let plan = HTTPBatchBody.segmentPlan(Self.batch([event]))
+        #expect(plan.rejections.map(\.reason) == ["segment: \(phrase) message needs a userId or an anonymousId; the event has neither"])
+    }
+
     @Test("an event without userId, a track without a name and a message over 32 KB are rejected with the reason; the rest is sent")
     func rejections() async throws {
         try await Self.withCollector { collector, server, sink, _ in

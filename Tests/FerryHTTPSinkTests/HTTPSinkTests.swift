@@ -97,7 +97,8 @@ struct HTTPSinkTests {
             #expect(request.header("Authorization") == nil)
 
             let json = try #require(request.json)
-            #expect(Set(json.keys) == ["batch_id", "sent_at", "consent", "events"])
+            #expect(Set(json.keys) == ["version", "batch_id", "sent_at", "consent", "events"])
+            #expect(json["version"] as? Int == 2)
             #expect(json["batch_id"] as? String == batch.idempotencyKey)
             let sentAt = try #require((json["sent_at"] as? NSNumber)?.uint64Value)
             #expect(sentAt >= before && sentAt <= WallClock.unixMilliseconds())
@@ -121,7 +122,7 @@ struct HTTPSinkTests {
             // file lines carry): one serialiser.
             var lines: [UInt8] = []
             for event in batch.events { FileSink.appendLine(for: event, lineFormat: 1, to: &lines) }
-            let expectedBody = #"{"batch_id":"\#(batch.idempotencyKey)","sent_at":\#(sentAt),"consent":{"ad_storage":"granted","analytics_storage":"denied"},"events":["#
+            let expectedBody = #"{"version":2,"batch_id":"\#(batch.idempotencyKey)","sent_at":\#(sentAt),"consent":{"ad_storage":"granted","analytics_storage":"denied"},"events":["#
                 + String(decoding: lines, as: UTF8.self).split(separator: "\n").joined(separator: ",") + "]}"
             #expect(String(decoding: request.body, as: UTF8.self) == expectedBody)
         }

@@ -81,8 +81,8 @@ struct ConsentConcurrencyTests {
         var forbidden: [String] = []
         for event in delivered {
             let stamp = event.object["consent"] as? [String: Any]
-            // Line format 2 (docs/PROTOCOL.md, "File sink lines"): a number, never a string.
-            guard event.object["line_format"] as? Int == 2, !(stamp?["consent_seq"] is String),
+            // Line format 2 on (docs/PROTOCOL.md, "File sink lines"): a number, never a string.
+            guard (event.object["line_format"] as? Int ?? 1) >= 2, !(stamp?["consent_seq"] is String),
                   let seq = (stamp?["consent_seq"] as? NSNumber)?.intValue else {
                 forbidden.append("\(event.name): no consent stamp")
                 continue

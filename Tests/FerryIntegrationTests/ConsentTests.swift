@@ -204,7 +204,7 @@ struct ConsentTests {
         let event = try await waitForValue("the event delivered") { try Self.delivered(agent, named: "Granted Again").first }
         let stamp = try #require(event.object["consent"] as? [String: Any])
         #expect(stamp["ad_storage"] as? String == "denied")
-        #expect(stamp["ads_personalization"] as? String == "denied")
+        #expect(stamp["ad_personalization"] as? String == "denied")  // the stamp's Consent Mode v2 name
         #expect(stamp["data_usage"] as? String == "granted")
         #expect(stamp["subject_to_gdpr"] as? String == "granted")
         #expect(try Self.delivered(agent, named: "Pending").isEmpty)

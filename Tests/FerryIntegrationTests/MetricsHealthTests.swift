@@ -59,6 +59,51 @@ struct MetricsHealthTests {
         try await agent.terminate()
     }
 
+    /// `promtool` (Debian's `prometheus`, installed by scripts/install-deps): `$PROMTOOL`, else the
+    /// first on `PATH`. Missing, the test fails rather than skips: CI installs it.
+    static func promtool() throws -> String {
+        let environment = ProcessInfo.processInfo.environment
+        if let explicit = environment["PROMTOOL"], !explicit.isEmpty { return explicit }
+        for directory in ((environment["PATH"] ?? "") + ":/usr/bin:/usr/local/bin").split(separator: ":") {
+            let candidate = "\(directory)/promtool"
+            if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+        }
+        throw FerryTestKitError("promtool not found (scripts/install-deps installs Debian's prometheus; or set PROMTOOL)")
+    }
+
+    @Test("promtool check metrics passes on ferry metrics and GET /metrics, before and after traffic")
+    func promtoolCheckMetrics() async throws {
+        let promtool = try Self.promtool()
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let port = try freeLocalPort()
+        let config = try AgentProcess.configurationArguments(#"{"metrics": {"listen": "127.0.0.1:\#(port)"}}"#, in: dir)
+        let agent = try AgentProcess(in: dir, extraArguments: config)
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        for round in ["at start", "after events"] {
+            if round == "after events" {
+                let emitted = try await runCLI(["emit", "--stdin", "--wait", "--source", "promtool"],
+                                               stdin: TestEvents.jsonLines(count: 20, namePrefix: "p"), environment: agent.environment)
+                #expect(emitted.status == .exited(0), "\(emitted)")
+            }
+            let cli = try await runCLI(["metrics"], environment: agent.environment)
+            #expect(cli.status == .exited(0), "\(cli)")
+            let http = try await httpRequest(port: port, path: "/metrics")
+            #expect(http.status == 200, "\(http)")
+            for (origin, text) in [("ferry metrics", cli.stdout), ("GET /metrics", http.body)] {
+                let checked = try await runProcess(promtool, ["check", "metrics"], stdin: text)
+                #expect(checked.status == .exited(0), "\(origin) \(round): \(checked)\n\(text)")
+                #expect(checked.stdout.isEmpty && checked.stderr.isEmpty, "\(origin) \(round): \(checked)")
+                for descriptor in ["ferry_client_events_lost_total", "ferry_held_events", "ferry_events_held_total"] {
+                    #expect(text.contains("# TYPE \(descriptor) "), "\(origin) \(round): no TYPE for \(descriptor)")
+                    #expect(text.contains("# HELP \(descriptor) "), "\(origin) \(round): no HELP for \(descriptor)")
+                }
+            }
+        }
+        try await agent.terminate()
+    }
+
     @Test("ferry_clients_connected follows connections (socket monitor), not traffic")
     func clientsConnected() async throws {
         let dir = try TemporaryDirectory()

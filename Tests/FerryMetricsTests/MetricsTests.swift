@@ -4,6 +4,7 @@ import FerryMetrics
 import FerryMetricsHTTP
 import FerryMetricSamples
 import FerryProtocol
+import Foundation
 import FerryTestKit
 import Logging
 import Testing
@@ -72,6 +73,73 @@ struct MetricsTests {
         }
         #expect(AgentMetrics.latencyHistograms == ["ferry_ack_latency_seconds", "ferry_fsync_seconds", "ferry_delivery_latency_seconds"])
         #expect(AgentMetrics.sizeHistograms == ["ferry_commit_events"])
+    }
+
+    @Test("every family has # HELP (the catalog's text) and # TYPE; every metric, counters at 0, is there from the start")
+    func helpAndTypeFromTheStart() throws {
+        let backend = PrometheusBackend()
+        let metrics = AgentMetrics(backend: backend.agentBackend)
+        _ = metrics.sink("collector")  // an agent makes each configured sink's instruments at start
+        let text = String(decoding: backend.exposition(), as: UTF8.self)
+        var help: [String: String] = [:], type: [String: String] = [:], sampled: Set<String> = []
+        for line in text.split(separator: "\n").map(String.init) {
+            let words = line.split(separator: " ", maxSplits: 3).map(String.init)
+            if line.hasPrefix("# HELP ") {
+                #expect(help[words[2]] == nil, "two HELP lines for \(words[2])")
+                help[words[2]] = words.count > 3 ? words[3] : ""
+            } else if line.hasPrefix("# TYPE ") {
+                #expect(type[words[2]] == nil, "two TYPE lines for \(words[2])")
+                type[words[2]] = words[3]
+            } else if !line.hasPrefix("#") {
+                let series = String(line.prefix { $0 != "{" && $0 != " " })
+                let family = ["_bucket", "_sum", "_count"].reduce(series) { name, suffix in
+                    type[name] == nil && name.hasSuffix(suffix) ? String(name.dropLast(suffix.count)) : name
+                }
+                sampled.insert(family)
+                #expect(type[family] != nil && help[family] != nil, "\(series): no TYPE or HELP before its sample")
+            }
+        }
+        for descriptor in MetricDescriptor.catalog {
+            #expect(help[descriptor.name] == descriptor.help, "\(descriptor)")
+            let expected = ["counter": "counter", "gauge": "gauge"][descriptor.kind.rawValue] ?? "histogram"
+            #expect(type[descriptor.name] == expected, "\(descriptor)")
+            #expect(sampled.contains(descriptor.name), "\(descriptor) has no sample at start")
+        }
+        let samples = MetricSamples(parsing: backend.exposition())
+        for descriptor in MetricDescriptor.catalog where descriptor.kind == .counter {
+            #expect(samples.sum(descriptor.name) == 0, "\(descriptor)")
+        }
+        #expect(samples.value("ferry_client_events_lost_total", ["source": ""]) == 0)
+        #expect(metrics.clientEventsLostBySource.isEmpty)
+        #expect(Set(help.keys) == Set(MetricDescriptor.catalog.map(\.name)))
+    }
+
+    @Test("names stay distinct under OpenMetrics (a counter's family drops _total); the old held gauge is exported one release")
+    func openMetricsNames() {
+        let current = MetricDescriptor.catalog.filter { !MetricDescriptor.deprecated.contains($0) }
+        let families = current.map(\.openMetricsFamily)
+        #expect(Set(families).count == families.count, "\(families)")
+        #expect(MetricDescriptor.eventsHeld.name == "ferry_held_events")
+        #expect(MetricDescriptor.deprecated.map(\.name) == ["ferry_events_held"])
+        #expect(MetricDescriptor.named("ferry_events_held")?.kind == .gauge)
+    }
+
+    @Test("docs/METRICS.md's table lists every metric of the catalog with its type and its help text")
+    func documentedHelp() throws {
+        let url = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("docs/METRICS.md")
+        let rows = try String(contentsOf: url, encoding: .utf8).split(separator: "\n").filter { $0.hasPrefix("| `ferry_") }
+        var documented: [String: (type: String, help: String)] = [:]
+        for row in rows {
+            let cells = row.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            documented[cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))] = (cells[2], cells[4])
+        }
+        #expect(Set(documented.keys) == Set(MetricDescriptor.catalog.map(\.name)))
+        for descriptor in MetricDescriptor.catalog {
+            let type = ["counter": "counter", "gauge": "gauge"][descriptor.kind.rawValue] ?? "histogram"
+            #expect(documented[descriptor.name]?.type == type, "\(descriptor)")
+            #expect(documented[descriptor.name]?.help == descriptor.help, "\(descriptor)")
+        }
     }
 
     @Test("status counters and the exposition show the same figures")

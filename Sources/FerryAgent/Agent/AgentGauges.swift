@@ -17,7 +17,9 @@ struct AgentGauges: Sendable {
             age = now >= at ? Double(now - at) / 1000 : 0
         }
         metrics.queueOldestAge.record(age)
-        metrics.eventsHeld.record(running.consent.snapshot().heldEvents)
+        let held = running.consent.snapshot().heldEvents
+        metrics.eventsHeld.record(held)
+        metrics.eventsHeldBefore.record(held)
         for delivery in running.deliveries {
             delivery.metrics.backlog.record(log.backlog[delivery.name] ?? 0)
         }

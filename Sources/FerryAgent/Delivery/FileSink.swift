@@ -21,9 +21,10 @@ public final class FileSink: Sink {
     /// The directory the files are written to.
     public let directory: String
     private let maxFileBytes: Int64
-    /// The line format written: 2 (the default) starts each line with `"line_format":2` and
-    /// writes `consent.consent_seq` as a number; 1 is the format before it (no `line_format`,
-    /// `consent_seq` a string), for readers not yet updated.
+    /// The line format written: 3 (the default) starts each line with `"line_format":3` and
+    /// writes the consent stamp of this release (``ConsentStampStyle/current``: `consent_seq` a
+    /// number, `ad_personalization`); 2 wrote `ads_personalization`, and 1 (no `line_format`)
+    /// `consent_seq` as a string too. The older formats are kept for readers not yet updated.
     public let lineFormat: Int
     private let state = Mutex<State>(State())
     private let io: BlockingExecutor
@@ -52,9 +53,9 @@ public final class FileSink: Sink {
     }
 
     /// The newest line format, written by default.
-    public static let currentLineFormat = 2
+    public static let currentLineFormat = 3
     /// The line formats this sink can write.
-    public static let lineFormats = 1...2
+    public static let lineFormats = 1...3
 
     /// The file name for sequence `index`.
     public static func fileName(_ index: UInt64) -> String {
@@ -151,19 +152,21 @@ public final class FileSink: Sink {
         out.append(UInt8(ascii: "\n"))
     }
 
-    /// The consent stamp as a JSON object, or `nil` when empty. In line format 2 `consent_seq` is
-    /// a number (format 1 wrote it as a string).
+    /// The consent stamp as a JSON object, or `nil` when empty, in the style of line format
+    /// `lineFormat` (docs/PROTOCOL.md, "Consent stamp").
     package static func consentJSON(_ stamp: [String: String], lineFormat: Int = currentLineFormat) -> [UInt8]? {
         guard !stamp.isEmpty else { return nil }
-        var json = JSONWriter()
-        for (key, value) in stamp.sorted(by: { $0.key < $1.key }) {
-            if lineFormat >= 2, key == "consent_seq", let number = UInt64(value) {
-                json.field(key, number)
-            } else {
-                json.field(key, value)
-            }
+        return consentStyle(lineFormat: lineFormat).json(stamp)
+    }
+
+    /// The stamp style of line format `lineFormat`: 3 the current, 2 with `ads_personalization`,
+    /// 1 with `consent_seq` a string as well.
+    package static func consentStyle(lineFormat: Int) -> ConsentStampStyle {
+        switch lineFormat {
+        case ...1: .original
+        case 2: .numericSequenceOnly
+        default: .current
         }
-        return json.finish()
     }
 }
 
@@ -174,8 +177,8 @@ public struct FileSinkSettings: SinkSettings {
     public var directory: String?
     /// A file is rolled once it would grow past this size.
     public var maxFileBytes: Int64
-    /// The line format written (`lineFormat`): 2, the default, or 1 for readers that still read
-    /// `consent.consent_seq` as a string (docs/PROTOCOL.md, "File sink lines").
+    /// The line format written (`lineFormat`): 3, the default; 2 or 1 for readers of the earlier
+    /// consent stamps (docs/PROTOCOL.md, "File sink lines").
     public var lineFormat: Int
 
     /// Creates file sink settings.

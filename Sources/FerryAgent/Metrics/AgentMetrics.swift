@@ -130,8 +130,10 @@ public final class AgentMetrics: Sendable {
 
     // MARK: State, set when the exposition is rendered (``AgentGauges``)
 
-    /// `ferry_events_held`: events in the held area now.
+    /// `ferry_held_events`: events in the held area now.
     let eventsHeld: Gauge
+    /// `ferry_events_held`: the same, under its earlier name (deprecated, removed in the next release).
+    let eventsHeldBefore: Gauge
     /// `ferry_queue_events`: events not yet delivered to every sink.
     let queueEvents: Gauge
     /// `ferry_queue_bytes`: bytes of the log's segments.
@@ -142,7 +144,7 @@ public final class AgentMetrics: Sendable {
     let clientsConnected: Gauge
 
     /// `ferry_client_events_lost_total{source}` by source (at most ``maxLossSources`` names; the
-    /// rest are counted under `""`).
+    /// rest are counted under `""`, a series at 0 from the start).
     private let lostBySource = Mutex<[String: MetricCounter]>([:])
     /// Most source names the lost-events counter keeps apart.
     static let maxLossSources = 1024
@@ -200,10 +202,15 @@ public final class AgentMetrics: Sendable {
         commitEvents = CountedRecorder(.commitEvents, factory: factory)
         fsync = Timer(label: MetricDescriptor.fsync.name, factory: factory)
         eventsHeld = gauge(.eventsHeld)
+        eventsHeldBefore = gauge(.eventsHeldBefore)
         queueEvents = gauge(.queueEvents)
         queueBytes = gauge(.queueBytes)
         queueOldestAge = gauge(.queueOldestAge)
         clientsConnected = gauge(.clientsConnected)
+        // The overflow series, at 0: the family is in the exposition (TYPE, HELP, a sample)
+        // before the first loss, as every other counter.
+        let overflow = counter(.clientEventsLost, "")
+        lostBySource.withLock { $0[""] = overflow }
     }
 
     /// The instruments of sink `name` (made on first use).
@@ -219,7 +226,8 @@ public final class AgentMetrics: Sendable {
     /// Counts `events` lost by the client `source`.
     func recordLost(_ events: Int, source: String) {
         let counter = lostBySource.withLock { counters -> MetricCounter in
-            let key = counters[source] != nil || counters.count < Self.maxLossSources ? source : ""
+            // `""` (the overflow) is there from the start and is not one of the named sources.
+            let key = counters[source] != nil || counters.count <= Self.maxLossSources ? source : ""
             if let existing = counters[key] { return existing }
             let made = MetricCounter(.clientEventsLost, [key], factory: backend.factory)
             counters[key] = made
@@ -276,8 +284,10 @@ public final class AgentMetrics: Sendable {
         ]
     }
 
-    /// Client events lost, by source name.
-    public var clientEventsLostBySource: [String: Int] { lostBySource.withLock { $0.mapValues(\.value) } }
+    /// Client events lost, by source name (sources that lost none left out).
+    public var clientEventsLostBySource: [String: Int] {
+        lostBySource.withLock { $0.compactMapValues { $0.value > 0 ? $0.value : nil } }
+    }
 
     /// What sink `name` delivered, retried and dead-lettered (zeros for a sink that has done
     /// nothing yet).

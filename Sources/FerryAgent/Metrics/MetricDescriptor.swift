@@ -85,9 +85,16 @@ extension MetricDescriptor {
 
     // MARK: State
 
-    /// `ferry_events_held`.
+    /// `ferry_held_events`: the held area now. Named like the other gauges of a number of events
+    /// (`ferry_queue_events`, `ferry_sink_backlog_events`), and apart from the counter
+    /// `ferry_events_held_total`, whose OpenMetrics family name is `ferry_events_held`.
     public static let eventsHeld = MetricDescriptor(
-        "ferry_events_held", .gauge, help: "Events in the held area now.")
+        "ferry_held_events", .gauge, help: "Events in the held area now.")
+    /// `ferry_events_held`: the earlier name of ``eventsHeld``, exported beside it for one release.
+    /// Under OpenMetrics it is one family name with the counter `ferry_events_held_total`.
+    public static let eventsHeldBefore = MetricDescriptor(
+        "ferry_events_held", .gauge,
+        help: "Deprecated, removed in the next release: use ferry_held_events (events in the held area now).")
     /// `ferry_queue_events`.
     public static let queueEvents = MetricDescriptor(
         "ferry_queue_events", .gauge, help: "Events not yet delivered to every sink.")
@@ -126,13 +133,24 @@ extension MetricDescriptor {
         "ferry_delivery_latency_seconds", .durationHistogram, labels: ["sink"],
         help: "Seconds from an event accepted to its delivery, per event.")
 
-    /// Every metric of the agent, in the order of `docs/METRICS.md`.
+    /// Every metric of the agent, in the order of `docs/METRICS.md` (the deprecated ones too: they
+    /// are exported until they are removed).
     public static let catalog: [MetricDescriptor] = [
         eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsDropped,
         messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
         clientsConnected, ackLatency, commitEvents, fsync, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
         sinkBacklog, sinkCircuitOpen, deliveryLatency,
-    ]
+    ] + deprecated
+
+    /// The metrics kept one release under an earlier name, removed in the next (METRICS.md says
+    /// which replaces each).
+    public static let deprecated: [MetricDescriptor] = [eventsHeldBefore]
+
+    /// The family name OpenMetrics gives the metric: a counter's without its `_total`. Two
+    /// metrics of the catalog never share one (the deprecated ones aside).
+    public var openMetricsFamily: String {
+        kind == .counter && name.hasSuffix("_total") ? String(name.dropLast("_total".count)) : name
+    }
 
     /// The descriptor of the metric `name`, if the agent has one.
     public static func named(_ name: String) -> MetricDescriptor? { catalog.first { $0.name == name } }
