@@ -194,7 +194,10 @@ struct HTTPSinkSegmentTests {
 
     @Test("a batch over 500 KB goes out in parts under 500 KB, in order, each event once, each part with its own key")
     func split() async throws {
-        try await Self.withCollector { collector, server, sink, _ in
+        // Three requests of ~500 KB each through the debug-built test server and collector, which
+        // parses every message: a whole parallel test run on two cores can take it past the
+        // harness's 10 s, so this test allows a minute (it asserts what arrives, not how fast).
+        try await Self.withCollector(configure: { $0.requestTimeoutMilliseconds = 60_000 }) { collector, server, sink, _ in
             let events = (1...40).map { Self.event(UInt64($0), padding: 30_000) }
             let batch = Self.batch(events)
             #expect(HTTPBatchBody.segment(batch, sentAt: 0).count > 1_000_000)
