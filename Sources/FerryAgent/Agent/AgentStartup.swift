@@ -5,6 +5,7 @@ import Darwin
 #endif
 import FerryProtocol
 import FerryStorage
+import FerryThreads
 import Logging
 import Synchronization
 

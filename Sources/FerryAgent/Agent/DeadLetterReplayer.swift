@@ -1,5 +1,6 @@
 import FerryProtocol
 import FerryStorage
+import FerryThreads
 
 /// `{"op":"deadletter_replay","id":…,"sink":…}`: finds the sink that holds a dead letter (when
 /// the request does not name it) and hands the letter to that sink's delivery loop once more.
