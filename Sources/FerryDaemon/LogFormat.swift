@@ -90,7 +90,11 @@ public struct FerryLogHandler: LogHandler {
         case .journal:
             // One record per line for journald: a message's own newlines would start new records.
             let flat = message.replacingOccurrences(of: "\n", with: " ")
-            return "<\(priority(level))>\(label):\(text(metadata)) \(flat)\n"
+            // journald already prefixes the syslog identifier (`ferryd[450]: `): the agent's own
+            // label would say it twice. Any other label is kept.
+            let words = (label == journalIdentifier ? [] : ["\(label):"])
+                + (metadata.isEmpty ? [] : [String(text(metadata).dropFirst())]) + [flat]
+            return "<\(priority(level))>" + words.joined(separator: " ") + "\n"
         case .json:
             var out: [UInt8] = []
             out += Array("{\"ts\":".utf8)
@@ -111,6 +115,10 @@ public struct FerryLogHandler: LogHandler {
             return String(decoding: out, as: UTF8.self)
         }
     }
+
+    /// The label journald shows for ferryd's lines anyway (the unit's syslog identifier, the
+    /// executable's name): ``LogFormat/journal`` lines leave it out.
+    public static let journalIdentifier = "ferryd"
 
     /// The syslog priority of `level` (sd-daemon's `<N>` prefixes).
     public static func priority(_ level: Logger.Level) -> Int {

@@ -25,9 +25,10 @@ enum Control {
         }
     }
 
-    /// Whether an agent answers in `runtimeDirectory`.
+    /// Whether an agent answers in `runtimeDirectory`. Asks `whoami`, which the agent answers to
+    /// every caller: `status` needs the ingest right, and a refusal is not an absence.
     static func isRunning(runtimeDirectory: String) -> Bool {
-        (try? request(.status(), runtimeDirectory: runtimeDirectory, timeout: .seconds(1))) != nil
+        (try? request(.whoami(), runtimeDirectory: runtimeDirectory, timeout: .seconds(1))) != nil
     }
 }
 

@@ -38,11 +38,13 @@ struct Tail: ParsableCommand {
 
     func run() throws {
         let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
-        guard Control.isRunning(runtimeDirectory: runtime) else { throw CLIError.notRunning(runtime) }
         // The bus is guarded by its socket file's permissions, which would leave a refused
-        // subscriber waiting in silence: ask first.
-        if let reply = try? Control.request(.whoami(), runtimeDirectory: runtime),
-           let who = try? JSONDecoder().decode(WhoAmIReply.self, from: Data(reply.json)), !who.events {
+        // subscriber waiting in silence: ask first. `whoami` is answered to every caller (not
+        // `status`, which needs the ingest right: a user allowed only to watch must get through),
+        // so it is also the liveness check.
+        let reply = try Control.request(.whoami(), runtimeDirectory: runtime, timeout: .seconds(1))
+        let who = try Control.decode(WhoAmIReply.self, from: reply)
+        if !who.events {
             throw CLIError.message("access denied: uid \(who.uid.map(String.init) ?? "?") may not subscribe to the event bus of the agent in \(runtime) (its \"access.events\" policy)")
         }
         let context = try ZMQContext()

@@ -20,7 +20,17 @@ struct LogFormatTests {
     func journalPriority(level: Logger.Level, priority: Int) {
         let line = FerryLogHandler.line(format: .journal, label: "ferryd", level: level, message: "hello\nworld",
                                         metadata: ["sink": "file"], source: "FerryAgent", date: Self.date)
-        #expect(line == "<\(priority)>ferryd: sink=file hello world\n")
+        #expect(line == "<\(priority)>sink=file hello world\n")
+    }
+
+    @Test("journal lines leave out ferryd's own label, which journald shows as the identifier; other labels stay")
+    func journalIdentifierNotRepeated() {
+        let own = FerryLogHandler.line(format: .journal, label: "ferryd", level: .info, message: "started",
+                                       metadata: [:], source: "FerryAgent", date: Self.date)
+        #expect(own == "<6>started\n")
+        let other = FerryLogHandler.line(format: .journal, label: "nats", level: .warning, message: "slow",
+                                         metadata: ["server": "a"], source: "NATS", date: Self.date)
+        #expect(other == "<4>nats: server=a slow\n")
     }
 
     @Test("json lines are one object each, with timestamp, level, label, source, message and metadata")
@@ -96,7 +106,8 @@ struct LogFormatTests {
         let journalLines = try #require(agent.process).standardError.split(separator: "\n")
         #expect(!journalLines.isEmpty)
         for line in journalLines {
-            #expect(line.range(of: #"^<[2-7]>ferryd: "#, options: .regularExpression) != nil, "\(line)")
+            #expect(line.range(of: #"^<[2-7]>\S"#, options: .regularExpression) != nil, "\(line)")
+            #expect(!line.contains("ferryd:"), "journald adds the identifier: \(line)")
         }
 
         // Another file's inode: text, as without the variable.

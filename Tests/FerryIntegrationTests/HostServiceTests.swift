@@ -122,6 +122,29 @@ struct HostServiceTests {
         #expect(result.stdout.isEmpty)
     }
 
+    @Test("ferryd validate --system refuses an access.events the bus socket cannot express, as ferryd --system does at start", arguments: [
+        #"{"access": {"events": {"groups": ["adm", "daemon"]}}}"#,
+        #"{"access": {"events": {"users": ["nobody"]}}}"#,
+    ])
+    func validateSystemBusRule(config: String) async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let path = dir.appending("ferryd.json")
+        try Data(config.utf8).write(to: URL(fileURLWithPath: path))
+        let checked = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--system", "--config", path])
+        #expect(checked.status == .exited(1), "\(checked)")
+        #expect(checked.stderr.contains("access.events can name every user"), "\(checked)")
+        // The start refuses it with the same words (before anything is created).
+        let started = try await runProcess(try FerryBinaries.ferryd(), [
+            "--system", "--config", path, "--data-dir", dir.appending("data"), "--runtime-dir", dir.appending("rt"),
+        ], timeout: .seconds(30))
+        #expect(started.status != .exited(0), "\(started)")
+        #expect(started.stderr.contains("access.events can name every user"), "\(started)")
+        // As a per-user agent's file the rule is not used (its bus is 0600): valid.
+        let user = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", path])
+        #expect(user.status == .exited(0), "\(user)")
+    }
+
     @Test("--version on ferryd and ferry is FerryVersion.current")
     func version() async throws {
         for binary in [try FerryBinaries.ferryd(), try FerryBinaries.ferry()] {

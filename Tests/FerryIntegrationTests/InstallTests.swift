@@ -16,8 +16,8 @@ struct InstallTests {
         try await runProcess("/bin/bash", arguments, environment: environment, timeout: .seconds(120))
     }
 
-    /// A destdir that looks like a fresh host for systemd-analyze: systemd's own units, /bin/kill,
-    /// and an /etc with the base accounts only.
+    /// A destdir that looks like a fresh minimal host for systemd-analyze: systemd's own units,
+    /// /bin/sh but no procps (no /bin/kill), and an /etc with the base accounts only.
     private func freshRoot(_ dir: TemporaryDirectory) throws -> String {
         let root = try dir.subdirectory("root")
         try FileManager.default.createDirectory(atPath: root + "/etc", withIntermediateDirectories: true)
@@ -29,9 +29,28 @@ struct InstallTests {
         try FileManager.default.createDirectory(atPath: root + "/usr/lib/systemd", withIntermediateDirectories: true)
         try FileManager.default.copyItem(atPath: "/usr/lib/systemd/system", toPath: root + "/usr/lib/systemd/system")
         try FileManager.default.createDirectory(atPath: root + "/usr/bin", withIntermediateDirectories: true)
-        try FileManager.default.copyItem(atPath: "/usr/bin/kill", toPath: root + "/usr/bin/kill")
+        try FileManager.default.copyItem(atPath: "/usr/bin/dash", toPath: root + "/usr/bin/sh")
         try FileManager.default.createSymbolicLink(atPath: root + "/bin", withDestinationPath: "usr/bin")
         return root
+    }
+
+    /// The members of `name` in an /etc/group text.
+    static func members(of name: String, in group: String) -> [String] {
+        guard let line = group.split(separator: "\n").first(where: { $0.hasPrefix(name + ":") }) else { return [] }
+        let fields = line.split(separator: ":", omittingEmptySubsequences: false)
+        return fields.count < 4 ? [] : fields[3].split(separator: ",").map(String.init)
+    }
+
+    @Test("--help of install, uninstall and package-deb is their usage text, not lines of the script", arguments: [
+        "install", "uninstall", "package-deb",
+    ])
+    func help(script: String) async throws {
+        let result = try await bash([repositoryRoot + "/scripts/" + script, "--help"])
+        #expect(result.status == .exited(0), "\(result)")
+        #expect(result.stdout.contains("scripts/\(script) ["), "\(result)")
+        for line in result.stdout.split(separator: "\n") {
+            #expect(!line.hasPrefix("#") && !line.hasPrefix("set -") && !line.hasPrefix("cd ") && !line.contains("=$"), "a script line: \(line)")
+        }
     }
 
     private func verify(root: String, unit: String) async throws {
@@ -63,6 +82,7 @@ struct InstallTests {
         #expect(fm.contents(atPath: config) == fm.contents(atPath: repositoryRoot + "/daemon/ferryd.example.json"))
         let group = try String(contentsOfFile: root + "/etc/group", encoding: .utf8)
         #expect(group.contains("\nferry-admin:") && group.contains("\nferry:"))
+        #expect(Self.members(of: "ferry-admin", in: group) == ["ferry"], "ferryd gives the bus socket to ferry-admin: \(group)")
         let passwd = try String(contentsOfFile: root + "/etc/passwd", encoding: .utf8)
         #expect(passwd.contains("\nferry:x:") && passwd.contains(":/var/lib/ferry:/usr/sbin/nologin"))
         try await verify(root: root, unit: "/etc/systemd/system/ferryd.service")
@@ -112,9 +132,16 @@ struct InstallTests {
     func debianPackage() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
+        // The test build loads the Swift runtime from the toolchain: refused without --allow-dynamic.
+        let refused = try await bash([repositoryRoot + "/scripts/package-deb", "--bin-dir", try FerryBinaries.directory(),
+                                      "--output", dir.path, "--compression", "none"])
+        #expect(refused.status == .exited(1), "\(refused)")
+        #expect(refused.stderr.contains("loads the Swift runtime dynamically") && refused.stderr.contains("--static-swift-stdlib"), "\(refused)")
+        #expect(!FileManager.default.fileExists(atPath: dir.appending("ferry_\(FerryVersion.current)_amd64.deb")))
         let build = try await bash([repositoryRoot + "/scripts/package-deb", "--bin-dir", try FerryBinaries.directory(),
-                                    "--output", dir.path, "--compression", "none"])
+                                    "--output", dir.path, "--compression", "none", "--allow-dynamic"])
         #expect(build.status == .exited(0), "\(build)")
+        #expect(build.stderr.contains("WARNING"), "\(build)")
         let deb = dir.appending("ferry_\(FerryVersion.current)_amd64.deb")
         #expect(build.stdout == deb + "\n" || build.stdout.hasSuffix(".deb\n"), "\(build)")
         let debPath = build.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -149,6 +176,7 @@ struct InstallTests {
         }
         let group = try String(contentsOfFile: root + "/etc/group", encoding: .utf8)
         #expect(group.components(separatedBy: "\nferry-admin:").count == 2, "\(group)")
+        #expect(Self.members(of: "ferry-admin", in: group) == ["ferry"], "ferryd gives the bus socket to ferry-admin: \(group)")
         #expect(group.components(separatedBy: "\nferry:").count == 2, "\(group)")
         var st = stat()
         #expect(stat(root + "/etc/ferry/ferryd.json", &st) == 0)

@@ -141,6 +141,35 @@ struct SystemModeTests {
         }
     }
 
+    @Test("ferry tail works for a user the policy lets watch the bus but not send events")
+    func tailForWatcherOnly() async throws {
+        try await Self.withAccounts("ferry tail for a watcher") { accounts, dir, binary in
+            let config = """
+                {"mode": "system", "access": {"ingest": {"groups": ["\(accounts.group)"]},
+                 "control": {"users": ["root"]}, "events": {"users": ["*"]}}}
+                """
+            let agent = try AgentProcess(in: dir, extraArguments: try AgentProcess.configurationArguments(config, in: dir))
+            defer { agent.cleanup() }
+            try await agent.waitUntilReady()
+            let runtime = ["--runtime-dir", agent.runtimeDirectory]
+            // The outsider may not send (nor ask `status`), but may watch.
+            let tail = Task {
+                try await Self.ferry(as: accounts.outsider, binary,
+                                     ["tail", "--topic", "accepted", "--count", "1", "--idle-timeout", "30", "--json"] + runtime)
+            }
+            // The subscription reaches the agent asynchronously: emit one a second for a while.
+            for index in 0..<8 {
+                try await Task.sleep(for: .seconds(1))
+                let sent = try await Self.ferry(as: accounts.member, binary, ["emit", "watched-\(index)", "--source", "sys-watched", "--wait"] + runtime)
+                #expect(sent.status == .exited(0), "\(sent)")
+            }
+            let tailed = try await tail.value
+            #expect(tailed.status == .exited(0), "\(tailed)")
+            #expect(!tailed.stderr.contains("not running"), "\(tailed)")
+            #expect(tailed.stdout.contains("watched-"), "\(tailed)")
+        }
+    }
+
     @Test("fair share: one user's flood is answered full for that user alone; another user's events are still accepted")
     func fairShare() async throws {
         try await Self.withAccounts("System mode fair share") { accounts, dir, binary in

@@ -123,17 +123,25 @@ final class AccessControl: Sendable {
     /// naming more is a configuration error.
     static func busGroup(_ rule: AccessPolicy.Rule) throws -> BusAccess {
         if rule.isEveryone { return .everyone }
-        let others = rule.users.filter { $0 != "root" && $0 != "0" && UInt32($0) != getuid() && userID(named: $0) != getuid() }
-        guard others.isEmpty, rule.groups.count <= 1 else {
-            throw AgentError(code: .configuration, message: "access.events can name every user (\"*\"), or one group: "
-                + "the bus is guarded by its socket file's group, which is one group (got \(rule))")
-        }
+        try checkBusRule(rule)
         guard let group = rule.groups.first else { return .owner }
         guard let gid = UInt32(group) ?? groupEntry(named: group)?.gid else {
             throw AgentError(code: .configuration, message: "access.events names group \"\(group)\", which does not exist "
                 + "(scripts/install creates \(AccessPolicy.adminGroup))")
         }
         return .group(gid)
+    }
+
+    /// Refuses an `access.events` rule the socket file cannot express: more than one group, or a
+    /// user other than root and the agent's own. Looks nothing up but the agent's uid, so
+    /// `ferryd validate --system` refuses what the start would.
+    static func checkBusRule(_ rule: AccessPolicy.Rule) throws {
+        if rule.isEveryone { return }
+        let others = rule.users.filter { $0 != "root" && $0 != "0" && UInt32($0) != getuid() && userID(named: $0) != getuid() }
+        guard others.isEmpty, rule.groups.count <= 1 else {
+            throw AgentError(code: .configuration, message: "access.events can name every user (\"*\"), or one group: "
+                + "the bus is guarded by its socket file's group, which is one group (got \(rule))")
+        }
     }
 
     // MARK: Resolution

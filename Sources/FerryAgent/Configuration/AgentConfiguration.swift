@@ -181,6 +181,9 @@ public struct AgentConfiguration: Sendable, Hashable {
         try consent.validate()
         guard !runtimeDirectory.isEmpty, !dataDirectory.isEmpty else { throw fail("directories must not be empty") }
         guard !sinks.isEmpty else { throw fail("at least one sink is needed") }
+        // A system agent guards its bus with the socket file's group: checked here, so that
+        // `ferryd validate --system` (the unit's ExecStartPre) refuses what the start would.
+        if mode == .system { try AccessControl.checkBusRule(access.events) }
         _ = try metrics.listenAddress()
         var names: Set<String> = [], fileDirectories: [String: String] = [:]
         for sink in sinks {

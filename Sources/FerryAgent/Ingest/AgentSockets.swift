@@ -181,7 +181,12 @@ final class AgentSockets: Sendable {
         func set(_ name: String, _ mode: mode_t, group: gid_t? = nil) throws {
             let path = runtime + "/" + name
             if let group, chown(path, getuid(), group) != 0 {
-                throw AgentError(code: .socket, message: "cannot give \(path) to group \(group): \(String(cString: strerror(errno)))")
+                let reason = String(cString: strerror(errno))
+                // Only a member may give a file to a group: the usual cause on a new host.
+                let hint = errno == EPERM
+                    ? "; ferryd's user (uid \(getuid())) must be a member of the group access.events names (usermod --append --groups <group> <user>, then restart)"
+                    : ""
+                throw AgentError(code: .socket, message: "cannot give \(path) to group \(group): \(reason)\(hint)")
             }
             if chmod(path, mode) != 0 {
                 throw AgentError(code: .socket, message: "cannot set the mode of \(path): \(String(cString: strerror(errno)))")
