@@ -186,27 +186,25 @@ struct ReadmeQuickStartTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let home = dir.appending("home"), runtime = dir.appending("run"), checkout = dir.appending("checkout")
-        let stubs = dir.appending("stubs")
-        for path in [home, runtime, checkout, stubs] {
+        for path in [home, runtime, checkout] {
             try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         }
         // The block's first line builds ferryd and ferry. They are built already (this test runs
         // them from the build directory), and `swift build` cannot run while `swift test` holds the
-        // build directory: `swift` is a stand-in that records its arguments and succeeds.
-        let stub = stubs + "/swift"
-        try Data("#!/bin/sh\necho \"$@\" >> \"\(dir.appending("swift-calls"))\"\n".utf8).write(to: URL(fileURLWithPath: stub))
-        chmod(stub, 0o755)
+        // build directory: `swift` is a stand-in that records its arguments and succeeds. It is a
+        // shell function, not a script file: a script written here and executed at once can fail
+        // with ETXTBSY while another test's fork still holds the file open for writing.
         let script = dir.appending("quick-start.sh")
         try Data(block.utf8).write(to: URL(fileURLWithPath: script))
 
         // A fresh user: nothing of the test runner's Ferry settings leaks in (empty means unset).
         let environment = [
             "HOME": home, "XDG_RUNTIME_DIR": runtime, "XDG_STATE_HOME": "", "FERRY_RUNTIME_DIR": "", "FERRY_BIN_DIR": "",
-            "PATH": "\(stubs):\(try FerryBinaries.directory()):/usr/local/bin:/usr/bin:/bin",
+            "PATH": "\(try FerryBinaries.directory()):/usr/local/bin:/usr/bin:/bin",
         ]
         // In a session of its own, so the background jobs it leaves (ferryd, ferry tail) are one
         // process group to stop, however the test ends.
-        let shell = try ChildProcess(executable: "/usr/bin/setsid", arguments: ["/bin/bash", "-c", "cd \"$1\" && . \"$2\"", "quick-start", checkout, script],
+        let shell = try ChildProcess(executable: "/usr/bin/setsid", arguments: ["/bin/bash", "-c", "calls=\"$3\"; swift() { echo \"$@\" >> \"$calls\"; }; cd \"$1\" && . \"$2\"", "quick-start", checkout, script, dir.appending("swift-calls")],
                                      environment: environment, outputDirectory: dir.path, label: "quick-start")
         let group = shell.pid
         defer {
