@@ -1,6 +1,7 @@
 import FerryIntegrationKit
 import FerryTestKit
 import Foundation
+import Synchronization
 import Testing
 
 /// A system agent shared by several users, with the kernel telling who sent what. Needs root (to
@@ -153,15 +154,21 @@ struct SystemModeTests {
             try await agent.waitUntilReady()
             let runtime = ["--runtime-dir", agent.runtimeDirectory]
             // The outsider may not send (nor ask `status`), but may watch.
+            let finished = TailFinished()
             let tail = Task {
-                try await Self.ferry(as: accounts.outsider, binary,
-                                     ["tail", "--topic", "accepted", "--count", "1", "--idle-timeout", "30", "--json"] + runtime)
+                defer { finished.set() }
+                return try await Self.ferry(as: accounts.outsider, binary,
+                                            ["tail", "--topic", "accepted", "--count", "1", "--idle-timeout", "30", "--json"] + runtime)
             }
-            // The subscription reaches the agent asynchronously: emit one a second for a while.
-            for index in 0..<8 {
-                try await Task.sleep(for: .seconds(1))
+            // The subscription reaches the agent asynchronously: emit until the tail has seen one
+            // (it exits after --count 1), with a deadline.
+            var index = 0
+            try await eventually("the watcher's tail to see an event", timeout: .seconds(30), pollInterval: .milliseconds(200)) {
+                if finished.isSet { return true }
+                index += 1
                 let sent = try await Self.ferry(as: accounts.member, binary, ["emit", "watched-\(index)", "--source", "sys-watched", "--wait"] + runtime)
                 #expect(sent.status == .exited(0), "\(sent)")
+                return finished.isSet
             }
             let tailed = try await tail.value
             #expect(tailed.status == .exited(0), "\(tailed)")
@@ -199,4 +206,11 @@ struct SystemModeTests {
             #expect(bytes <= 1_048_576 * 45 / 100 + 65536, "the flooder held \(bytes) bytes")
         }
     }
+}
+
+/// Set once a background `ferry tail` has exited.
+private final class TailFinished: Sendable {
+    private let done = Mutex(false)
+    func set() { done.withLock { $0 = true } }
+    var isSet: Bool { done.withLock { $0 } }
 }
