@@ -132,7 +132,7 @@ enum HTTPBatchBody {
         guard let event = try? stored.decoded() else {
             return "segment: the stored event \(stored.decodedID) cannot be decoded"
         }
-        if event.userID.isEmpty && event.anonymousID.isEmpty {
+        if event.userID.isEmpty && agentAnonymousID(event).isEmpty {
             let article = event.type == .identify || event.type == .alias ? "an" : "a"
             return "segment: \(article) \(event.type) message needs a userId or an anonymousId; the event has neither"
         }
@@ -177,7 +177,8 @@ enum HTTPBatchBody {
         case .identify, .group, .alias: if !event.name.isEmpty { json.field("name", event.name) }
         }
         if !event.userID.isEmpty { json.field("userId", event.userID) }
-        if !event.anonymousID.isEmpty { json.field("anonymousId", event.anonymousID) }
+        let anonymousID = agentAnonymousID(event)
+        if !anonymousID.isEmpty { json.field("anonymousId", anonymousID) }
         if !event.groupID.isEmpty { json.field("groupId", event.groupID) }
         if !event.previousID.isEmpty { json.field("previousId", event.previousID) }
         json.field("timestamp", CivilTime.iso8601(milliseconds: event.timestamp))
@@ -217,6 +218,18 @@ enum HTTPBatchBody {
         }
         json.rawField("context", mergedContext(disclosure.filteredContext(event.context), ferry: &ferry))
         return json.finish()
+    }
+
+    /// The event's `anonymousId`; for the agent's own `consent_updated` events (category
+    /// `consent`, source `ferryd`) queued by a release before they carried one, the agent's
+    /// anonymous id from their properties (`anonymous_id`), so they are never refused for lack of
+    /// a user.
+    static func agentAnonymousID(_ event: WireEvent) -> String {
+        guard event.anonymousID.isEmpty, event.userID.isEmpty, event.category == ConsentCategories.consentCode,
+              event.source == "ferryd",
+              let properties = try? JSONSerialization.jsonObject(with: Data(event.properties)) as? [String: Any],
+              let id = properties["anonymous_id"] as? String else { return event.anonymousID }
+        return id
     }
 
     /// Whether `json` (a JSON object) has no members.

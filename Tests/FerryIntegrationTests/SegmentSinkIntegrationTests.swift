@@ -86,6 +86,44 @@ struct SegmentSinkIntegrationTests {
         await server.shutdown()
     }
 
+    @Test("routine consent changes reach Segment as track consent_updated with the agent's anonymousId: no dead letter, health stays ok")
+    func consentChangesReachSegment() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let writeKey = "wk_e2e_" + UUID().uuidString
+        let collector = SegmentCollector(writeKey: writeKey)
+        let server = try await HTTPTestServer.start(handler: collector.handler)
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configure(dir, url: server.url(), writeKey: writeKey))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+
+        for change in [["consent", "set", "analytics", "granted"], ["consent", "set", "advertising", "denied"],
+                       ["tracking", "off"], ["tracking", "on"], ["consent", "set", "analytics", "denied"]] {
+            let result = try await runCLI(change, environment: agent.environment)
+            #expect(result.status == .exited(0), "\(change): \(result)")
+        }
+        let anonymousID = try #require(try await agent.consentState()["anonymous_id"] as? String)
+        // analytics is granted already (nothing changes) and tracking off lets nothing out: three
+        // consent_updated events, for advertising, tracking on and analytics denied.
+        let updates = try await waitForValue("the consent changes at the collector") { () -> [SegmentCollector.Message]? in
+            let updates = collector.accepted.filter { $0.json["event"] as? String == "consent_updated" }
+            return updates.count >= 3 ? updates : nil
+        }
+        #expect(collector.refusals.isEmpty, "\(collector.refusals)")
+        for update in updates {
+            #expect(update.type == "track" && update.anonymousID == anonymousID && update.userID == nil, "\(update.json)")
+            let ferry = (update.json["context"] as? [String: Any])?["ferry"] as? [String: Any]
+            #expect(ferry?["origin"] == nil && ferry?["pid"] == nil, "nothing about the host: \(update.json)")
+        }
+        #expect(try await Self.deadLetters(agent).isEmpty)
+        let health = try await runCLI(["health"], environment: agent.environment)
+        #expect(health.status == .exited(0) && health.stdout == "healthy\n", "\(health)")
+        let status = try await agent.status()
+        #expect(status.counters["dead_lettered"] == 0)
+        try await agent.terminate()
+        await server.shutdown()
+    }
+
     @Test("a wrong write key: 401, the batch is dead-lettered; fix the file, SIGHUP, replay: delivered")
     func wrongWriteKey() async throws {
         let dir = try TemporaryDirectory()
