@@ -206,6 +206,7 @@ public final class JetStreamSink: Sink {
     static func messages(for batch: DeliveryBatch, in range: Range<Int>? = nil, template: SubjectTemplate,
                          lineFormat: Int = FileSink.currentLineFormat) -> [JetStreamMessage] {
         let consent = FileSink.consentJSON(batch.consent, lineFormat: lineFormat)
+        let disclosure = batch.disclosure ?? .all
         // One template message: its header list is shared by every message made here.
         let shared = JetStreamMessage(subject: "", payload: [], headers: [("Ferry-Batch", batch.idempotencyKey)])
         // The last subject rendered, for the next event of the same type, category and source
@@ -217,7 +218,7 @@ public final class JetStreamSink: Sink {
             var body: [UInt8] = []
             body.reserveCapacity(stored.size * 2 + (consent?.count ?? 0) + 64)
             var json = JSONWriter(appendingTo: &body)
-            json.storedEventMembers(stored, consent: consent)
+            json.storedEventMembers(stored, consent: consent, disclosure: disclosure)
             json.finish(into: &body)
             let subject: String
             // The header alone (validated as `decoded()` validates it): no whole decode per event.
