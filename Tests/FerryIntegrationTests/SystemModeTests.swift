@@ -11,7 +11,7 @@ struct SystemModeTests {
     /// Why these tests cannot run here, or nil.
     static var skipReason: String? {
         guard getuid() == 0 else { return "needs root (creates users and a group)" }
-        for tool in ["/usr/sbin/useradd", "/usr/sbin/groupadd", "/usr/sbin/userdel", "/usr/sbin/groupdel", "/usr/sbin/runuser"]
+        for tool in ["/usr/sbin/useradd", "/usr/sbin/groupadd", "/usr/sbin/userdel", "/usr/sbin/groupdel", "/usr/sbin/runuser", "/usr/sbin/usermod"]
         where !FileManager.default.isExecutableFile(atPath: tool) {
             return "needs \(tool)"
         }
@@ -139,6 +139,35 @@ struct SystemModeTests {
             try await eventually("the reload", timeout: .seconds(20)) { agent.logs.contains("changed=access") }
             let admitted = try await Self.ferry(as: accounts.outsider, binary, ["emit", "late-event", "--source", "sys-outsider-late", "--wait"] + runtime)
             #expect(admitted.status == .exited(0), "\(admitted)")
+        }
+    }
+
+    @Test("a user added to an allowed group is let in by the next reload, though no key changed (systemctl reload)")
+    func reloadReadsGroupMembers() async throws {
+        try await Self.withAccounts("a reload reads group members again") { accounts, dir, binary in
+            let config = """
+                {"mode": "system", "access": {"ingest": {"groups": ["\(accounts.group)"]},
+                 "control": {"groups": ["\(accounts.group)"]}, "events": {"groups": ["\(accounts.group)"]}}}
+                """
+            let agent = try AgentProcess(in: dir, extraArguments: try AgentProcess.configurationArguments(config, in: dir))
+            defer { agent.cleanup() }
+            try await agent.waitUntilReady()
+            let runtime = ["--runtime-dir", agent.runtimeDirectory]
+            let emit = ["emit", "joined-event", "--source", "sys-joined", "--wait", "--timeout", "10"] + runtime
+
+            let before = try await Self.ferry(as: accounts.outsider, binary, emit)
+            #expect(before.status != .exited(0), "\(before)")
+            #expect(before.stderr.contains("access denied"), "\(before)")
+
+            // The outsider joins the group (supplementary, in the group database); the file is
+            // unchanged, so the reload changes no key. Its log line is the moment it is applied.
+            try await Accounts.run("/usr/sbin/usermod", ["--append", "--groups", accounts.group, accounts.outsider])
+            agent.kill(signal: SIGHUP)
+            try await eventually("the reload", timeout: .seconds(20)) { agent.logs.contains("changed=nothing") }
+            let after = try await Self.ferry(as: accounts.outsider, binary, emit)
+            #expect(after.status == .exited(0), "\(after)")
+            let consent = try await Self.ferry(as: accounts.outsider, binary, ["consent", "set", "analytics", "denied"] + runtime)
+            #expect(consent.status == .exited(0), "\(consent)")
         }
     }
 

@@ -114,7 +114,9 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     /// Applies the reloadable parts of `newConfiguration` (see ``reloadableKeys``) to the running
     /// agent and returns the key paths that changed. A change to any other key needs a restart:
     /// the reload is then refused whole, nothing changes, and the error lists those keys. The
-    /// log level is the caller's to apply (the agent does not own the log handler).
+    /// log level is the caller's to apply (the agent does not own the log handler). The access
+    /// policy's users and groups are looked up again on every reload, so group membership
+    /// changes take effect even when no key changed.
     @discardableResult
     public func reload(_ newConfiguration: AgentConfiguration) async throws -> [String] {
         try newConfiguration.validate()
@@ -122,9 +124,14 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         guard plan.restartOnly.isEmpty else {
             throw AgentError(code: .configuration, message: "these keys need a restart: \(plan.restartOnly.joined(separator: ", ")); the running configuration is kept")
         }
-        if let policy = plan.access, let access = running.withLock({ $0?.access }) {
-            // Resolved off the caller's thread like at start; checks switch to it at once.
-            try await BlockingExecutor.runDetached(name: "ferry-access-reload") { access.update(policy) }
+        if let access = running.withLock({ $0?.access }) {
+            // Resolved off the caller's thread like at start; checks switch to it at once. Every
+            // reload looks the names up again, changed or not: a user just added to a group is
+            // let in by `systemctl reload`, without waiting for the periodic refresh.
+            let policy = plan.access
+            try await BlockingExecutor.runDetached(name: "ferry-access-reload") {
+                if let policy { access.update(policy) } else { access.refresh() }
+            }
         }
         let deliveries = running.withLock { $0?.deliveries } ?? []
         for update in plan.sinks {
