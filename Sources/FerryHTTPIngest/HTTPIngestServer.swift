@@ -219,17 +219,19 @@ private final class DeadlineHandler: ChannelInboundHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         if deadline.timer == nil && !deadline.responding {
-            let channel = context.channel
-            let loopBound = NIOLoopBound(deadline, eventLoop: context.eventLoop)
+            // Written from this handler's context, the head of the pipeline: raw bytes, past the
+            // HTTP encoder.
+            let loopBound = NIOLoopBound((deadline, context), eventLoop: context.eventLoop)
             deadline.timer = context.eventLoop.scheduleTask(in: .seconds(HTTPIngestServer.requestSeconds)) {
-                let deadline = loopBound.value
+                let (deadline, context) = loopBound.value
                 deadline.timer = nil
                 guard !deadline.responding else { return }
                 deadline.responding = true
                 let refusal = IngestResponse.refusal(408, "request_timeout",
                                                      "the request did not arrive within \(HTTPIngestServer.requestSeconds) seconds")
                 let head = "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nContent-Length: \(refusal.body.count)\r\nConnection: close\r\n\r\n"
-                channel.writeAndFlush(channel.allocator.buffer(bytes: Array(head.utf8) + refusal.body)).whenComplete { _ in
+                let channel = context.channel
+                context.writeAndFlush(NIOAny(channel.allocator.buffer(bytes: Array(head.utf8) + refusal.body))).whenComplete { _ in
                     channel.close(promise: nil)
                 }
             }

@@ -281,13 +281,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let recoveredSessions = recovered.sessions
         let sessions = try await io.run { try AgentStartup.completeSessions(recoveredSessions, heldLog: heldLog) }
         try pipeline.start(dedup: dedup, sessions: sessions, consent: worker)
-        do {
-            try await io.run { try sockets.start() }
-        } catch {
-            await pipeline.stop()
-            await io.run { context.terminate() }
-            throw error
-        }
+        // The other ingest paths are bound before the ZeroMQ sockets: once `status` answers,
+        // every path is served.
         var started: [any IngestListener] = []
         for listener in listeners {
             do {
@@ -297,13 +292,20 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
                 started.append(listener)
             } catch {
                 for other in started { other.stopIntake() }
-                sockets.stopIntake()
                 await pipeline.stop()
                 for other in started { await other.stop() }
-                await sockets.stop()
                 await io.run { context.terminate() }
                 throw error as? AgentError ?? AgentError(code: .socket, message: "cannot start \(listener.name): \(error)")
             }
+        }
+        do {
+            try await io.run { try sockets.start() }
+        } catch {
+            for listener in started { listener.stopIntake() }
+            await pipeline.stop()
+            for listener in started { await listener.stop() }
+            await io.run { context.terminate() }
+            throw error
         }
         logger.info("ferryd ready", metadata: [
             "ingest": "\(FerryPaths.ingestEndpoint(configuration.runtimeDirectory))",
