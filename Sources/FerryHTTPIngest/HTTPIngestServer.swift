@@ -81,7 +81,25 @@ package final class HTTPIngestServer: IngestListener, CustomStringConvertible {
             servers.append(HTTPIngestServer(address: .tcp(host: tcp.host, port: tcp.port), writeKeys: http.writeKeys,
                                             maxConnections: http.maxConnections, logger: logger))
         }
+        coverDescriptors(servers.count * http.maxConnections + reservedDescriptors, logger: logger)
         return servers
+    }
+
+    /// Descriptors the agent needs besides the HTTP API's connections (log, sinks, ZeroMQ).
+    static let reservedDescriptors = 512
+
+    /// Raises the soft limit of open files to `needed` (at most the hard limit), so the allowed
+    /// connections cannot run the agent out of descriptors; warns when the hard limit is lower.
+    static func coverDescriptors(_ needed: Int, logger: Logger) {
+        var limit = rlimit()
+        guard getrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) == 0, limit.rlim_cur < rlim_t(needed) else { return }
+        let target = min(rlim_t(needed), limit.rlim_max)
+        limit.rlim_cur = target
+        if setrlimit(__rlimit_resource_t(RLIMIT_NOFILE.rawValue), &limit) != 0 || target < rlim_t(needed) {
+            logger.warning("the open-file limit is below what the HTTP API's connections need; lower http.maxConnections or raise LimitNOFILE", metadata: [
+                "needed": "\(needed)", "limit": "\(target)",
+            ])
+        }
     }
 
     /// The Unix socket of the HTTP API in `runtimeDirectory`.

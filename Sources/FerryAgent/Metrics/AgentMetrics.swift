@@ -212,6 +212,8 @@ public final class AgentMetrics: Sendable {
         // before the first loss, as every other counter.
         let overflow = counter(.clientEventsLost, "")
         lostBySource.withLock { $0[""] = overflow }
+        // The HTTP API's two listeners, at 0 from the start (every family in the exposition).
+        for listener in ["unix", "tcp"] { _ = ingestPath(listener) }
     }
 
     /// The instruments of sink `name` (made on first use).
