@@ -379,3 +379,30 @@ def test_the_tcp_peer_uid_comes_from_the_kernel_and_the_policy_is_checked(make_a
     event = agent.wait_delivered(1)[0]
     assert event["origin"]["uid"] == pwd.getpwnam(allowed).pw_uid
     assert event["message_id"] == "a-1"
+
+
+def test_the_unix_socket_of_a_system_agent_checks_each_users_credentials(make_agent, workdir: str, throwaway_users) -> None:
+    allowed, refused = throwaway_users
+    os.chmod(workdir, 0o755)  # the users must reach the system agent's runtime directory
+    config = {"mode": "system", "access": {"ingest": {"users": [allowed]}, "events": {"users": ["*"]}}}
+    agent = make_agent(config).start()
+    agent.wait_ready()
+    socket_path = os.path.join(agent.runtime_dir, "http")
+    assert os.stat(socket_path).st_mode & 0o777 == 0o666
+
+    def curl_as(user: str, message_id: str) -> Tuple[int, Dict[str, Any]]:
+        body = json.dumps({"event": "Hello", "userId": "u", "messageId": message_id})
+        out = subprocess.run(["runuser", "-u", user, "--", "curl", "-s", "-w", "\n%{http_code}", "--unix-socket", socket_path,
+                              "-H", "Content-Type: application/json", "-d", body, "http://localhost/v1/track"],
+                             capture_output=True, text=True, check=True).stdout
+        text, code = out.rsplit("\n", 1)
+        return int(code), json.loads(text)
+
+    status, answer = curl_as(refused, "r-1")
+    assert status == 403 and answer["code"] == "access_denied"
+    assert '"access.ingest" policy allows users %s' % allowed in answer["message"]
+    status, answer = curl_as(allowed, "a-1")
+    assert status == 200, answer
+    event = agent.wait_delivered(1)[0]
+    assert event["origin"]["uid"] == pwd.getpwnam(allowed).pw_uid and event["origin"]["comm"] == "curl"
+    assert [e["message_id"] for e in agent.delivered()] == ["a-1"]
