@@ -118,7 +118,7 @@ package final class HTTPIngestServer: IngestListener, CustomStringConvertible {
             $0.gateway = gateway
         }
         let connections = ConnectionCount(limit: maxConnections)
-        let context = HandlerContext(gateway: gateway, pool: pool, writeKeys: writeKeys, tcp: { if case .tcp = address { true } else { false } }(),
+        let context = HandlerContext(budget: BodyBudget(limit: IngestVerdict.maxBufferedBodyBytes), gateway: gateway, pool: pool, writeKeys: writeKeys, tcp: { if case .tcp = address { true } else { false } }(),
                                      logger: logger)
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
@@ -209,8 +209,27 @@ private final class ConnectionCount: Sendable {
     func close() { count.wrappingSubtract(1, ordering: .relaxed) }
 }
 
+/// The request bodies one listener holds (received, being parsed or stored), against a limit.
+private final class BodyBudget: Sendable {
+    let limit: Int
+    private let used = Atomic<Int>(0)
+    init(limit: Int) { self.limit = limit }
+    /// Takes `bytes`; false (and nothing taken) when they would pass the limit.
+    func reserve(_ bytes: Int) -> Bool {
+        if used.wrappingAdd(bytes, ordering: .relaxed).newValue > limit {
+            used.wrappingSubtract(bytes, ordering: .relaxed)
+            return false
+        }
+        return true
+    }
+    func release(_ bytes: Int) {
+        if bytes > 0 { used.wrappingSubtract(bytes, ordering: .relaxed) }
+    }
+}
+
 /// What every connection's handler shares.
 private struct HandlerContext: Sendable {
+    let budget: BodyBudget
     let gateway: IngestGateway
     let pool: NIOThreadPool
     let writeKeys: [String: String]
@@ -277,6 +296,8 @@ private final class IngestHandler: ChannelInboundHandler {
     private var request: Request?
     /// A request is being stored (between its end and its response).
     private var busy = false
+    /// Bytes of the ``BodyBudget`` the request being received or stored holds.
+    private var reserved = 0
 
     private struct Request {
         var head: HTTPRequestHead
@@ -340,11 +361,22 @@ private final class IngestHandler: ChannelInboundHandler {
             guard var current = request else { return }
             request = nil
             if case .success = current.admitted {
-                if current.body.readableBytes + part.readableBytes > IngestVerdict.maxBodyBytes {
+                if !context.budget.reserve(part.readableBytes) {
+                    // Every connection's bodies together stay under the budget: memory is bounded
+                    // whatever the number of clients sending 5 MiB at once.
+                    current.admitted = .failure(IngestRefusal(503, "busy", "the agent is receiving as many request bodies as it holds at once; retry shortly",
+                                                              retryAfter: IngestVerdict.retryAfterBusy))
+                    current.discarded = current.body.readableBytes + part.readableBytes
+                    current.body.clear()
+                    releaseBody()
+                } else if current.body.readableBytes + part.readableBytes > IngestVerdict.maxBodyBytes {
+                    reserved += part.readableBytes
+                    releaseBody()
                     current.admitted = .failure(IngestRefusal(413, "too_large", "the body is larger than \(IngestVerdict.maxBodyBytes) bytes"))
                     current.discarded = current.body.readableBytes + part.readableBytes
                     current.body.clear()
                 } else {
+                    reserved += part.readableBytes
                     current.body.writeBuffer(&part)
                 }
             } else {
@@ -483,7 +515,19 @@ private final class IngestHandler: ChannelInboundHandler {
         }
     }
 
+    /// Gives back the body bytes this connection holds.
+    private func releaseBody() {
+        context.budget.release(reserved)
+        reserved = 0
+    }
+
+    func channelInactive(context channelContext: ChannelHandlerContext) {
+        releaseBody()
+        channelContext.fireChannelInactive()
+    }
+
     private func respond(_ response: IngestResponse, keepAlive: Bool, _ channelContext: ChannelHandlerContext) {
+        releaseBody()
         deadline.timer?.cancel()
         deadline.timer = nil
         // Once the deadline answered 408 the connection is closing: nothing more is written.

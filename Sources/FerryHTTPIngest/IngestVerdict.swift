@@ -73,14 +73,20 @@ package enum IngestVerdict {
     package static let maxBodyBytes = 5 << 20
     /// The most bytes a gzip body may inflate to.
     package static let maxInflatedBytes = 5 << 20
-    /// Seconds a retry waits after `full` (the queue must drain) and after a passing condition
-    /// (`storage`, stopping, busy).
+    /// The request bodies one listener holds at once, every connection together (received, being
+    /// parsed or stored): beyond it a request is answered 503 `busy`, so memory stays bounded
+    /// whatever the number of clients.
+    package static let maxBufferedBodyBytes = 64 << 20
+    /// Seconds a retry waits after `full` (the queue must drain).
     package static let retryAfterFull = 5
+    /// Seconds a retry waits after a passing condition (`storage`, stopping, busy).
     package static let retryAfterBusy = 1
 
     /// A request head that may go on: its endpoint, and whether the body is gzip.
     package struct Admitted: Sendable, Equatable {
+        /// The endpoint the path names.
         package var endpoint: SegmentEndpoint
+        /// Whether the body is gzip (`Content-Encoding: gzip`).
         package var gzip: Bool
     }
 
@@ -164,11 +170,16 @@ package enum IngestVerdict {
 
 /// A request refused as a whole: status, code and message (``IngestResponse/refusal(_:_:_:retryAfter:)``).
 package struct IngestRefusal: Error, Sendable, Equatable {
+    /// The HTTP status.
     package var status: Int
+    /// The error code (`invalid_json`, `too_large` …).
     package var code: String
+    /// What is wrong, for people.
     package var message: String
+    /// Seconds for `Retry-After` (retryable refusals only).
     package var retryAfter: Int?
 
+    /// A refusal.
     package init(_ status: Int, _ code: String, _ message: String, retryAfter: Int? = nil) {
         self.status = status
         self.code = code

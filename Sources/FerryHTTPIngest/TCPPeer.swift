@@ -9,13 +9,13 @@ package enum TCPPeer {
     /// The `/proc/net/tcp` form of an address: each 32-bit word of the address in host (little-
     /// endian) order as 8 upper-case hex digits, then `:` and the port as 4 hex digits.
     package static func procForm(ip: String, port: Int) -> String? {
+        // Network-order address bytes: 4 (IPv4) or 16 (IPv6).
+        var raw = [UInt8](repeating: 0, count: 16)
         var bytes: [UInt8]
-        var v4 = in_addr()
-        var v6 = in6_addr()
-        if inet_pton(AF_INET, ip, &v4) == 1 {
-            bytes = withUnsafeBytes(of: v4) { Array($0) }
-        } else if inet_pton(AF_INET6, ip, &v6) == 1 {
-            bytes = withUnsafeBytes(of: v6) { Array($0) }
+        if raw.withUnsafeMutableBytes({ inet_pton(AF_INET, ip, $0.baseAddress) }) == 1 {
+            bytes = Array(raw[0..<4])
+        } else if raw.withUnsafeMutableBytes({ inet_pton(AF_INET6, ip, $0.baseAddress) }) == 1 {
+            bytes = raw
         } else {
             return nil
         }
