@@ -224,6 +224,18 @@ struct ValidateCommand: ParsableCommand {
         print(Self.summary(configuration, file: config))
     }
 
+    /// What `sink` sends besides the event, its ids, timestamps and consent stamp: each effective
+    /// choice, marked `(default)` when the configuration leaves it to the sink type.
+    static func disclosureLine(_ sink: AgentConfiguration.SinkConfiguration) -> String {
+        let effective = sink.disclosure
+        func choice(_ value: Bool, configured: Bool?) -> String {
+            (value ? "yes" : "no") + (configured == nil ? " (default)" : "")
+        }
+        return "sends: the event, ids, timestamps, consent stamp; origin: \(choice(effective.origin, configured: sink.disclose.origin))"
+            + "; process (pid, seq, session): \(choice(effective.process, configured: sink.disclose.process))"
+            + "; context keys dropped: \(effective.dropContext.isEmpty ? "none" : effective.dropContext.joined(separator: ", "))"
+    }
+
     /// The effective configuration, one setting a line, for people.
     static func summary(_ c: AgentConfiguration, file: String) -> String {
         var lines = ["\(file): valid (ferryd \(FerryVersion.current))"]
@@ -243,6 +255,7 @@ struct ValidateCommand: ParsableCommand {
             line += " retry=\(sink.retry.initialMilliseconds)..\(sink.retry.maxMilliseconds)ms"
             line += " circuit=\(sink.circuit.failureThreshold)/\(sink.circuit.openMilliseconds)ms"
             lines.append(line)
+            lines.append("    " + Self.disclosureLine(sink))
         }
         let consent = c.consent
         lines.append("consent: defaultConsent=\(consent.defaultConsent.rawValue) undetermined.policy=\(consent.undetermined.policy.rawValue) trackingInitial=\(consent.trackingInitial) autoStart=\(consent.autoStart)")

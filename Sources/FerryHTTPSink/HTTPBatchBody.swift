@@ -22,7 +22,7 @@ import FerryStorage
 /// ```json
 /// {"batch":[{"messageId":"…","type":"track","event":"Signed Up","userId":"u1",
 ///            "timestamp":"2024-05-01T11:59:59.000Z","properties":{"plan":"pro"},
-///            "context":{"ferry":{"source":"web","pid":42,"seq":7,"accepted_at":1714564799001}}}],
+///            "context":{"ferry":{"source":"web","accepted_at":1714564799001}}}],
 ///  "sentAt":"2024-05-01T12:00:00.000Z","context":{"consent":{"ad_personalization":"unset",…,"consent_seq":3,…}}}
 /// ```
 ///
@@ -31,13 +31,22 @@ import FerryStorage
 /// (`bodyVersion: 1`) writes the stamp as before (`consent_seq` a string, `ads_personalization`)
 /// and no `version`.
 enum HTTPBatchBody {
-    /// The body of `batch` in `format` and body version `version`, sent at `sentAt` (ms since the epoch).
+    /// The body of `batch` in `format` and body version `version`, sent at `sentAt` (ms since the
+    /// epoch). The batch's ``DeliveryBatch/disclosure`` says what it carries about the host and
+    /// the process; without one, the format's default (``defaultDisclosure(_:)``).
     static func encode(_ batch: DeliveryBatch, format: HTTPSinkConfiguration.BodyFormat,
                        version: Int = HTTPSinkConfiguration.currentBodyVersion, sentAt: UInt64) -> [UInt8] {
         switch format {
         case .envelope: envelope(batch, version: version, sentAt: sentAt)
         case .segment: segment(batch, version: version, sentAt: sentAt)
         }
+    }
+
+    /// What a body of `format` carries when the sink's `disclose` says nothing: everything in
+    /// `envelope` (the operator's own collector), nothing about the host or the process in
+    /// `segment` (a third party).
+    static func defaultDisclosure(_ format: HTTPSinkConfiguration.BodyFormat) -> Disclosure {
+        format == .segment ? .minimal : .all
     }
 
     static func envelope(_ batch: DeliveryBatch, version: Int = HTTPSinkConfiguration.currentBodyVersion, sentAt: UInt64) -> [UInt8] {
@@ -47,12 +56,14 @@ enum HTTPBatchBody {
         json.field("batch_id", batch.idempotencyKey)
         json.field("sent_at", sentAt)
         json.rawField("consent", consentObject(batch.consent, version: version))
-        json.storedEventsField("events", batch.events)
+        json.storedEventsField("events", batch.events, disclosure: batch.disclosure ?? defaultDisclosure(.envelope))
         return json.finish()
     }
 
     static func segment(_ batch: DeliveryBatch, version: Int = HTTPSinkConfiguration.currentBodyVersion, sentAt: UInt64) -> [UInt8] {
-        segment(messages: batch.events.map(segmentEvent), consent: batch.consent, version: version, sentAt: sentAt)
+        let disclosure = batch.disclosure ?? defaultDisclosure(.segment)
+        return segment(messages: batch.events.map { segmentEvent($0, disclosure: disclosure) }, consent: batch.consent,
+                       version: version, sentAt: sentAt)
     }
 
     /// The segment body holding `messages` (each from ``segmentEvent(_:)``).
@@ -93,22 +104,23 @@ enum HTTPBatchBody {
         var plan = SegmentPlan(rejections: [], parts: [])
         var part: [StoredEvent] = []
         var size = overhead
+        let disclosure = batch.disclosure ?? defaultDisclosure(.segment)
         for stored in batch.events {
-            let message = segmentEvent(stored)
+            let message = segmentEvent(stored, disclosure: disclosure)
             if let reason = segmentRejection(stored, messageBytes: message.count, maxMessageBytes: maxMessageBytes) {
                 plan.rejections.append(SinkRejection(event: stored, reason: reason))
                 continue
             }
             let added = message.count + (part.isEmpty ? 0 : 1)  // the comma between messages
             if !part.isEmpty && size + added > maxBatchBytes {
-                plan.parts.append(DeliveryBatch(events: part, consent: batch.consent))
+                plan.parts.append(batch.with(events: part))
                 part = []
                 size = overhead
             }
             size += message.count + (part.isEmpty ? 0 : 1)
             part.append(stored)
         }
-        if !part.isEmpty { plan.parts.append(DeliveryBatch(events: part, consent: batch.consent)) }
+        if !part.isEmpty { plan.parts.append(batch.with(events: part)) }
         return plan
     }
 
@@ -120,7 +132,7 @@ enum HTTPBatchBody {
         guard let event = try? stored.decoded() else {
             return "segment: the stored event \(stored.decodedID) cannot be decoded"
         }
-        if event.userID.isEmpty && event.anonymousID.isEmpty {
+        if event.userID.isEmpty && agentAnonymousID(event).isEmpty {
             let article = event.type == .identify || event.type == .alias ? "an" : "a"
             return "segment: \(article) \(event.type) message needs a userId or an anonymousId; the event has neither"
         }
@@ -142,9 +154,11 @@ enum HTTPBatchBody {
 
     /// One Segment message: `track` names go to `event`, `page`/`screen` names to `name`;
     /// `identify`/`group` properties are `traits`; `userId`, `anonymousId`, `groupId`,
-    /// `previousId` when set; the event's own context object is the message's `context`, with
-    /// Ferry's fields under `context.ferry` (replacing a `ferry` key the client sent).
-    static func segmentEvent(_ stored: StoredEvent) -> [UInt8] {
+    /// `previousId` when set; the event's own context object (without the keys of
+    /// ``Disclosure/dropContext``) is the message's `context`, with Ferry's fields under
+    /// `context.ferry` (replacing a `ferry` key the client sent): `pid` and `seq` only when
+    /// `disclosure` says ``Disclosure/process``, `origin` only when it says ``Disclosure/origin``.
+    static func segmentEvent(_ stored: StoredEvent, disclosure: Disclosure = .minimal) -> [UInt8] {
         var json = JSONWriter()
         guard let event = try? stored.decoded() else {
             json.field("messageId", stored.decodedID.description)
@@ -165,7 +179,8 @@ enum HTTPBatchBody {
         case .identify, .group, .alias: if !event.name.isEmpty { json.field("name", event.name) }
         }
         if !event.userID.isEmpty { json.field("userId", event.userID) }
-        if !event.anonymousID.isEmpty { json.field("anonymousId", event.anonymousID) }
+        let anonymousID = agentAnonymousID(event)
+        if !anonymousID.isEmpty { json.field("anonymousId", anonymousID) }
         if !event.groupID.isEmpty { json.field("groupId", event.groupID) }
         if !event.previousID.isEmpty { json.field("previousId", event.previousID) }
         json.field("timestamp", CivilTime.iso8601(milliseconds: event.timestamp))
@@ -190,8 +205,10 @@ enum HTTPBatchBody {
         }
         var ferry = JSONWriter()
         ferry.field("source", event.source)
-        ferry.field("pid", UInt64(event.pid))
-        ferry.field("seq", event.sequence)
+        if disclosure.process {
+            ferry.field("pid", UInt64(event.pid))
+            ferry.field("seq", event.sequence)
+        }
         ferry.field("accepted_at", stored.acceptedAt)
         if event.messageID != nil { ferry.field("id", event.id.description) }
         if event.category != 0 { ferry.field("category", UInt64(event.category)) }
@@ -199,9 +216,23 @@ enum HTTPBatchBody {
         if event.flags.contains(.localOnly) { ferry.field("local_only", true) }
         if let rawProperties { ferry.field("properties_raw", rawProperties) }
         if let aliasProperties { ferry.rawField("properties", aliasProperties) }
-        if let origin = EventOrigin(metadata: stored.metadata) { ferry.rawField("origin", JSONWriter.originObject(origin)) }
-        json.rawField("context", mergedContext(event.context, ferry: &ferry))
+        if disclosure.origin, let origin = EventOrigin(metadata: stored.metadata) {
+            ferry.rawField("origin", JSONWriter.originObject(origin))
+        }
+        json.rawField("context", mergedContext(disclosure.filteredContext(event.context), ferry: &ferry))
         return json.finish()
+    }
+
+    /// The event's `anonymousId`; for the agent's own `consent_updated` events (category
+    /// `consent`, source `ferryd`) queued by a release before they carried one, the agent's
+    /// anonymous id from their properties (`anonymous_id`), so they are never refused for lack of
+    /// a user.
+    static func agentAnonymousID(_ event: WireEvent) -> String {
+        guard event.anonymousID.isEmpty, event.userID.isEmpty, event.category == ConsentCategories.consentCode,
+              event.source == "ferryd",
+              let properties = try? JSONSerialization.jsonObject(with: Data(event.properties)) as? [String: Any],
+              let id = properties["anonymous_id"] as? String else { return event.anonymousID }
+        return id
     }
 
     /// Whether `json` (a JSON object) has no members.

@@ -195,8 +195,8 @@ public final class HTTPSink: Sink, CustomStringConvertible {
                 "batch": "\(batch.idempotencyKey)", "events": "\(batch.events.count)",
             ])
             let middle = batch.events.count / 2
-            try await send(DeliveryBatch(events: Array(batch.events[..<middle]), consent: batch.consent))
-            try await send(DeliveryBatch(events: Array(batch.events[middle...]), consent: batch.consent))
+            try await send(batch.with(events: Array(batch.events[..<middle])))
+            try await send(batch.with(events: Array(batch.events[middle...])))
         case .retry(let after):
             var message = "http sink: HTTP \(status)"
             if let after { message += ", Retry-After \(after)" }

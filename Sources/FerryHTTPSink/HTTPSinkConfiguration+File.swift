@@ -15,7 +15,8 @@ extension HTTPSinkConfiguration {
     ///
     /// For Segment: `{"type": "http", "url": "https://api.segment.io/v1/batch", "format": "segment",
     /// "writeKeyFile": "/etc/ferry/segment.key"}` (at most one of `tokenFile`, `tokenEnvironment`,
-    /// `writeKeyFile`).
+    /// `writeKeyFile`). The keys every sink shares (`name`, `batch`, `retry`, `circuit`,
+    /// `disclose`) are read by the agent's configuration loader, not here.
     static func parse(_ object: [String: Any], path: String, at prefix: String) throws -> HTTPSinkConfiguration {
         var reader = FieldReader(path: path)
         guard object["url"] != nil else { throw reader.fail(prefix + ".url", "required for an http sink") }

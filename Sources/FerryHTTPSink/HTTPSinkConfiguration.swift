@@ -1,4 +1,5 @@
 import FerryAgent
+import FerryStorage
 import Foundation
 
 /// How the HTTP sink posts batches to a collector. See `docs/HTTP-SINK.md`.
@@ -149,6 +150,9 @@ extension HTTPSinkConfiguration: SinkSettings {
     public func validate(name: String) throws {
         try validate()
     }
+
+    /// Nothing about the host or the process in `segment` (a third party), everything in `envelope`.
+    public var defaultDisclosure: Disclosure { HTTPBatchBody.defaultDisclosure(format) }
 
     public func makeSink(_ context: SinkContext) -> any Sink {
         HTTPSink(name: context.name, configuration: self, logger: context.logger, io: context.io)

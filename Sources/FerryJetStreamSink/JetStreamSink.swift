@@ -32,6 +32,9 @@ public final class JetStreamSink: Sink {
     public let configuration: JetStreamSinkConfiguration
     private let template: Result<SubjectTemplate, SubjectTemplate.Invalid>
     private let logger: Logger
+    /// Where the cut of each batch into messages is recorded before it is published (with
+    /// ``JetStreamSinkConfiguration/eventsPerMessage`` above 1); `nil` without a data directory.
+    private let planJournal: MessagePlanJournal?
     private let state = Mutex<State>(State())
 
     /// nats.c calls that may block (connecting, stream requests, a full publish window) run on
@@ -42,20 +45,26 @@ public final class JetStreamSink: Sink {
         var js: JetStreamContext?
         var streamReady = false
         var shutDown = false
+        /// The plan last recorded in ``planJournal``; `nil` until read from it.
+        var recordedPlan: [MessagePlan.Message]?
     }
 
-    /// Creates the sink; nothing connects until the first delivery.
-    public convenience init(name: String = "jetstream", configuration: JetStreamSinkConfiguration, logger: Logger) {
-        self.init(name: name, configuration: configuration, logger: logger,
+    /// Creates the sink; nothing connects until the first delivery. `dataDirectory` (the agent's)
+    /// holds the record of each batch's message plan that several events per message need.
+    public convenience init(name: String = "jetstream", configuration: JetStreamSinkConfiguration, dataDirectory: String? = nil,
+                            logger: Logger) {
+        self.init(name: name, configuration: configuration, dataDirectory: dataDirectory, logger: logger,
                   io: BlockingExecutor(name: "ferry-sink-" + name))
     }
 
     /// Creates the sink with `io` (its delivery loop's thread) for nats.c's blocking calls.
-    package init(name: String, configuration: JetStreamSinkConfiguration, logger: Logger, io: BlockingExecutor) {
+    package init(name: String, configuration: JetStreamSinkConfiguration, dataDirectory: String?, logger: Logger,
+                 io: BlockingExecutor) {
         self.io = io
         self.name = name
         self.configuration = configuration
         self.logger = logger
+        planJournal = dataDirectory.map { MessagePlanJournal(dataDirectory: $0, sink: name) }
         do throws(SubjectTemplate.Invalid) {
             template = .success(try SubjectTemplate(configuration.subjectTemplate))
         } catch {
@@ -75,6 +84,12 @@ public final class JetStreamSink: Sink {
         case .failure(let error): throw SinkError(.permanent, "jetstream: subjectTemplate: \(error.message)")
         }
         if batch.events.isEmpty { return nil }
+        if configuration.eventsPerMessage > 1 {
+            guard let planJournal else {
+                throw SinkError(.permanent, "jetstream: eventsPerMessage above 1 needs the agent's data directory (to record each batch's messages)")
+            }
+            return try await deliverCombined(batch, js: try await ready(), template: template, journal: planJournal)
+        }
         let js = try await ready()
         let ackWait = Duration.milliseconds(configuration.ackTimeoutMilliseconds)
         let lineFormat = configuration.lineFormat
@@ -88,11 +103,84 @@ public final class JetStreamSink: Sink {
                                                 lineFormat: lineFormat), ackWait: ackWait)
             }
         }
+        try await awaitAcknowledgements(pendings, of: batch, js: js, ackWait: ackWait)
+        return nil
+    }
+
+    /// Delivers `batch` several events to a message: cuts it into messages
+    /// (``MessagePlan/make(ids:subjects:sizes:limits:recorded:)``, following the plan recorded for
+    /// an earlier attempt while it matches), records the cut durably, then publishes.
+    private func deliverCombined(_ batch: DeliveryBatch, js: JetStreamContext, template: SubjectTemplate,
+                                 journal planJournal: MessagePlanJournal) async throws -> [UInt8]? {
+        let ackWait = Duration.milliseconds(configuration.ackTimeoutMilliseconds)
+        let lineFormat = configuration.lineFormat
+        let limits = MessagePlan.Limits(eventsPerMessage: configuration.eventsPerMessage, maxBytes: configuration.messageMaxBytes)
+        let (plan, pendings) = try await io.run { () throws -> (MessagePlan, [PublishBatch]) in
+            let bodies = Self.bodies(for: batch, in: batch.events.indices, template: template, lineFormat: lineFormat)
+            let recorded = self.recordedPlan(planJournal)
+            let plan = MessagePlan.make(ids: batch.events.map(\.decodedID), subjects: bodies.map(\.subject),
+                                        sizes: bodies.map(\.body.count), limits: limits, recorded: recorded)
+            // A plan of one-event messages needs no record: each is keyed by its event's id.
+            if plan.combinesEvents, plan.messages != recorded {
+                do {
+                    try planJournal.save(plan.messages)
+                } catch {
+                    throw SinkError(.retry(after: nil), "jetstream: cannot record the batch's messages in \(planJournal.path): \(error)")
+                }
+                self.state.withLock { $0.recordedPlan = plan.messages }
+            }
+            try Self.reach("jetstream.planned")
+            let messages = Self.messages(for: batch, plan: plan, bodies: bodies)
+            let pendings = stride(from: 0, to: messages.count, by: Self.chunkSize).map { start in
+                js.publish(Array(messages[start..<min(start + Self.chunkSize, messages.count)]), ackWait: ackWait)
+            }
+            return (plan, pendings)
+        }
+        if plan.reused > 0 {
+            logger.info("jetstream: re-sending a batch as recorded before a restart", metadata: [
+                "batch": "\(batch.idempotencyKey)", "messages_as_recorded": "\(plan.reused)", "messages": "\(plan.messages.count)",
+            ])
+        }
+        try await awaitAcknowledgements(pendings, of: batch, js: js, ackWait: ackWait)
+        return nil
+    }
+
+    /// The plan recorded for the last batch, read from `journal` the first time. A damaged record
+    /// is logged and read as none: delivery goes on (a batch re-sent after a crash may then be
+    /// cut differently, and some of its events stored twice).
+    private func recordedPlan(_ journal: MessagePlanJournal) -> [MessagePlan.Message] {
+        if let cached = state.withLock({ $0.recordedPlan }) { return cached }
+        let loaded: [MessagePlan.Message]
+        do {
+            loaded = try journal.load()
+        } catch {
+            logger.warning("jetstream: ignoring the recorded message plan", metadata: ["path": "\(journal.path)", "error": "\(error)"])
+            loaded = []
+        }
+        state.withLock { $0.recordedPlan = loaded }
+        return loaded
+    }
+
+    /// A fault-test point (``CrashPoints``); a failure asked for there fails the attempt.
+    private static func reach(_ point: StaticString) throws {
+        do {
+            try CrashPoints.reach(point)
+        } catch {
+            throw SinkError(.retry(after: nil), "jetstream: \(error)")
+        }
+    }
+
+    /// Waits for the PubAck of every message published for `batch`; throws a retryable
+    /// ``SinkError`` unless each one came (a duplicate counts).
+    private func awaitAcknowledgements(_ pendings: [PublishBatch], of batch: DeliveryBatch,
+                                       js: JetStreamContext, ackWait: Duration) async throws {
         var failures: [NATSError] = []
         var duplicates = 0
+        var messages = 0
         for pending in pendings {
             // nats.c fails each message after ackWait; the margin covers a closed connection.
             for result in await pending.acknowledgements(timeout: ackWait + .seconds(1)) {
+                messages += 1
                 switch result {
                 case .success(let ack): if ack.duplicate { duplicates += 1 }
                 case .failure(let error): failures.append(error)
@@ -105,12 +193,12 @@ public final class JetStreamSink: Sink {
                 state.withLock { $0.streamReady = false }
             }
             throw SinkError(.retry(after: nil),
-                            "jetstream: \(failures.count) of \(batch.events.count) events not acknowledged: \(first)\(Self.connectionNote(js))")
+                            "jetstream: \(failures.count) of \(messages) messages (\(batch.events.count) events) not acknowledged: \(first)\(Self.connectionNote(js))")
         }
         if duplicates > 0 {
-            logger.debug("jetstream: events already in the stream", metadata: ["duplicates": "\(duplicates)", "batch": "\(batch.idempotencyKey)"])
+            logger.debug("jetstream: messages already in the stream", metadata: ["duplicates": "\(duplicates)", "batch": "\(batch.idempotencyKey)"])
         }
-        return nil
+        try Self.reach("jetstream.published")
     }
 
     public func shutdown() async throws {
@@ -205,19 +293,56 @@ public final class JetStreamSink: Sink {
     /// largest per-event cost of the sink; the body carries them once.
     static func messages(for batch: DeliveryBatch, in range: Range<Int>? = nil, template: SubjectTemplate,
                          lineFormat: Int = FileSink.currentLineFormat) -> [JetStreamMessage] {
-        let consent = FileSink.consentJSON(batch.consent, lineFormat: lineFormat)
+        let range = range ?? batch.events.indices
         // One template message: its header list is shared by every message made here.
         let shared = JetStreamMessage(subject: "", payload: [], headers: [("Ferry-Batch", batch.idempotencyKey)])
+        return zip(batch.events[range], bodies(for: batch, in: range, template: template, lineFormat: lineFormat)).map { stored, encoded in
+            var message = shared
+            message.subject = encoded.subject
+            message.payload = encoded.body
+            message.messageID = stored.decodedID.description
+            return message
+        }
+    }
+
+    /// The messages of `plan` for `batch`: each the bodies of its events (``bodies(for:in:template:lineFormat:)``)
+    /// joined by newlines, on their common subject, with `Nats-Msg-Id` the plan's id for it,
+    /// `Ferry-Batch`, and `Ferry-Events` (the count) when it carries more than one event.
+    static func messages(for batch: DeliveryBatch, plan: MessagePlan, bodies: [(subject: String, body: [UInt8])]) -> [JetStreamMessage] {
+        let batchHeader = ("Ferry-Batch", batch.idempotencyKey)
+        let single = JetStreamMessage(subject: "", payload: [], headers: [batchHeader])
+        return zip(plan.messages, plan.ranges).map { planned, range in
+            var message = planned.count == 1
+                ? single : JetStreamMessage(subject: "", payload: [], headers: [batchHeader, ("Ferry-Events", String(planned.count))])
+            message.subject = bodies[range.lowerBound].subject
+            var payload: [UInt8] = []
+            payload.reserveCapacity(bodies[range].reduce(range.count) { $0 + $1.body.count })
+            for index in range {
+                if index > range.lowerBound { payload.append(UInt8(ascii: "\n")) }
+                payload += bodies[index].body
+            }
+            message.payload = payload
+            message.messageID = planned.messageID
+            return message
+        }
+    }
+
+    /// The subject and body of each event of `range` (the event's JSON object, with its origin
+    /// and the batch's consent stamp: the file sink's line for it, without the newline).
+    static func bodies(for batch: DeliveryBatch, in range: Range<Int>, template: SubjectTemplate,
+                       lineFormat: Int = FileSink.currentLineFormat) -> [(subject: String, body: [UInt8])] {
+        let consent = FileSink.consentJSON(batch.consent, lineFormat: lineFormat)
+        let disclosure = batch.disclosure ?? .all
         // The last subject rendered, for the next event of the same type, category and source
         // (most of a batch): rendering joins the template's tokens anew each time.
         var last: (type: EventType, category: UInt8, source: [UInt8], subject: String)?
-        return batch.events[range ?? batch.events.indices].map { stored in
+        return batch.events[range].map { stored -> (subject: String, body: [UInt8]) in
             // The object of the file sink's line for the event (without the newline), in a buffer
             // reserved once: about twice the stored size with the origin and the stamp.
             var body: [UInt8] = []
             body.reserveCapacity(stored.size * 2 + (consent?.count ?? 0) + 64)
             var json = JSONWriter(appendingTo: &body)
-            json.storedEventMembers(stored, consent: consent)
+            json.storedEventMembers(stored, consent: consent, disclosure: disclosure)
             json.finish(into: &body)
             let subject: String
             // The header alone (validated as `decoded()` validates it): no whole decode per event.
@@ -235,11 +360,7 @@ public final class JetStreamSink: Sink {
             } else {
                 subject = template.render(type: "undecodable", category: 0, source: "")
             }
-            var message = shared
-            message.subject = subject
-            message.payload = body
-            message.messageID = stored.decodedID.description
-            return message
+            return (subject, body)
         }
     }
 

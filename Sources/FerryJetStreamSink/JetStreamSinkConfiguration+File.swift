@@ -14,7 +14,7 @@ extension JetStreamSinkConfiguration {
     ///   "maxInFlight": 256, "ackTimeoutMilliseconds": 5000,
     ///   "connectTimeoutMilliseconds": 2000, "reconnectWaitMilliseconds": 250,
     ///   "credentialsFile": "/etc/ferry/nats.creds", "tokenFile": "/etc/ferry/nats.token",
-    ///   "lineFormat": 3
+    ///   "lineFormat": 3, "eventsPerMessage": 1, "messageMaxBytes": 524288
     /// }
     /// ```
     static func fields(_ box: FieldBox<JetStreamSinkConfiguration>) -> [String: FieldReader.Field] {
@@ -34,6 +34,8 @@ extension JetStreamSinkConfiguration {
             "credentialsFile": .string { box.value.credentialsFile = $0 },
             "tokenFile": .string { box.value.tokenFile = $0 },
             "lineFormat": .int { box.value.lineFormat = $0 },
+            "eventsPerMessage": .int { box.value.eventsPerMessage = $0 },
+            "messageMaxBytes": .int { box.value.messageMaxBytes = $0 },
         ]
     }
 }

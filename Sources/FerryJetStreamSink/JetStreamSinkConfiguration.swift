@@ -45,6 +45,21 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
     /// `line_format` key): 3, the default, with the consent stamp of docs/PROTOCOL.md ("Consent
     /// stamp"); 2 with the stamp before it (`ads_personalization`), for consumers not yet updated.
     public var lineFormat: Int = FileSink.currentLineFormat
+    /// Most events carried by one NATS message. 1 (the default): one message per event, keyed by
+    /// the event id. Above 1: consecutive events with the same subject share a message (the lines
+    /// of the file sink, one per event, joined by newlines, with header `Ferry-Events`), keyed by
+    /// the first event's id and the count; the sink records each batch's cut durably before
+    /// publishing, so a batch re-sent after a crash is the same messages (see `docs/JETSTREAM.md`,
+    /// "Several events per message").
+    public var eventsPerMessage: Int = 1
+    /// Most body bytes of a message carrying several events (an event larger than this is sent
+    /// alone). Keep it under the servers' `max_payload` (1 MiB by default) minus the headers.
+    public var messageMaxBytes: Int = 512 * 1024
+
+    /// The values ``eventsPerMessage`` may take.
+    public static let eventsPerMessageRange = 1...10_000
+    /// The values ``messageMaxBytes`` may take.
+    public static let messageMaxBytesRange = 1024...(64 << 20)
 
     /// The line formats a message body can take.
     public static let lineFormats = 2...FileSink.currentLineFormat
@@ -107,6 +122,12 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
         guard Self.lineFormats.contains(lineFormat) else {
             throw fail("lineFormat must be \(Self.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
         }
+        guard Self.eventsPerMessageRange.contains(eventsPerMessage) else {
+            throw fail("eventsPerMessage must be \(Self.eventsPerMessageRange.lowerBound)-\(Self.eventsPerMessageRange.upperBound), not \(eventsPerMessage)")
+        }
+        guard Self.messageMaxBytesRange.contains(messageMaxBytes) else {
+            throw fail("messageMaxBytes must be \(Self.messageMaxBytesRange.lowerBound)-\(Self.messageMaxBytesRange.upperBound), not \(messageMaxBytes)")
+        }
         guard ackTimeoutMilliseconds >= 1, connectTimeoutMilliseconds >= 1, reconnectWaitMilliseconds >= 1 else {
             throw fail("timeouts must be positive")
         }
@@ -132,7 +153,8 @@ extension JetStreamSinkConfiguration: SinkSettings {
     }
 
     public func makeSink(_ context: SinkContext) -> any Sink {
-        JetStreamSink(name: context.name, configuration: self, logger: context.logger, io: context.io)
+        JetStreamSink(name: context.name, configuration: self, dataDirectory: context.dataDirectory, logger: context.logger,
+                      io: context.io)
     }
 }
 

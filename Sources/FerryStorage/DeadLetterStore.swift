@@ -7,8 +7,10 @@ import Foundation
 /// File `<data>/deadletter/<sink>/<id>.json`: a JSON object with `id`, `sink`, `created_at` (ms),
 /// `reason` (`permanent`, `max_elapsed`, `rejected`), `error`, `upstream_status`, `upstream_body` (an excerpt),
 /// `attempts`, `idempotency_key`, `consent`, `event_count`, `events` (the events as the file sink
-/// writes them) and `frames` (`id`, `accepted_at`, `frame`: the stored event frame in base64, for
-/// an exact replay).
+/// writes them) and `frames` (`id`, `accepted_at`, `frame`: the stored event frame in base64, and
+/// `metadata`: what the agent recorded with it, such as the origin, in base64, when there is any;
+/// together an exact replay). A letter without `metadata` (written before it was kept) replays
+/// without it: its events have no origin.
 package struct DeadLetter: Sendable {
     /// The file's name without `.json`: the batch's idempotency key (its first event's UUIDv7 and
     /// its size), so ids sort by time and writing the same batch again replaces its file.
@@ -64,10 +66,13 @@ package struct DeadLetter: Sendable {
             var line: [UInt8] = []
             JSONWriter.appendLine(for: event, to: &line)
             eventObjects.append((try? JSONSerialization.jsonObject(with: Data(line))) ?? NSNull())
-            frames.append([
+            var entry: [String: Any] = [
                 "id": event.decodedID.description, "accepted_at": Int(event.acceptedAt),
                 "frame": Data(event.frame).base64EncodedString(),
-            ] as [String: Any])
+            ]
+            let metadata = event.metadata.encoded
+            if !metadata.isEmpty { entry["metadata"] = Data(metadata).base64EncodedString() }
+            frames.append(entry)
         }
         let document: [String: Any] = [
             "id": id, "sink": sink, "created_at": Int(createdAt), "reason": reason, "error": error,
@@ -102,8 +107,16 @@ package struct DeadLetter: Sendable {
                 throw bad("frames[\(index)] has no base64 frame")
             }
             let acceptedAt = UInt64(max(0, (entry["accepted_at"] as? NSNumber)?.intValue ?? 0))
-            return StoredEvent(position: LogPosition(segment: 0, offset: 0), size: LogRecord.framedSize(frameSize: data.count),
-                               acceptedAt: acceptedAt, frame: Array(data))
+            // Absent in letters written before the metadata was kept: replayed without an origin.
+            var metadata: [UInt8] = []
+            if let text = entry["metadata"] as? String {
+                guard let decoded = Data(base64Encoded: text) else { throw bad("frames[\(index)] has a metadata that is not base64") }
+                metadata = Array(decoded)
+            }
+            return StoredEvent(position: LogPosition(segment: 0, offset: 0),
+                               size: LogRecord.framedSize(frameSize: data.count, metadataSize: metadata.count),
+                               acceptedAt: acceptedAt, frame: Array(data),
+                               metadata: metadata.withUnsafeBytes { RecordMetadata(decoding: $0) })
         }
     }
 }

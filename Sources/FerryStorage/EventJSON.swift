@@ -11,17 +11,19 @@ extension JSONWriter {
     /// properties (as sent; a body that is not a JSON object is kept as a string under
     /// `properties_raw`), the event-model fields anonymous_id/group_id/previous_id/context when
     /// set (``eventModelFields(_:)``) and origin (the sender as the kernel told the agent, or
-    /// `null`). An undecodable frame gives `{"id":…,"undecodable":true}`.
-    package static func storedEventObject(_ stored: StoredEvent, consent: [UInt8]? = nil) -> [UInt8] {
+    /// `null`). An undecodable frame gives `{"id":…,"undecodable":true}`. `disclosure` leaves out
+    /// `pid`, `seq` and `session` (``Disclosure/process``), `origin` (``Disclosure/origin``) and
+    /// the listed `context` keys (``Disclosure/dropContext``).
+    package static func storedEventObject(_ stored: StoredEvent, consent: [UInt8]? = nil, disclosure: Disclosure = .all) -> [UInt8] {
         var json = JSONWriter()
-        json.storedEventMembers(stored, consent: consent)
+        json.storedEventMembers(stored, consent: consent, disclosure: disclosure)
         return json.finish()
     }
 
     /// The members of ``storedEventObject(_:consent:)``, written into this object straight from
     /// the stored frame: the header is validated as ``StoredEvent/decoded()`` validates it (so
     /// the same frames are undecodable), but no `WireEvent`, `String` or array is made per field.
-    package mutating func storedEventMembers(_ stored: StoredEvent, consent: [UInt8]? = nil) {
+    package mutating func storedEventMembers(_ stored: StoredEvent, consent: [UInt8]? = nil, disclosure: Disclosure = .all) {
         guard let header = try? EventHeader(stored.frame, checkingFields: false) else {
             field("id", stored.decodedID)
             field("undecodable", true)
@@ -40,10 +42,12 @@ extension JSONWriter {
             field("type", header.type.description)
             textField("name", name)
             textField("source", source)
-            field("pid", UInt64(header.pid))
-            field("seq", header.sequence)
+            if disclosure.process {
+                field("pid", UInt64(header.pid))
+                field("seq", header.sequence)
+            }
             field("timestamp", header.timestamp)
-            if let session = header.session { field("session", session) }
+            if disclosure.process, let session = header.session { field("session", session) }
             field("accepted_at", stored.acceptedAt)
             if header.category != 0 { field("category", UInt64(header.category)) }
             if !user.isEmpty { textField("user_id", user) }
@@ -77,12 +81,19 @@ extension JSONWriter {
             if !anonymousID.isEmpty { field("anonymous_id", decoding: anonymousID) }
             if !groupID.isEmpty { field("group_id", decoding: groupID) }
             if !previousID.isEmpty { field("previous_id", decoding: previousID) }
-            if !context.isEmpty { objectField("context", context, rawName: "context_raw") }
+            if !context.isEmpty {
+                if disclosure.dropContext.isEmpty {
+                    objectField("context", context, rawName: "context_raw")
+                } else {
+                    let kept = disclosure.filteredContext(Array(context))
+                    kept.withUnsafeBytes { objectField("context", $0, rawName: "context_raw") }
+                }
+            }
             if !messageID.isEmpty { field("message_id", decoding: messageID) }
         }
         // The sender as the kernel told the agent; `null` for events stored before origins were
-        // recorded and for those the agent made itself.
-        originField(stored.metadata)
+        // recorded and for those the agent made itself; absent when not disclosed.
+        if disclosure.origin { originField(stored.metadata) }
         if let consent { rawField("consent", consent) }
     }
 
@@ -112,13 +123,13 @@ extension JSONWriter {
 
     /// `name` and an array of ``storedEventObject(_:consent:)`` of each of `events`, written in
     /// place (no array per event).
-    package mutating func storedEventsField(_ name: String, _ events: [StoredEvent]) {
+    package mutating func storedEventsField(_ name: String, _ events: [StoredEvent], disclosure: Disclosure = .all) {
         key(name)
         bytes.append(UInt8(ascii: "["))
         for (index, stored) in events.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
             var object = JSONWriter(appendingTo: &bytes)
-            object.storedEventMembers(stored)
+            object.storedEventMembers(stored, disclosure: disclosure)
             object.finish(into: &bytes)
         }
         bytes.append(UInt8(ascii: "]"))

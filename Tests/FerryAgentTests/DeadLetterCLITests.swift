@@ -19,6 +19,31 @@ struct DeadLetterCLITests {
         return letter
     }
 
+    @Test("a dead letter keeps each event's metadata (its origin): read back, the events are the stored ones, size included; a letter without it (earlier releases) still reads, without origin")
+    func keepsMetadata() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let store = DeadLetterStore(dataDirectory: scratch.appending("data"))
+        let origin = EventOrigin(uid: 1000, gid: 100, pid: 42, comm: "shop", exe: "/usr/bin/shop", unit: nil)
+        let events = Events.frames(2).map { frame in
+            StoredEvent(position: LogPosition(segment: 1, offset: 16), size: LogRecord.framedSize(frameSize: frame.count, metadataSize: origin.metadata.encoded.count),
+                        acceptedAt: 1_700_000_000_000, frame: frame, metadata: origin.metadata)
+        }
+        let letter = DeadLetter(sink: "segment", batch: DeliveryBatch(events: events), error: SinkError(.permanent, "401"), reason: "permanent", attempts: 1)
+        try store.write(letter)
+        let read = try #require(try store.load(sink: "segment", id: letter.id))
+        #expect(read.events.map(\.frame) == events.map(\.frame) && read.events.map(\.metadata) == events.map(\.metadata))
+        #expect(read.events.map(\.size) == events.map(\.size) && read.events.map(\.acceptedAt) == events.map(\.acceptedAt))
+        #expect(EventOrigin(metadata: read.events[0].metadata) == origin)
+
+        // As the release before wrote it: frames without "metadata".
+        var document = try #require(try JSONSerialization.jsonObject(with: Data(try letter.encoded())) as? [String: Any])
+        document["frames"] = (document["frames"] as? [[String: Any]])?.map { $0.filter { $0.key != "metadata" } }
+        let old = try DeadLetter(decoding: Array(try JSONSerialization.data(withJSONObject: document)), path: "old.json")
+        #expect(old.events.map(\.frame) == events.map(\.frame) && old.events.allSatisfy { $0.metadata.fields.isEmpty })
+        #expect(old.batch.events.count == 2)
+    }
+
     @Test("list shows every sink's dead letters; show prints one (text and JSON); drop deletes exactly it")
     func listShowDrop() async throws {
         let scratch = try ScratchDirectory()

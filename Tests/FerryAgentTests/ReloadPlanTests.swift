@@ -31,8 +31,20 @@ struct ReloadPlanTests {
         #expect(plan.restartOnly.isEmpty)
         #expect(plan.changed == ["access", "logLevel", "delivery", "sinks[0].retry", "sinks[1].batch", "sinks[1].circuit"])
         #expect(plan.access == new.access)
-        #expect(plan.sinks[1] == .init(name: "b", batch: new.sinks[1].batch, retry: new.sinks[1].retry, circuit: new.sinks[1].circuit))
+        #expect(plan.sinks[1] == .init(name: "b", batch: new.sinks[1].batch, retry: new.sinks[1].retry, circuit: new.sinks[1].circuit,
+                                       disclose: .init()))
         #expect(plan.sinks[0].retry.initialMilliseconds == 5)
+    }
+
+    @Test("disclose reloads: the new choice applies from the sink's next attempt, without a restart")
+    func discloseReloads() {
+        var new = Self.base()
+        new.sinks[1].disclose = .init(origin: false, dropContext: ["ip"])
+        let plan = ReloadPlan(from: Self.base(), to: new)
+        #expect(plan.restartOnly.isEmpty)
+        #expect(plan.changed == ["sinks[1].disclose"])
+        #expect(plan.sinks[1].disclose == new.sinks[1].disclose)
+        #expect(ReloadPlan.reloadableKeys.contains("sinks[].disclose"))
     }
 
     @Test("keys that need a restart are named, and only those")

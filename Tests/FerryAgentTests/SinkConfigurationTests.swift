@@ -81,6 +81,10 @@ struct SinkConfigurationTests {
         (#"{"sinks": {"name": "a"}}"#, "sinks", "expected an array"),
         (#"{"sinks": [3]}"#, "sinks[0]", "expected an object"),
         (#"{"sink": {"type": "file"}, "sinks": [{"name": "a", "type": "file"}]}"#, "sink", "not both"),
+        (#"{"sinks": [{"name": "a", "type": "file", "disclose": {"origin": "no"}}]}"#, "sinks[0].disclose.origin", "expected true or false"),
+        (#"{"sinks": [{"name": "a", "type": "file", "disclose": {"pid": false}}]}"#, "sinks[0].disclose.pid", "unknown key; valid keys here: dropContext, origin, process"),
+        (#"{"sinks": [{"name": "a", "type": "file", "disclose": {"dropContext": "ip"}}]}"#, "sinks[0].disclose.dropContext", "expected an array of strings"),
+        (#"{"sinks": [{"name": "a", "type": "file", "disclose": true}]}"#, "sinks[0].disclose", "expected an object"),
     ])
     func badEntries(json: String, place: String, problem: String) throws {
         let error = try ConfigurationTests.error(json)
@@ -97,6 +101,9 @@ struct SinkConfigurationTests {
         (#"{"retry": {"maxElapsedMilliseconds": 0}}"#, "retry.maxElapsedMilliseconds must be positive"),
         (#"{"circuit": {"failureThreshold": 0}}"#, "circuit.failureThreshold must be positive"),
         (#"{"circuit": {"openMilliseconds": -5}}"#, "circuit.openMilliseconds must not be negative"),
+        (#"{"disclose": {"dropContext": ["device.id"]}}"#, #"disclose.dropContext: "device.id" has a '.'"#),
+        (#"{"disclose": {"dropContext": ["ip", "ip"]}}"#, #"disclose.dropContext: "ip" is listed twice"#),
+        (#"{"disclose": {"dropContext": [""]}}"#, "disclose.dropContext: a key must not be empty"),
         (#"{"maxFileBytes": 0}"#, "maxFileBytes must be positive"),
     ])
     func outOfRange(fields: String, problem: String) throws {
@@ -105,6 +112,19 @@ struct SinkConfigurationTests {
         #expect(error.code == .configuration)
         #expect(error.message.contains("sink \"up\": " + problem), "message: \(error.message)")
         #expect(error.message.contains("ferryd.json"), "the message names the file: \(error.message)")
+    }
+
+    @Test("disclose: each choice left out takes the type's default (everything for a file sink); the keys given win")
+    func disclose() throws {
+        let config = try ConfigurationTests.load("""
+        {"sinks": [
+          {"name": "a", "type": "file", "directory": "/tmp/fa-d1"},
+          {"name": "b", "type": "file", "directory": "/tmp/fa-d2", "disclose": {"origin": false, "dropContext": ["ip", "device"]}}
+        ]}
+        """)
+        #expect(config.sinks[0].disclose == .init() && config.sinks[0].disclosure == .all)
+        #expect(config.sinks[1].disclose == .init(origin: false, process: nil, dropContext: ["ip", "device"]))
+        #expect(config.sinks[1].disclosure == Disclosure(origin: false, process: true, dropContext: ["device", "ip"]))
     }
 
     @Test("two file sinks writing to one directory are refused")

@@ -121,9 +121,29 @@ struct HTTPSinkSegmentTests {
 
             let replaced = try #require(accepted[3]["context"] as? [String: Any])
             #expect(replaced["timezone"] as? String == "Europe/Berlin")
-            #expect((replaced["ferry"] as? [String: Any])?["seq"] as? NSNumber == 4, "Ferry's fields replace the client's ferry key")
+            #expect((replaced["ferry"] as? [String: Any])?["source"] as? String == "agent-tests", "Ferry's fields replace the client's ferry key")
             #expect(Set((accepted[4]["context"] as? [String: Any] ?? [:]).keys) == ["ferry"])
         }
+    }
+
+    @Test("the agent's own consent_updated is a valid message: its anonymousId, or for one queued by an earlier release (none in the frame) the anonymous_id of its properties")
+    func agentConsentEvents() throws {
+        let properties = Array(#"{"change":"consent","anonymous_id":"0190f5c2-7a3b-7c4d-8e5f-0123456789ab"}"#.utf8)
+        var legacy = WireEvent(id: EventIDGenerator().next(), timestamp: 1, sequence: 1, pid: 1, type: .track,
+                               category: ConsentCategories.consentCode, source: "ferryd", name: "consent_updated", properties: properties)
+        var current = legacy
+        current.anonymousID = "a-host"
+        for (event, expected) in [(legacy, "0190f5c2-7a3b-7c4d-8e5f-0123456789ab"), (current, "a-host")] {
+            let stored = storedEvents([event])[0]
+            let message = HTTPBatchBody.segmentEvent(stored)
+            #expect(HTTPBatchBody.segmentRejection(stored, messageBytes: message.count) == nil)
+            let json = try #require(try JSONSerialization.jsonObject(with: Data(message)) as? [String: Any])
+            #expect(json["anonymousId"] as? String == expected && json["userId"] == nil, "\(json)")
+        }
+        // Only the agent's own: an app's event without a user is still refused.
+        legacy.source = "app"
+        let app = storedEvents([legacy])[0]
+        #expect(HTTPBatchBody.segmentRejection(app, messageBytes: 10)?.contains("needs a userId or an anonymousId") == true)
     }
 
     @Test("a group without groupId and an alias without previousId are rejected with the reason")

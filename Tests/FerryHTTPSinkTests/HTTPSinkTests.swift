@@ -161,8 +161,8 @@ struct HTTPSinkTests {
             #expect((sent[0]["properties"] as? [String: Any])?["plan"] as? String == "pro")
             let ferry = try #require((sent[0]["context"] as? [String: Any])?["ferry"] as? [String: Any])
             #expect(ferry["source"] as? String == "web")
-            #expect((ferry["seq"] as? NSNumber)?.intValue == 1)
-            #expect((ferry["pid"] as? NSNumber)?.intValue == 7)
+            // A third party gets no process details unless the sink's `disclose` opts in.
+            #expect(ferry["seq"] == nil && ferry["pid"] == nil && ferry["origin"] == nil, "\(ferry)")
             #expect((ferry["category"] as? NSNumber)?.intValue == 2)
             #expect((ferry["accepted_at"] as? NSNumber)?.intValue == 1_700_000_000_000)
 

@@ -106,6 +106,10 @@ struct HostServiceTests {
         }
         let good = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/ferryd.example.json"])
         #expect(good.stdout.contains("sinks: 1\n  file (file)"), "\(good)")
+        #expect(good.stdout.contains("    sends: the event, ids, timestamps, consent stamp; origin: yes (default); process (pid, seq, session): yes (default); context keys dropped: none"), "\(good)")
+        // A third party gets neither by default: the effective choice is printed per sink.
+        let segment = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/ferryd.segment.example.json"])
+        #expect(segment.stdout.contains("origin: no (default); process (pid, seq, session): no (default)"), "\(segment)")
         #expect(good.stdout.contains("reloadable on SIGHUP: logLevel"), "\(good)")
 
         let bad = dir.appending("bad.json")

@@ -9,13 +9,15 @@ import Testing
 @Suite("JetStream sink end to end", .serialized)
 struct JetStreamIntegrationTests {
     /// Writes a ferryd configuration with a jetstream sink and returns the `--config` arguments.
-    static func configArguments(_ dir: TemporaryDirectory, servers: [String], replicas: Int = 1, batchMaxEvents: Int = 10) throws -> [String] {
+    static func configArguments(_ dir: TemporaryDirectory, servers: [String], replicas: Int = 1, batchMaxEvents: Int = 10,
+                                eventsPerMessage: Int = 1, autoStart: Bool = true) throws -> [String] {
         let path = dir.appending("ferryd.json")
         let servers = servers.map { "\"\($0)\"" }.joined(separator: ", ")
         try Data("""
         {
           "delivery": {"batchMaxEvents": \(batchMaxEvents), "retryInitialMilliseconds": 50, "retryMaxMilliseconds": 500},
-          "sink": {"type": "jetstream", "servers": [\(servers)], "replicas": \(replicas),
+          "consent": {"autoStart": \(autoStart)},
+          "sink": {"type": "jetstream", "servers": [\(servers)], "replicas": \(replicas), "eventsPerMessage": \(eventsPerMessage),
                    "ackTimeoutMilliseconds": 2000, "connectTimeoutMilliseconds": 500, "reconnectWaitMilliseconds": 100}
         }
         """.utf8).write(to: URL(fileURLWithPath: path))
@@ -54,6 +56,39 @@ struct JetStreamIntegrationTests {
     }
 
     static func names(_ prefix: String, _ range: ClosedRange<Int>) -> [String] { range.map { "\(prefix)-\($0)" } }
+
+    /// The events in the stream: one per line of each message's body (`Ferry-Events` of them).
+    static func streamEvents(_ server: NATSServerProcess) async throws -> [[String: Any]] {
+        try await server.streamMessages("FERRY").flatMap { message in
+            let lines = message.payload.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+            #expect(lines.count == Int(message.headers["Ferry-Events"] ?? "1"), "Ferry-Events counts the body's lines")
+            return try lines.map { try #require(try JSONSerialization.jsonObject(with: Data($0)) as? [String: Any]) }
+        }
+    }
+
+    /// Waits until the stream's messages carry `names.count` events, then checks each name is there once.
+    static func expectEventsExactlyOnce(_ names: [String], in server: NATSServerProcess, agent: AgentProcess,
+                                        timeout: Duration = .seconds(30)) async throws {
+        let events: [[String: Any]]
+        do {
+            events = try await waitForValue("\(names.count) events in the stream", timeout: timeout, pollInterval: .milliseconds(200)) {
+                let events = try await Self.streamEvents(server)
+                return events.count >= names.count ? events : nil
+            }
+        } catch {
+            Issue.record("\(error)\n--- ferryd ---\n\(agent.logs.suffix(3000))")
+            throw error
+        }
+        let stored = events.compactMap { $0["name"] as? String }
+        #expect(stored.count == names.count, "the stream holds \(stored.count) events for \(names.count) emitted")
+        #expect(Set(stored) == Set(names))
+    }
+
+    /// Runs `ferry start` (delivery of an agent configured with `autoStart: false`).
+    static func startDelivery(_ agent: AgentProcess) async throws {
+        let result = try await runCLI(["start"], environment: agent.environment)
+        #expect(result.status == .exited(0), "\(result)")
+    }
 
     @Test("events emitted with `ferry emit` arrive in the stream, once each, on the templated subject")
     func endToEnd() async throws {
@@ -163,5 +198,72 @@ struct JetStreamIntegrationTests {
         try await agent.waitUntilReady()
         try await Self.expectExactlyOnce(Self.names("crash", 1...total), in: server, agent: agent)
         print("[measure] jetstream agentKilled: kill -9 with \(atKill) of \(total) events in the stream (\(seen) seen when it was sent)")
+    }
+
+    @Test("several events per message: ferryd killed -9 after a batch's messages are acknowledged, before its cursor moved, then restarted with more events queued: the batch is re-sent as the same messages, nothing twice")
+    func combinedAgentKilledAfterPublish() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let server = try NATSServerProcess(in: dir)
+        defer { server.cleanup() }
+        try await server.waitUntilReady()
+        // Delivery waits for `ferry start`, so the first batch is exactly the 7 events queued.
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configArguments(
+            dir, servers: server.urls, batchMaxEvents: 100, eventsPerMessage: 5, autoStart: false), start: false)
+        defer { agent.cleanup() }
+        try agent.start(extraEnvironment: ["FERRY_CRASH_AT": "jetstream.published:1"])
+        try await agent.waitUntilReady()
+        try await Self.emit(7, prefix: "planned", agent: agent)
+        try await Self.startDelivery(agent)
+        // The kill point is the sink's progress: every message of the first batch acknowledged.
+        try await eventually("ferryd to kill itself at jetstream.published", timeout: .seconds(30)) { agent.process?.exitStatus != nil }
+        #expect(agent.process?.exitStatus == .signaled(SIGKILL), "\(agent.logs.suffix(2000))")
+        #expect(try await server.streamMessages("FERRY").map { $0.headers["Ferry-Events"] } == ["5", "2"])
+
+        // Restarted with 3 more events queued before delivery starts: the batch from the same
+        // cursor holds 10. Cut anew it would be 5 + 5 (a new message id for events 6-10, so 6 and 7 twice).
+        try agent.start()
+        try await agent.waitUntilReady()
+        try await Self.emit(3, prefix: "planned", first: 8, agent: agent)
+        try await Self.startDelivery(agent)
+        try await Self.expectEventsExactlyOnce(Self.names("planned", 1...10), in: server, agent: agent)
+        #expect(try await server.streamMessages("FERRY").map { $0.headers["Ferry-Events"] } == ["5", "2", "3"])
+        #expect(agent.logs.contains("re-sending a batch as recorded before a restart"))
+    }
+
+    @Test("several events per message: ferryd killed -9 mid-delivery (some but not all messages in the stream) and restarted: nothing lost, nothing twice")
+    func combinedAgentKilled() async throws {
+        let total = 2000, eventsPerMessage = 10
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let server = try NATSServerProcess(in: dir, start: false)
+        defer { server.cleanup() }
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configArguments(
+            dir, servers: server.urls, batchMaxEvents: 35, eventsPerMessage: eventsPerMessage))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        try await Self.emit(total, prefix: "combined", agent: agent)
+        try await eventually("all \(total) events queued, delivery retrying") {
+            let status = try await agent.status()
+            return status.deliveryState == "retrying" && status.queuedEvents == total
+        }
+        try server.start(node: 0)
+        try await server.waitUntilReady()
+        // Progress, not time: kill -9 once a tenth of the messages is in the stream.
+        let killAfter = UInt64(total / eventsPerMessage / 10)
+        let seen = try await waitForValue("\(killAfter) messages in the stream", timeout: .seconds(30), pollInterval: .milliseconds(1)) {
+            () -> UInt64? in
+            let messages = try await server.streamInfo("FERRY")?.messages ?? 0
+            return messages >= killAfter ? messages : nil
+        }
+        #expect(agent.kill9() == .signaled(SIGKILL), "ferryd was still running when killed")
+        let atKill = try await Self.streamEvents(server).count
+        #expect(seen < UInt64(total / eventsPerMessage), "delivery finished before the kill could land")
+        #expect(atKill > 0 && atKill < total, "the kill did not land mid-delivery: \(atKill) of \(total) events in the stream at the kill")
+
+        try agent.start()
+        try await agent.waitUntilReady()
+        try await Self.expectEventsExactlyOnce(Self.names("combined", 1...total), in: server, agent: agent)
+        print("[measure] jetstream combinedAgentKilled: kill -9 with \(atKill) of \(total) events in the stream")
     }
 }

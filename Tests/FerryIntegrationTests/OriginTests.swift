@@ -44,4 +44,38 @@ struct OriginTests {
         #expect((fileOrigin["exe"] as? String)?.hasSuffix("/ferry") == true, "\(fileOrigin)")
         #expect(fileOrigin.keys.contains("unit"), "unit is null when unknown, never left out")
     }
+
+    @Test("a file sink's disclose turns origin and process details off on SIGHUP, from the next batch on; dropContext drops those keys")
+    func discloseReloads() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let config = dir.appending("ferryd.json")
+        func write(_ disclose: String) throws {
+            try Data(#"{"sinks": [{"name": "file", "type": "file"\#(disclose)}]}"#.utf8).write(to: URL(fileURLWithPath: config))
+        }
+        try write("")
+        let agent = try AgentProcess(in: dir, extraArguments: ["--config", config])
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        func emit(_ name: String) async throws -> [String: Any] {
+            let result = try await runCLI(["emit", name, "--source", "disclose-test", "--context", #"{"ip":"203.0.113.9","locale":"de"}"#, "--wait"],
+                                          environment: agent.environment)
+            #expect(result.status == .exited(0), "\(result)")
+            // Lines without pid and seq: read as objects, not as DeliveredEvents.
+            return try await waitForValue("\(name) in the file sink") {
+                try deliveredEventObjects(in: agent.sinkDirectory).first { $0["name"] as? String == name }
+            }
+        }
+        let before = try await emit("before")
+        #expect(before["origin"] is [String: Any] && before["pid"] is NSNumber && before["seq"] is NSNumber, "\(before)")
+        #expect((before["context"] as? [String: Any])?.keys.sorted() == ["ip", "locale"])
+
+        try write(#", "disclose": {"origin": false, "process": false, "dropContext": ["ip"]}"#)
+        agent.kill(signal: SIGHUP)
+        try await eventually("the reload logged") { agent.logs.contains("sinks[0].disclose") }
+        let after = try await emit("after")
+        #expect(after["origin"] == nil && after["pid"] == nil && after["seq"] == nil && after["session"] == nil, "\(after)")
+        #expect((after["context"] as? [String: Any])?.keys.sorted() == ["locale"], "\(after)")
+        try await agent.terminate()
+    }
 }

@@ -9,13 +9,13 @@ import Testing
 struct SegmentSinkIntegrationTests {
     /// Writes the write key file and a configuration selecting the segment sink; returns the
     /// `--config` arguments.
-    static func configure(_ dir: TemporaryDirectory, url: String, writeKey: String) throws -> [String] {
+    static func configure(_ dir: TemporaryDirectory, url: String, writeKey: String, sinkKeys: String = "") throws -> [String] {
         let keyPath = dir.appending("segment.key")
         try Data((writeKey + "\n").utf8).write(to: URL(fileURLWithPath: keyPath))
         chmod(keyPath, 0o600)
         return try AgentProcess.configurationArguments("""
             {"delivery": {"batchMaxEvents": 100, "retryInitialMilliseconds": 20, "retryMaxMilliseconds": 200},
-             "sink": {"type": "http", "url": "\(url)", "format": "segment", "writeKeyFile": "\(keyPath)", "gzip": true}}
+             "sink": {"type": "http", "url": "\(url)", "format": "segment", "writeKeyFile": "\(keyPath)", "gzip": true\(sinkKeys)}}
             """, in: dir)
     }
 
@@ -82,6 +82,85 @@ struct SegmentSinkIntegrationTests {
         #expect(replay.stderr.contains("needs a userId or an anonymousId"), "\(replay)")
         #expect(try await Self.deadLetters(agent).count == 2)
         #expect(!agent.logs.contains(writeKey), "the write key must not be logged")
+        try await agent.terminate()
+        await server.shutdown()
+    }
+
+    @Test("routine consent changes reach Segment as track consent_updated with the agent's anonymousId: no dead letter, health stays ok")
+    func consentChangesReachSegment() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let writeKey = "wk_e2e_" + UUID().uuidString
+        let collector = SegmentCollector(writeKey: writeKey)
+        let server = try await HTTPTestServer.start(handler: collector.handler)
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configure(dir, url: server.url(), writeKey: writeKey))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+
+        for change in [["consent", "set", "analytics", "granted"], ["consent", "set", "advertising", "denied"],
+                       ["tracking", "off"], ["tracking", "on"], ["consent", "set", "analytics", "denied"]] {
+            let result = try await runCLI(change, environment: agent.environment)
+            #expect(result.status == .exited(0), "\(change): \(result)")
+        }
+        let anonymousID = try #require(try await agent.consentState()["anonymous_id"] as? String)
+        // analytics is granted already (nothing changes) and tracking off lets nothing out: three
+        // consent_updated events, for advertising, tracking on and analytics denied.
+        let updates = try await waitForValue("the consent changes at the collector") { () -> [SegmentCollector.Message]? in
+            let updates = collector.accepted.filter { $0.json["event"] as? String == "consent_updated" }
+            return updates.count >= 3 ? updates : nil
+        }
+        #expect(collector.refusals.isEmpty, "\(collector.refusals)")
+        for update in updates {
+            #expect(update.type == "track" && update.anonymousID == anonymousID && update.userID == nil, "\(update.json)")
+            let ferry = (update.json["context"] as? [String: Any])?["ferry"] as? [String: Any]
+            #expect(ferry?["origin"] == nil && ferry?["pid"] == nil, "nothing about the host: \(update.json)")
+        }
+        #expect(try await Self.deadLetters(agent).isEmpty)
+        let health = try await runCLI(["health"], environment: agent.environment)
+        #expect(health.status == .exited(0) && health.stdout == "healthy\n", "\(health)")
+        let status = try await agent.status()
+        #expect(status.counters["dead_lettered"] == 0)
+        try await agent.terminate()
+        await server.shutdown()
+    }
+
+    @Test("a replayed dead letter sends each message byte for byte as the first attempt did, origin and process details included when the sink opts in")
+    func replayIsExact() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let writeKey = "wk_e2e_" + UUID().uuidString
+        let collector = SegmentCollector(writeKey: writeKey)
+        let server = try await HTTPTestServer.start(handler: collector.handler)
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configure(
+            dir, url: server.url(), writeKey: "wk_revoked", sinkKeys: #", "disclose": {"origin": true, "process": true}"#))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        try await Self.emit((1...3).map { Self.line("exact-\($0)", userID: "u\($0)", padding: 100) }.joined(), count: 3, agent: agent)
+        try await eventually("the three events dead-lettered") {
+            try await agent.status().counters["dead_lettered"] == 3
+        }
+        // The first attempt, as the collector got it (and refused it: 401).
+        var first: [String: [UInt8]] = [:]
+        for request in server.requests {
+            for message in try SegmentCollector.validate(body: request.body) { first[message.messageID] = message.raw }
+        }
+        #expect(first.count == 3)
+
+        try Data((writeKey + "\n").utf8).write(to: URL(fileURLWithPath: dir.appending("segment.key")))
+        agent.kill(signal: SIGHUP)
+        try await eventually("the reload logged") { agent.logs.contains("configuration reloaded") }
+        for id in try await Self.deadLetters(agent).compactMap({ $0["id"] as? String }) {
+            let replay = try await runCLI(["deadletter", "replay", id], environment: agent.environment)
+            #expect(replay.status == .exited(0), "\(replay)")
+        }
+        let replayed = collector.accepted
+        #expect(replayed.count == 3)
+        for message in replayed {
+            let original = try #require(first[message.messageID])
+            #expect(String(decoding: message.raw, as: UTF8.self) == String(decoding: original, as: UTF8.self), "byte for byte")
+            let ferry = try #require((message.json["context"] as? [String: Any])?["ferry"] as? [String: Any])
+            #expect((ferry["origin"] as? [String: Any])?["comm"] as? String == "ferry" && ferry["pid"] is NSNumber, "\(ferry)")
+        }
         try await agent.terminate()
         await server.shutdown()
     }

@@ -142,7 +142,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let deliveries = running.withLock { $0?.deliveries } ?? []
         for update in plan.sinks {
             if let delivery = deliveries.first(where: { $0.name == update.name }) {
-                delivery.reconfigure(batch: update.batch, retry: update.retry, circuit: update.circuit)
+                delivery.reconfigure(batch: update.batch, retry: update.retry, circuit: update.circuit, disclose: update.disclose)
                 await delivery.sink.reloadCredentials()
             }
         }

@@ -4,7 +4,7 @@
 struct ReloadPlan: Sendable, Hashable {
     /// The keys a reload applies without a restart (``FerryAgent/reloadableKeys``).
     static let reloadableKeys = [
-        "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit", "access.ingest", "access.control",
+        "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit", "sinks[].disclose", "access.ingest", "access.control",
     ]
 
     /// One sink's settings after the reload (every sink gets one: its credentials are read
@@ -18,6 +18,8 @@ struct ReloadPlan: Sendable, Hashable {
         var retry: AgentConfiguration.SinkConfiguration.Retry
         /// Its circuit breaker settings.
         var circuit: AgentConfiguration.SinkConfiguration.Circuit
+        /// What its bodies say about the host and the process (from its next attempt on).
+        var disclose: AgentConfiguration.SinkConfiguration.Disclose
     }
 
     /// The changed keys that need a restart; when there is one the reload is refused whole.
@@ -45,7 +47,9 @@ struct ReloadPlan: Sendable, Hashable {
             if before.batch != after.batch { changed.append("sinks[\(index)].batch") }
             if before.retry != after.retry { changed.append("sinks[\(index)].retry") }
             if before.circuit != after.circuit { changed.append("sinks[\(index)].circuit") }
-            sinks.append(SinkUpdate(name: after.name, batch: after.batch, retry: after.retry, circuit: after.circuit))
+            if before.disclose != after.disclose { changed.append("sinks[\(index)].disclose") }
+            sinks.append(SinkUpdate(name: after.name, batch: after.batch, retry: after.retry, circuit: after.circuit,
+                                    disclose: after.disclose))
         }
     }
 

@@ -230,7 +230,7 @@ extension AgentConfiguration {
 }
 
 /// The keys every sink object has, whatever its type.
-private let sharedSinkKeys = ["name", "type", "batch", "retry", "circuit"]
+private let sharedSinkKeys = ["name", "type", "batch", "retry", "circuit", "disclose"]
 
 extension FieldReader {
     /// One sink object. `name`: `nil` for the single `sink` form (named after its type), `""`
@@ -269,6 +269,11 @@ extension FieldReader {
             "circuit": .object([
                 "failureThreshold": .int { draft.value.circuit.failureThreshold = $0 },
                 "openMilliseconds": .int { draft.value.circuit.openMilliseconds = $0 },
+            ]),
+            "disclose": .object([
+                "origin": .bool { draft.value.disclose.origin = $0 },
+                "process": .bool { draft.value.disclose.process = $0 },
+                "dropContext": .strings { draft.value.disclose.dropContext = $0 },
             ]),
         ]
         if name != nil { fields["name"] = .string { given = $0 } }

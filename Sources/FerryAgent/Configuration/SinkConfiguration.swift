@@ -22,6 +22,34 @@ extension AgentConfiguration {
         public var retry: Retry
         /// When the sink is left alone after repeated failures.
         public var circuit: Circuit
+        /// What the sink's bodies say about the host and the emitting process (`disclose`), as
+        /// configured; ``disclosure`` is the effective choice.
+        public var disclose: Disclose = Disclose()
+
+        /// The effective ``Disclosure``: each choice the configuration leaves out takes the sink
+        /// type's default (``SinkSettings/defaultDisclosure``).
+        public var disclosure: Disclosure {
+            let defaults = settings.defaultDisclosure
+            return Disclosure(origin: disclose.origin ?? defaults.origin, process: disclose.process ?? defaults.process,
+                              dropContext: disclose.dropContext)
+        }
+
+        /// The `disclose` object of a sink: `{"origin": true, "process": false, "dropContext": ["ip"]}`.
+        /// Every key may be left out (docs/DELIVERY.md, "What leaves the host").
+        public struct Disclose: Sendable, Hashable {
+            /// Send each event's origin `{uid, gid, pid, comm, exe, unit}`; `nil`: the type's default.
+            public var origin: Bool?
+            /// Send the emitting process's `pid`, `seq` and `session`; `nil`: the type's default.
+            public var process: Bool?
+            /// Top-level keys of each event's `context` removed before sending.
+            public var dropContext: [String]
+            /// Creates a setting; every choice left out takes the sink type's default.
+            public init(origin: Bool? = nil, process: Bool? = nil, dropContext: [String] = []) {
+                self.origin = origin
+                self.process = process
+                self.dropContext = dropContext
+            }
+        }
 
         /// The `type` name in the configuration file.
         public var type: String { Swift.type(of: settings).type }
@@ -100,7 +128,7 @@ extension AgentConfiguration {
 
         public static func == (lhs: SinkConfiguration, rhs: SinkConfiguration) -> Bool {
             lhs.name == rhs.name && lhs.settings.anyHashable == rhs.settings.anyHashable && lhs.batch == rhs.batch
-                && lhs.retry == rhs.retry && lhs.circuit == rhs.circuit
+                && lhs.retry == rhs.retry && lhs.circuit == rhs.circuit && lhs.disclose == rhs.disclose
         }
 
         public func hash(into hasher: inout Hasher) {
@@ -109,6 +137,7 @@ extension AgentConfiguration {
             hasher.combine(batch)
             hasher.combine(retry)
             hasher.combine(circuit)
+            hasher.combine(disclose)
         }
 
         /// Whether `name` is a valid sink name (it names the cursor file and dead-letter directory).
@@ -144,6 +173,14 @@ extension AgentConfiguration {
             }
             guard circuit.failureThreshold > 0 else { throw fail("\(label): circuit.failureThreshold must be positive") }
             guard circuit.openMilliseconds >= 0 else { throw fail("\(label): circuit.openMilliseconds must not be negative") }
+            var seen: Set<String> = []
+            for key in disclose.dropContext {
+                guard !key.isEmpty else { throw fail("\(label): disclose.dropContext: a key must not be empty") }
+                guard !key.contains(".") else {
+                    throw fail("\(label): disclose.dropContext: \"\(key)\" has a '.'; list top-level keys of the event's context (nested paths are not supported: drop the whole top-level key)")
+                }
+                guard seen.insert(key).inserted else { throw fail("\(label): disclose.dropContext: \"\(key)\" is listed twice") }
+            }
             try settings.validate(name: name)
         }
     }

@@ -304,7 +304,10 @@ final class ConsentWorker {
         }.map(ErasedRecord.init)
     }
 
-    /// The `consent_updated` event (category `consent`) a change queues for the upstream.
+    /// The `consent_updated` event (category `consent`) a change queues for the upstream. Its
+    /// `anonymousId` is the agent's anonymous id (random, the consent stamp's `anonymous_id`), so
+    /// every upstream that needs a user (Segment's `userId` or `anonymousId`) accepts it, and
+    /// nothing about the host goes with it (docs/HTTP-SINK.md, "Ferry's own events").
     private func makeConsentUpdated(_ journal: ConsentJournal, state: PersistedConsent, anonymousID: String) -> ConsentJournal.QueuedEvent {
         consentSequence += 1
         let properties = Self.jsonBytes([
@@ -318,7 +321,7 @@ final class ConsentWorker {
         let event = WireEvent(
             id: id, timestamp: now, sequence: consentSequence, pid: UInt32(getpid()),
             type: .track, category: ConsentCategories.consentCode, source: "ferryd", name: "consent_updated",
-            properties: properties)
+            properties: properties, anonymousID: anonymousID)
         return ConsentJournal.QueuedEvent(id: id.description, acceptedAt: now, frame: event.encoded())
     }
 

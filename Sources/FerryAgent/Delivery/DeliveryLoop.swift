@@ -200,14 +200,16 @@ final class DeliveryLoop: Sendable {
         state = Mutex(DeliveryState(sink: configuration.name))
     }
 
-    /// Takes new batch, retry and circuit settings (a configuration reload); they apply from the
-    /// next batch, retry pause or breaker decision on.
+    /// Takes new batch, retry, circuit and disclosure settings (a configuration reload); they
+    /// apply from the next batch, attempt, retry pause or breaker decision on.
     func reconfigure(batch: AgentConfiguration.SinkConfiguration.Batch, retry: AgentConfiguration.SinkConfiguration.Retry,
-                     circuit: AgentConfiguration.SinkConfiguration.Circuit) {
+                     circuit: AgentConfiguration.SinkConfiguration.Circuit,
+                     disclose: AgentConfiguration.SinkConfiguration.Disclose = .init()) {
         settings.withLock {
             $0.batch = batch
             $0.retry = retry
             $0.circuit = circuit
+            $0.disclose = disclose
         }
         breaker.withLock { $0.reconfigure(circuit) }
         wakeup.signal()
@@ -360,6 +362,8 @@ final class DeliveryLoop: Sendable {
             case .deliver(let admitted, let refused, let reason):
                 if !refused.isEmpty { blocked(refused, reason) }
                 batch = admitted
+                // What the body may say about the host: the sink's `disclose`, as configured now.
+                batch.disclosure = configuration.disclosure
                 pending.events = admitted.events
             }
             if !screened {
@@ -370,7 +374,7 @@ final class DeliveryLoop: Sendable {
                 let rejections = sink.rejections(in: batch)
                 if !rejections.isEmpty {
                     for rejection in rejections {
-                        let single = DeliveryBatch(events: [rejection.event], consent: batch.consent)
+                        let single = batch.with(events: [rejection.event])
                         guard case .deadLettered = await deadLetter(single, SinkError(.permanent, rejection.reason),
                                                                     reason: "rejected", attempts: 0) else { return .cancelled }
                     }
@@ -510,6 +514,7 @@ final class DeliveryLoop: Sendable {
         case .deliver(let admitted, let refused, let reason):
             if !refused.isEmpty { blocked(refused, reason) }
             batch = admitted
+            batch.disclosure = configuration.disclosure
         }
         var stored = checkpoint.withLock { $0 }
         if !batch.events.isEmpty {

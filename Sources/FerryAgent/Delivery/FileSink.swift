@@ -112,7 +112,10 @@ public final class FileSink: Sink {
         // About twice the stored size (JSON text and origin around each frame): one allocation.
         lines.reserveCapacity(batch.events.reduce(0) { $0 + $1.size } * 2)
         let stamp = Self.consentJSON(batch.consent, lineFormat: lineFormat)
-        for event in batch.events { Self.appendLine(for: event, consent: stamp, lineFormat: lineFormat, to: &lines) }
+        let disclosure = batch.disclosure ?? .all
+        for event in batch.events {
+            Self.appendLine(for: event, consent: stamp, lineFormat: lineFormat, disclosure: disclosure, to: &lines)
+        }
         let payload = lines
         return try await io.run { [self] () throws -> [UInt8] in
             var current = state.withLock { $0 }
@@ -139,15 +142,13 @@ public final class FileSink: Sink {
 
     /// One JSON object line for `event` (``JSONWriter/storedEventObject(_:consent:)``) and a newline;
     /// `consent` is the batch's consent stamp as a JSON object. From line format 2 on, the line
-    /// starts with `"line_format":N`, so a reader can tell the format of every line.
-    static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, lineFormat: Int = currentLineFormat, to out: inout [UInt8]) {
-        guard lineFormat >= 2 else {
-            JSONWriter.appendLine(for: stored, consent: consent, to: &out)
-            return
-        }
+    /// starts with `"line_format":N`, so a reader can tell the format of every line. `disclosure`
+    /// leaves out what the sink's `disclose` setting withholds.
+    static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, lineFormat: Int = currentLineFormat,
+                           disclosure: Disclosure = .all, to out: inout [UInt8]) {
         var json = JSONWriter(appendingTo: &out)
-        json.field("line_format", UInt64(lineFormat))
-        json.storedEventMembers(stored, consent: consent)
+        if lineFormat >= 2 { json.field("line_format", UInt64(lineFormat)) }
+        json.storedEventMembers(stored, consent: consent, disclosure: disclosure)
         json.finish(into: &out)
         out.append(UInt8(ascii: "\n"))
     }

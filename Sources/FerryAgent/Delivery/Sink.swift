@@ -8,6 +8,10 @@ public struct DeliveryBatch: Sendable {
     /// The consent record stamped on the batch by the send-time gate (Google Consent Mode v2
     /// fields such as `ad_storage`, each `granted`/`denied`/`unset`), for the upstream to honour.
     public var consent: [String: String] = [:]
+    /// What the sink's body may say about the host and the emitting process (the sink's
+    /// `disclose` setting, resolved), set by the delivery loop on every attempt; `nil`: the
+    /// sink's own default (``SinkSettings/defaultDisclosure``).
+    public var disclosure: Disclosure?
     /// A stable key for the batch (the first event's id and the count), the same on every retry,
     /// for upstream idempotency.
     public var idempotencyKey: String {
@@ -15,9 +19,15 @@ public struct DeliveryBatch: Sendable {
     }
 
     /// Creates a batch.
-    public init(events: [StoredEvent], consent: [String: String] = [:]) {
+    public init(events: [StoredEvent], consent: [String: String] = [:], disclosure: Disclosure? = nil) {
         self.events = events
         self.consent = consent
+        self.disclosure = disclosure
+    }
+
+    /// This batch holding `events` instead (the same consent stamp and disclosure): a part of it.
+    public func with(events: [StoredEvent]) -> DeliveryBatch {
+        DeliveryBatch(events: events, consent: consent, disclosure: disclosure)
     }
 }
 

@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryStorage
 import FerryThreads
 import Logging
 
@@ -17,9 +18,16 @@ public protocol SinkSettings: Sendable, Hashable {
     func validate(name: String) throws
     /// Builds the sink this configuration describes.
     func makeSink(_ context: SinkContext) -> any Sink
+    /// What the sink's bodies carry when its `disclose` setting says nothing: ``Disclosure/all``
+    /// for Ferry's own infrastructure (the default), ``Disclosure/minimal`` for a body that goes
+    /// to a third party.
+    var defaultDisclosure: Disclosure { get }
 }
 
 extension SinkSettings {
+    /// Everything: a sink type that says nothing else delivers to the operator's own infrastructure.
+    public var defaultDisclosure: Disclosure { .all }
+
     /// The settings as a type-erased hashable value (for comparing settings of any type).
     var anyHashable: AnyHashable { AnyHashable(self) }
 }

@@ -1,0 +1,51 @@
+import Foundation
+
+/// What a sink's body tells the other side about the host and the emitting process, besides the
+/// event as the app sent it, its ids, its timestamps and the consent stamp (which every body
+/// carries). The configuration key `disclose` of every sink (docs/DELIVERY.md, "What leaves the
+/// host").
+public struct Disclosure: Sendable, Hashable, CustomStringConvertible {
+    /// Whether the event's origin `{uid, gid, pid, comm, exe, unit}` (the sender as the kernel
+    /// told the agent) is sent.
+    public var origin: Bool
+    /// Whether the emitting process's `pid`, its per-client sequence number `seq` and its client
+    /// `session` are sent.
+    public var process: Bool
+    /// Top-level keys of the event's own `context` object removed before sending (sorted, each
+    /// once), as Segment's destination filters drop fields.
+    public var dropContext: [String]
+
+    /// Everything: what the bodies of Ferry's own infrastructure (file sink, JetStream, HTTP
+    /// `envelope`) carry by default.
+    public static let all = Disclosure(origin: true, process: true)
+    /// Nothing about the host or the process: the default of a body that goes to a third party
+    /// (HTTP `segment`).
+    public static let minimal = Disclosure(origin: false, process: false)
+
+    /// Creates a disclosure; `dropContext` is sorted and made unique.
+    public init(origin: Bool, process: Bool, dropContext: [String] = []) {
+        self.origin = origin
+        self.process = process
+        self.dropContext = Array(Set(dropContext)).sorted()
+    }
+
+    /// `origin=yes process=no dropContext=[ip, device]`, as `ferryd validate` prints it.
+    public var description: String {
+        "origin=\(origin ? "yes" : "no") process=\(process ? "yes" : "no") dropContext=[\(dropContext.joined(separator: ", "))]"
+    }
+
+    /// `context` (a JSON object) without the keys of ``dropContext``; unchanged when it has none of
+    /// them, is not an object, or nothing is to be dropped. Re-encoded with sorted keys when a key
+    /// is dropped (numbers keep their value, not always their spelling).
+    package func filteredContext(_ context: [UInt8]) -> [UInt8] {
+        guard !dropContext.isEmpty, !context.isEmpty,
+              var object = (try? JSONSerialization.jsonObject(with: Data(context))) as? [String: Any] else { return context }
+        var dropped = false
+        for key in dropContext where object.removeValue(forKey: key) != nil { dropped = true }
+        guard dropped else { return context }
+        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
+            return Array("{}".utf8)
+        }
+        return Array(data)
+    }
+}
