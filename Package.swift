@@ -142,13 +142,25 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
+        // The local Segment-compatible HTTP API (SwiftNIO, zlib): an ingest path the agent starts
+        // through its IngestListener extension point, on a Unix socket and optionally TCP.
+        .target(
+            name: "FerryHTTPIngest",
+            dependencies: [
+                "FerryAgent", "FerryProtocol", "FerryStorage", "ZeroMQ", "CZlib",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
         // What `ferryd` does before the agent runs: arguments, configuration, logging, the
         // metrics backend and its HTTP endpoint, the service group. The executable only names
         // the sink kinds it links.
         .target(
             name: "FerryDaemon",
             dependencies: [
-                "FerryAgent", "FerryProtocol", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP",
+                "FerryAgent", "FerryProtocol", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP", "FerryHTTPIngest",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -228,6 +240,13 @@ let package = Package(
             name: "FerryMetricsTests",
             dependencies: [
                 "FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryMetricSamples", "FerryTestKit", "FerryIntegrationKit",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
+            name: "FerryHTTPIngestTests",
+            dependencies: [
+                "FerryHTTPIngest", "FerryAgent", "FerryProtocol", "FerryStorage", "FerryTestKit", "FerryIntegrationKit",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

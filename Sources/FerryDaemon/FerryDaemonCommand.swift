@@ -8,6 +8,7 @@ import FerryAgent
 import FerryProtocol
 import Foundation
 import FerryMetrics
+import FerryHTTPIngest
 import FerryMetricsHTTP
 import FerryStorage
 import Logging
@@ -105,6 +106,9 @@ struct FerryDaemonCommand: ParsableCommand {
     @Option(name: .long, help: "Largest accepted event in bytes (default 65536).")
     var maxEventBytes: Int?
 
+    @Option(name: .long, help: "Also serve the local Segment-compatible HTTP API on this TCP address (host:port, [ipv6]:port or a port on 127.0.0.1); overrides the file's http.listen. Off by default; the Unix socket <runtime dir>/http is always served unless http.socket is false (docs/HTTP-INGEST.md).")
+    var httpListen: String?
+
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical. Overrides the file's logLevel (default info).")
     var logLevel: Logger.Level?
 
@@ -121,6 +125,7 @@ struct FerryDaemonCommand: ParsableCommand {
             if let dataDir { configuration.dataDirectory = dataDir }
             if let runtimeDir { configuration.runtimeDirectory = runtimeDir }
             if let maxEventBytes { configuration.maxEventBytes = maxEventBytes }
+            if let httpListen { configuration.httpIngest.listen = httpListen }
             if let logLevel { configuration.logLevel = logLevel }
             if let sinkDir, let index = configuration.sinks.firstIndex(where: { $0.settings is FileSinkSettings }),
                var file = configuration.sinks[index].settings as? FileSinkSettings {
@@ -149,7 +154,15 @@ struct FerryDaemonCommand: ParsableCommand {
         // through swift-metrics with this factory (no global bootstrap); its status counters are
         // its own state.
         let metrics = PrometheusBackend()
-        let agent = FerryAgent(configuration: configuration, metrics: metrics.agentBackend, logger: logger)
+        // The local HTTP API's listeners: started and stopped by the agent (IngestListener).
+        let listeners: [HTTPIngestServer]
+        do {
+            listeners = try HTTPIngestServer.servers(for: configuration, logger: logger)
+        } catch let error as AgentError {
+            throw ValidationError(error.message)
+        }
+        let agent = FerryAgent(configuration: configuration, sinks: [:], listeners: listeners, metrics: metrics.agentBackend,
+                               logger: logger)
         let supervisor = Supervisor(
             agent: agent, notifier: SystemdNotifier(environment: ProcessInfo.processInfo.environment), logger: logger
         ) {
@@ -233,6 +246,7 @@ struct ValidateCommand: ParsableCommand {
         lines.append("maxEventBytes: \(c.maxEventBytes)")
         lines.append("log: segmentMaxBytes=\(c.log.segmentMaxBytes) retentionMaxBytes=\(c.log.retentionMaxBytes) fullPolicy=\(c.log.fullPolicy.rawValue)")
         lines.append("dedup: maxEntries=\(c.dedup.maxEntries) maxAgeSeconds=\(c.dedup.maxAgeSeconds) sessionIdleSeconds=\(c.dedup.sessionIdleSeconds) maxSessions=\(c.dedup.maxSessions) lossGraceSeconds=\(c.dedup.lossGraceSeconds)")
+        lines.append("http: socket=\(c.httpIngest.socket) listen=\(c.httpIngest.listen ?? "off") writeKeys=\(c.httpIngest.writeKeys.count) maxConnections=\(c.httpIngest.maxConnections)")
         lines.append("sinks: \(c.sinks.count)")
         for sink in c.sinks {
             var line = "  \(sink.name) (\(sink.type))"

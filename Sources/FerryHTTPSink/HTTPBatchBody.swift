@@ -169,7 +169,9 @@ enum HTTPBatchBody {
             json.rawField("context", context.finish())
             return json.finish()
         }
-        json.field("messageId", event.id.description)
+        // The app's own messageId when it sent one (the local HTTP API keeps it with the event),
+        // so Segment deduplicates the app's retries and Ferry's as one; else Ferry's event id.
+        json.field("messageId", event.messageID ?? event.id.description)
         json.field("type", event.type.description)
         switch event.type {
         case .track: json.field("event", event.name)
@@ -208,6 +210,7 @@ enum HTTPBatchBody {
             ferry.field("seq", event.sequence)
         }
         ferry.field("accepted_at", stored.acceptedAt)
+        if event.messageID != nil { ferry.field("id", event.id.description) }
         if event.category != 0 { ferry.field("category", UInt64(event.category)) }
         if !event.onceKey.isEmpty { ferry.field("once_key", event.onceKey) }
         if event.flags.contains(.localOnly) { ferry.field("local_only", true) }

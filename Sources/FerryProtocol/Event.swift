@@ -93,8 +93,14 @@ public struct EventExtension: Hashable, Sendable {
         /// `context`: app, device, locale …). Bounded only by the event size limit.
         public static let context = Tag(rawValue: 0x0005)
 
+        /// UTF-8 text of at most 100 characters: the id the sending application gave the event
+        /// (Segment's `messageId`), kept for the sinks that send it upstream. Events of the local
+        /// HTTP API carry it; their ``WireEvent/id`` is derived from it (docs/HTTP-INGEST.md).
+        /// Not critical: an agent that does not know it stores and ignores it.
+        public static let messageID = Tag(rawValue: 0x0006)
+
         /// The tags this build knows.
-        public static let known: Set<Tag> = [.session, .anonymousID, .groupID, .previousID, .context]
+        public static let known: Set<Tag> = [.session, .anonymousID, .groupID, .previousID, .context, .messageID]
 
         /// The tags of the event-model fields ``WireEvent`` holds as properties of their own.
         static let eventModel: Set<Tag> = [.anonymousID, .groupID, .previousID, .context]
@@ -106,6 +112,7 @@ public struct EventExtension: Hashable, Sendable {
             case .groupID: "groupId"
             case .previousID: "previousId"
             case .context: "context"
+            case .messageID: "messageId"
             default: "0x" + String(rawValue, radix: 16)
             }
         }
@@ -196,6 +203,12 @@ public struct WireEvent: Hashable, Sendable {
     public var isExtended: Bool {
         session != nil || !anonymousID.isEmpty || !groupID.isEmpty || !previousID.isEmpty || !context.isEmpty
             || !extensions.isEmpty
+    }
+
+    /// The application's own id of the event (extension ``EventExtension/Tag/messageID``, kept
+    /// among ``extensions``), or nil without one.
+    public var messageID: String? {
+        extensions.first { $0.tag == .messageID }.map { String(decoding: $0.value, as: UTF8.self) }
     }
 
     /// The encoded frame. Text fields longer than 65 535 bytes are a programming error.

@@ -29,14 +29,19 @@ public struct StatusReply: Sendable, Hashable, Codable {
     public var recovery: Recovery
     /// Client events known lost (gaps in session sequences), by the client's source name.
     public var clientEventsLost: [String: Int]
+    /// The ingest paths besides ZeroMQ (the local HTTP API's listeners `unix`, `tcp`) with their
+    /// figures: `requests`, `requests_<status>`, the event outcomes (`accepted`, `duplicate`,
+    /// `blocked`, `suppressed`, `refused`, `retry`) and `connections`; absent when none is on.
+    public var ingestPaths: [String: [String: Int]]?
 
     /// Creates a status document.
     public init(
         pid: Int, protocolVersion: Int, uptimeMilliseconds: Int, runtimeDirectory: String, dataDirectory: String,
         queue: Queue, delivery: Delivery?, consent: ConsentSnapshot, sinks: [Sink], counters: [String: Int], recovery: Recovery,
-        clientEventsLost: [String: Int] = [:]
+        clientEventsLost: [String: Int] = [:], ingestPaths: [String: [String: Int]]? = nil
     ) {
         self.clientEventsLost = clientEventsLost
+        self.ingestPaths = ingestPaths
         self.pid = pid
         self.protocolVersion = protocolVersion
         self.uptimeMilliseconds = uptimeMilliseconds
@@ -272,7 +277,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
     private enum CodingKeys: String, CodingKey {
         case ok, pid, protocolVersion = "protocol_version", uptimeMilliseconds = "uptime_ms", runtimeDirectory = "runtime_dir"
         case dataDirectory = "data_dir", queue, delivery, consent, sinks, counters, recovery
-        case clientEventsLost = "client_events_lost"
+        case clientEventsLost = "client_events_lost", ingestPaths = "ingest_paths"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -291,6 +296,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
         counters = try object.decode([String: Int].self, forKey: .counters)
         recovery = try object.decode(Recovery.self, forKey: .recovery)
         clientEventsLost = try object.decodeIfPresent([String: Int].self, forKey: .clientEventsLost) ?? [:]
+        ingestPaths = try object.decodeIfPresent([String: [String: Int]].self, forKey: .ingestPaths)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -312,6 +318,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
         try object.encode(counters, forKey: .counters)
         try object.encode(recovery, forKey: .recovery)
         try object.encode(clientEventsLost, forKey: .clientEventsLost)
+        try object.encodeIfPresent(ingestPaths, forKey: .ingestPaths)
     }
 
     /// Any JSON value, read only to count an object's keys.

@@ -1,7 +1,7 @@
 /// Allocation-free UTF-8 validation (RFC 3629: no overlongs, no surrogates, nothing above
 /// U+10FFFF), with an ASCII fast path, for the agent's ingest path.
-enum UTF8Validation {
-    static func isValid(_ bytes: UnsafeRawBufferPointer) -> Bool {
+package enum UTF8Validation {
+    package static func isValid(_ bytes: UnsafeRawBufferPointer) -> Bool {
         var index = 0
         let count = bytes.count
         while index < count {

@@ -61,7 +61,7 @@ extension JSONWriter {
             }
             // The event-model extensions, as ``eventModelFields(_:)`` writes them.
             var anonymousID = UnsafeRawBufferPointer(start: nil, count: 0), groupID = anonymousID
-            var previousID = anonymousID, context = anonymousID
+            var previousID = anonymousID, context = anonymousID, messageID = anonymousID
             offset = header.extensionsOffset
             while frame.count - offset >= EventExtension.entryHeaderSize {
                 let tag = EventExtension.Tag(rawValue: frame.loadLE(at: offset, as: UInt16.self))
@@ -74,6 +74,7 @@ extension JSONWriter {
                 case .groupID: groupID = value
                 case .previousID: previousID = value
                 case .context: context = value
+                case .messageID: messageID = value
                 default: break
                 }
             }
@@ -88,6 +89,7 @@ extension JSONWriter {
                     kept.withUnsafeBytes { objectField("context", $0, rawName: "context_raw") }
                 }
             }
+            if !messageID.isEmpty { field("message_id", decoding: messageID) }
         }
         // The sender as the kernel told the agent; `null` for events stored before origins were
         // recorded and for those the agent made itself; absent when not disclosed.

@@ -60,6 +60,13 @@ struct Status: ParsableCommand {
             if let at = sink.retryAt { print("    next try    \(Self.time(at))") }
             if let error = sink.lastError { print("    last error  \(error)") }
         }
+        if let paths = status.ingestPaths, !paths.isEmpty {
+            print("http api")
+            for (name, figures) in paths.sorted(by: { $0.key > $1.key }) {
+                let outcomes = ["accepted", "duplicate", "refused", "retry"].map { "\($0) \(figures[$0] ?? 0)" }.joined(separator: ", ")
+                print("  \(name): \(figures["requests"] ?? 0) requests, \(figures["connections"] ?? 0) connections; events \(outcomes)")
+            }
+        }
         print("counters")
         for key in status.counters.keys.sorted() { print("  \(key.padding(toLength: 20, withPad: " ", startingAt: 0))\(status.counters[key]!)") }
     }

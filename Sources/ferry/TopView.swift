@@ -18,6 +18,11 @@ struct TopSample {
     var oldestMilliseconds: Int?
     var heldEvents: Int?
     var clients: Int?
+    /// The local HTTP API: requests answered and events taken (by listener, summed), open
+    /// connections by listener (`ferry_http_*`); nil from an agent without them.
+    var httpRequests: Int?
+    var httpEvents: Int?
+    var httpConnections: [String: Int]?
     /// Ack latency over the agent's last interval, when the status document has it.
     var ackP50Milliseconds: Double?
     var ackP99Milliseconds: Double?
@@ -33,6 +38,12 @@ struct TopSample {
     /// the latency histograms.
     mutating func add(metrics: MetricSamples) {
         if let connected = metrics.value("ferry_clients_connected") { clients = Int(connected) }
+        let connections = metrics.values("ferry_http_connections", by: "listener")
+        if !connections.isEmpty {
+            httpConnections = connections.mapValues { Int($0) }
+            httpRequests = Int(metrics.sum("ferry_http_requests_total"))
+            httpEvents = Int(metrics.values("ferry_http_events_total", by: "outcome")["accepted"] ?? 0)
+        }
         ackHistogram = metrics.histogram("ferry_ack_latency_seconds")
         fsyncHistogram = metrics.histogram("ferry_fsync_seconds")
     }
@@ -133,6 +144,10 @@ enum TopView {
         lines.append("         " + rates.dropFirst(3).joined(separator: "  "))
         lines.append("queue    \(current.queueEvents) events  \(bytes(current.queueBytes)) in \(current.queueSegments) segments  oldest \(age(current.oldestMilliseconds))")
         lines.append("held     \(current.heldEvents.map(String.init) ?? "-") events  clients \(current.clients.map(String.init) ?? "-")")
+        if let connections = current.httpConnections {
+            let open = connections.sorted { $0.key > $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+            lines.append("http     requests/s \(rate(current.httpRequests, previous?.httpRequests))  accepted/s \(rate(current.httpEvents, previous?.httpEvents))  connections \(open)")
+        }
         // Over the last interval, from the metrics' histograms (bucket upper bounds), else what
         // the status document says.
         let ack = TopSample.interval(current.ackHistogram, previous?.ackHistogram)

@@ -20,7 +20,7 @@ struct ExampleConfigurationTests {
         // would also be "equal").
         let object = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: Self.daemon + "ferryd.example.json"))) as? [String: Any]
         let keys = Set((object ?? [:]).keys)
-        #expect(keys.isSuperset(of: ["comment", "logLevel", "maxEventBytes", "log", "dedup", "delivery", "sinks", "consent"]))
+        #expect(keys.isSuperset(of: ["comment", "logLevel", "maxEventBytes", "log", "dedup", "delivery", "http", "sinks", "consent"]))
     }
 
     @Test("the consent opt-in example holds undetermined events and says so")

@@ -48,6 +48,20 @@ struct HTTPSinkSegmentTests {
         }
     }
 
+    @Test("an event with the app's messageId (the local HTTP API's) is sent with it; Ferry's id goes in context.ferry.id")
+    func appMessageID() throws {
+        var event = Self.event(1)
+        event.extensions = [EventExtension(tag: .messageID, value: Array("order-42:retry-safe".utf8))]
+        let message = try #require(JSONSerialization.jsonObject(with: Data(HTTPBatchBody.segmentEvent(storedEvents([event])[0]))) as? [String: Any])
+        #expect(message["messageId"] as? String == "order-42:retry-safe")
+        let ferry = (message["context"] as? [String: Any])?["ferry"] as? [String: Any]
+        #expect(ferry?["id"] as? String == event.id.description)
+        let other = Self.event(2)
+        let plain = try #require(JSONSerialization.jsonObject(with: Data(HTTPBatchBody.segmentEvent(storedEvents([other])[0]))) as? [String: Any])
+        #expect(plain["messageId"] as? String == other.id.description)
+        #expect(((plain["context"] as? [String: Any])?["ferry"] as? [String: Any])?["id"] == nil)
+    }
+
     @Test("the collector accepts every type's body; the write key goes as HTTP Basic with an empty password")
     func shapes() async throws {
         try await Self.withCollector { collector, server, sink, _ in

@@ -73,7 +73,7 @@ enum AgentStartup {
         // updateValue: assigning a nil position through the subscript would drop the consumer.
         for (sink, position) in zip(configuredSinks, stored) { cursors.updateValue(position?.position, forKey: sink.name) }
         var dedup = DedupWindow(maxEntries: configuration.dedup.maxEntries,
-                                maxAgeMilliseconds: UInt64(configuration.dedup.maxAgeSeconds) * 1000)
+                                maxAgeMilliseconds: UInt64(configuration.effectiveDedupMaxAgeSeconds) * 1000)
         let snapshotPath = configuration.dataDirectory + "/dedup.snapshot"
         // Where the dedup snapshot stops covering the log (a clean stop writes one covering
         // all of it): only the records after it are read for the window.

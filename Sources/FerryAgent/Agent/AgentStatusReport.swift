@@ -58,6 +58,15 @@ struct AgentStatusReport: Sendable {
             recovery: StatusReply.Recovery(
                 events: running.recovery.records, corruptRegions: running.recovery.corruptRegions,
                 corruptBytes: Int(running.recovery.corruptBytes), truncatedBytes: Int(running.recovery.truncatedBytes)),
-            clientEventsLost: metrics.clientEventsLostBySource)
+            clientEventsLost: metrics.clientEventsLostBySource,
+            ingestPaths: ingestPaths)
+    }
+
+    /// The figures of the HTTP API's listeners that are on (nil when none is).
+    private var ingestPaths: [String: [String: Int]]? {
+        let http = configuration.httpIngest
+        let on = (http.socket ? ["unix"] : []) + (http.listen != nil ? ["tcp"] : [])
+        guard !on.isEmpty else { return nil }
+        return metrics.ingestPathCounts.filter { on.contains($0.key) }
     }
 }

@@ -42,6 +42,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     private let logger: Logger
     /// Sink implementations that replace what their configuration describes, by sink name.
     private let sinkOverrides: [String: any Sink]
+    /// Ingest paths besides the ZeroMQ socket (``IngestListener``).
+    private let listeners: [any IngestListener]
     private let startedAt = WallClock.unixMilliseconds()
     /// The running agent's parts; nil until start-up is done. Its one owner.
     private let running = Mutex<RunningAgent?>(nil)
@@ -69,10 +71,21 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     /// Creates an agent whose sinks named in `overrides` use the given implementations instead of
     /// the ones their configuration describes (for tests and embedding), recording its metrics
     /// into `metrics`.
-    public init(
+    public convenience init(
         configuration: AgentConfiguration, sinks overrides: [String: any Sink], metrics: AgentMetricsBackend = .discarding,
         logger: Logger
     ) {
+        self.init(configuration: configuration, sinks: overrides, listeners: [], metrics: metrics, logger: logger)
+    }
+
+    /// Creates an agent that also serves the ingest paths of `listeners` (the local HTTP API of
+    /// `FerryHTTPIngest`, which `ferryd` builds from ``AgentConfiguration/httpIngest``): each is
+    /// started once the commit pipeline runs and stopped with the agent (``IngestListener``).
+    package init(
+        configuration: AgentConfiguration, sinks overrides: [String: any Sink], listeners: [any IngestListener],
+        metrics: AgentMetricsBackend = .discarding, logger: Logger
+    ) {
+        self.listeners = listeners
         self.configuration = configuration
         live = Mutex(configuration)
         self.logger = logger
@@ -275,10 +288,29 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let recoveredSessions = recovered.sessions
         let sessions = try await io.run { try AgentStartup.completeSessions(recoveredSessions, heldLog: heldLog) }
         try pipeline.start(dedup: dedup, sessions: sessions, consent: worker)
+        // The other ingest paths are bound before the ZeroMQ sockets: once `status` answers,
+        // every path is served.
+        var started: [any IngestListener] = []
+        for listener in listeners {
+            do {
+                let gateway = IngestGateway(path: listener.name, configuration: configuration, pipeline: pipeline,
+                                            access: access, mailbox: mailbox, counters: counters)
+                try await listener.start(gateway)
+                started.append(listener)
+            } catch {
+                for other in started { other.stopIntake() }
+                await pipeline.stop()
+                for other in started { await other.stop() }
+                await io.run { context.terminate() }
+                throw error as? AgentError ?? AgentError(code: .socket, message: "cannot start \(listener.name): \(error)")
+            }
+        }
         do {
             try await io.run { try sockets.start() }
         } catch {
+            for listener in started { listener.stopIntake() }
             await pipeline.stop()
+            for listener in started { await listener.stop() }
             await io.run { context.terminate() }
             throw error
         }
@@ -302,7 +334,9 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         }
         logger.info("ferryd stopping")
         sockets.stopIntake()
+        for listener in started { listener.stopIntake() }
         await pipeline.stop()
+        for listener in started { await listener.stop() }
         await sockets.stop()
         for sink in sinks { try? await sink.shutdown() }
         await verifier.stop()

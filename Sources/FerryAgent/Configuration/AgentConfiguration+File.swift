@@ -93,6 +93,13 @@ extension AgentConfiguration {
             "metrics": .object([
                 "listen": .string { config.metrics.listen = $0 },
             ]),
+            "http": .object([
+                "socket": .bool { config.httpIngest.socket = $0 },
+                "listen": .string { config.httpIngest.listen = $0 },
+                "allowNonLoopback": .bool { config.httpIngest.allowNonLoopback = $0 },
+                "writeKeys": .stringMap { config.httpIngest.writeKeys = $0 },
+                "maxConnections": .int { config.httpIngest.maxConnections = $0 },
+            ]),
             "sink": .raw { sinkValue = $0 },
             "sinks": .raw { sinksValue = $0 },
         ], at: "")

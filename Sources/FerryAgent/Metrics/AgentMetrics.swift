@@ -150,6 +150,7 @@ public final class AgentMetrics: Sendable {
     static let maxLossSources = 1024
 
     private let sinks = Mutex<[String: SinkMetrics]>([:])
+    private let ingestPaths = Mutex<[String: IngestPathMetrics]>([:])
 
     /// Bucket bounds of the latency histograms, in seconds: 100 µs to 10 s in steps of at most
     /// 1.5× (1, 1.5, 2, 3, 4, 6, 8 per decade), so 0.5 ms, 1 ms and 2 ms fall in different
@@ -211,6 +212,8 @@ public final class AgentMetrics: Sendable {
         // before the first loss, as every other counter.
         let overflow = counter(.clientEventsLost, "")
         lostBySource.withLock { $0[""] = overflow }
+        // The HTTP API's two listeners, at 0 from the start (every family in the exposition).
+        for listener in ["unix", "tcp"] { _ = ingestPath(listener) }
     }
 
     /// The instruments of sink `name` (made on first use).
@@ -221,6 +224,21 @@ public final class AgentMetrics: Sendable {
             sinks[name] = made
             return made
         }
+    }
+
+    /// The instruments of ingest path `name` (made on first use).
+    func ingestPath(_ name: String) -> IngestPathMetrics {
+        ingestPaths.withLock { paths in
+            if let existing = paths[name] { return existing }
+            let made = IngestPathMetrics(listener: name, factory: backend.factory)
+            paths[name] = made
+            return made
+        }
+    }
+
+    /// The figures of each ingest path other than ZeroMQ, by name (for `ferry status`).
+    public var ingestPathCounts: [String: [String: Int]] {
+        ingestPaths.withLock { $0.mapValues(\.snapshot) }
     }
 
     /// Counts `events` lost by the client `source`.
@@ -354,5 +372,61 @@ final class SinkMetrics: Sendable {
         deliveryLatency = Timer(label: MetricDescriptor.deliveryLatency.name, dimensions: label, factory: factory)
         backlog.record(0)
         circuitOpen.record(0)
+    }
+}
+
+/// One ingest path's instruments (the local HTTP API's listeners), labelled `listener`.
+package final class IngestPathMetrics: Sendable {
+    /// The event outcomes counted (`ferry_http_events_total{outcome}`).
+    package static let outcomes = ["accepted", "duplicate", "blocked", "suppressed", "refused", "retry"]
+    private let listener: String
+    private let factory: any MetricsFactory
+    private let requests = Mutex<[Int: MetricCounter]>([:])
+    private let events: [String: MetricCounter]
+    private let connections: Gauge
+    private let open = Atomic<Int>(0)
+
+    init(listener: String, factory: any MetricsFactory) {
+        self.listener = listener
+        self.factory = factory
+        events = Dictionary(uniqueKeysWithValues: Self.outcomes.map {
+            ($0, MetricCounter(.httpEvents, [listener, $0], factory: factory))
+        })
+        connections = Gauge(label: MetricDescriptor.httpConnections.name, dimensions: [("listener", listener)], factory: factory)
+        connections.record(0)
+        // The family is in the exposition from the start, as every other counter.
+        _ = counter(status: 200)
+    }
+
+    private func counter(status: Int) -> MetricCounter {
+        requests.withLock { counters in
+            if let existing = counters[status] { return existing }
+            let made = MetricCounter(.httpRequests, [listener, String(status)], factory: factory)
+            counters[status] = made
+            return made
+        }
+    }
+
+    /// Counts a request answered with `status`.
+    package func request(status: Int) { counter(status: status).increment() }
+
+    /// Counts `count` events with `outcome` (one of ``outcomes``).
+    package func events(_ outcome: String, _ count: Int) {
+        guard count > 0, let counter = events[outcome] else { return }
+        counter.increment(by: count)
+    }
+
+    /// A connection opened (`+1`) or closed (`-1`).
+    package func connection(_ change: Int) {
+        connections.record(open.wrappingAdd(change, ordering: .relaxed).newValue)
+    }
+
+    /// Requests by status, events by outcome and connections now, for `ferry status`.
+    var snapshot: [String: Int] {
+        var result = events.mapValues(\.value)
+        for (status, counter) in requests.withLock({ $0 }) { result["requests_\(status)"] = counter.value }
+        result["requests"] = requests.withLock { $0.values.reduce(0) { $0 + $1.value } }
+        result["connections"] = open.load(ordering: .relaxed)
+        return result
     }
 }

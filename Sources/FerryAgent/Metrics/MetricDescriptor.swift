@@ -108,6 +108,20 @@ extension MetricDescriptor {
     public static let clientsConnected = MetricDescriptor(
         "ferry_clients_connected", .gauge, help: "Ingest connections now.")
 
+    // MARK: The local HTTP API (FerryHTTPIngest)
+
+    /// `ferry_http_requests_total{listener,status}`.
+    public static let httpRequests = MetricDescriptor(
+        "ferry_http_requests_total", .counter, labels: ["listener", "status"],
+        help: "Requests to the local HTTP API answered, by listener (unix, tcp) and HTTP status.")
+    /// `ferry_http_events_total{listener,outcome}`.
+    public static let httpEvents = MetricDescriptor(
+        "ferry_http_events_total", .counter, labels: ["listener", "outcome"],
+        help: "Events of the local HTTP API's requests, by listener and outcome (accepted, duplicate, blocked, suppressed, refused, retry).")
+    /// `ferry_http_connections{listener}`.
+    public static let httpConnections = MetricDescriptor(
+        "ferry_http_connections", .gauge, labels: ["listener"], help: "Open connections to the local HTTP API, by listener.")
+
     // MARK: Sinks
 
     /// `ferry_sink_delivered_total{sink}`.
@@ -138,7 +152,7 @@ extension MetricDescriptor {
     public static let catalog: [MetricDescriptor] = [
         eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsDropped,
         messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
-        clientsConnected, ackLatency, commitEvents, fsync, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
+        clientsConnected, ackLatency, commitEvents, fsync, httpRequests, httpEvents, httpConnections, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
         sinkBacklog, sinkCircuitOpen, deliveryLatency,
     ] + deprecated
 

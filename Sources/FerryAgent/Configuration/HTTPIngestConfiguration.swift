@@ -1,0 +1,68 @@
+extension AgentConfiguration {
+    /// The local Segment-compatible HTTP API (`FerryHTTPIngest`; see docs/HTTP-INGEST.md):
+    /// `POST /v1/batch`, `/v1/track` … on a Unix socket in the runtime directory (on by default)
+    /// and, optionally, on a TCP listener. Configuration key `http`; who may send is
+    /// `access.ingest`, the same policy as for the ZeroMQ ingest socket.
+    public struct HTTPIngest: Sendable, Hashable {
+        /// Serve on the Unix socket `<runtimeDirectory>/http` (`curl --unix-socket`). Default true.
+        public var socket: Bool
+        /// `host:port` of a TCP listener (`"127.0.0.1:8088"`, `"[::1]:8088"`, or a port for
+        /// 127.0.0.1); nil (the default): none. The sender's uid is read from `/proc/net/tcp`.
+        public var listen: String?
+        /// Let ``listen`` name an address that is not loopback. Default false: such an address
+        /// is refused at start (a remote sender has no uid the kernel can tell).
+        public var allowNonLoopback: Bool
+        /// Write keys and the source name each gives its events (optional); an event sent with
+        /// another key, or none, gets the source `http`.
+        public var writeKeys: [String: String]
+        /// The most connections each listener keeps open; more are answered 503 and closed.
+        /// Default 256 (the unit's `LimitNOFILE` covers two listeners at this figure).
+        public var maxConnections: Int
+
+        /// The source name of events sent without a mapped write key.
+        public static let defaultSource = "http"
+        /// The shortest id window (seconds) while the HTTP API is on: Segment's libraries expect
+        /// retries to be dropped by `messageId` for about a day.
+        public static let minimumDedupSeconds = 86_400
+
+        /// Creates the HTTP API's configuration; every argument has a default.
+        public init(socket: Bool = true, listen: String? = nil, allowNonLoopback: Bool = false,
+                    writeKeys: [String: String] = [:], maxConnections: Int = 256) {
+            self.socket = socket
+            self.listen = listen
+            self.allowNonLoopback = allowNonLoopback
+            self.writeKeys = writeKeys
+            self.maxConnections = maxConnections
+        }
+
+        /// Whether any listener is on.
+        public var isEnabled: Bool { socket || listen != nil }
+
+        /// ``listen`` as a host and a port (nil when off); throws ``AgentError`` for an address
+        /// it cannot read, or a non-loopback one without ``allowNonLoopback``.
+        public func listenAddress() throws -> (host: String, port: Int)? {
+            guard let listen else { return nil }
+            guard let address = try Metrics(listen: listen).listenAddress() else { return nil }
+            let loopback = address.host == "localhost" || address.host == "::1" || address.host.hasPrefix("127.")
+            guard loopback || allowNonLoopback else {
+                throw AgentError(code: .configuration, message: "http.listen \"\(listen)\" is not a loopback address; "
+                    + "set http.allowNonLoopback to serve it (a remote sender has no uid the kernel can tell: only a policy of every user lets it in)")
+            }
+            return address
+        }
+
+        /// Checks the values; `fail` makes the error.
+        func validate(_ fail: (String) -> AgentError) throws {
+            guard (1...65_536).contains(maxConnections) else { throw fail("http.maxConnections must be 1 to 65536") }
+            for (key, source) in writeKeys where key.isEmpty || source.isEmpty || source.utf8.count > 255 {
+                throw fail("http.writeKeys: keys and source names must be non-empty (names at most 255 bytes)")
+            }
+            _ = try listenAddress()
+        }
+    }
+
+    /// The id window's age with the HTTP API's minimum applied: at least a day while it is on.
+    public var effectiveDedupMaxAgeSeconds: Int {
+        httpIngest.isEnabled ? max(dedup.maxAgeSeconds, HTTPIngest.minimumDedupSeconds) : dedup.maxAgeSeconds
+    }
+}
