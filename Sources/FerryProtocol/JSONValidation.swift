@@ -22,12 +22,18 @@ package enum JSONValidation {
         check(bytes, plain: true)
     }
 
+    /// ``isPlainObject(_:)``, also telling whether the object holds a raw newline or carriage
+    /// return (in a valid object only ever whitespace between tokens): the encoders copy a plain
+    /// object whole and compact it only then.
+    package static func isPlainObject(_ bytes: UnsafeRawBufferPointer, newlines: inout Bool) -> Bool {
+        var reader = Reader(bytes: bytes, plain: true)
+        defer { newlines = reader.newlines }
+        return reader.object()
+    }
+
     private static func check(_ bytes: UnsafeRawBufferPointer, plain: Bool) -> Bool {
         var reader = Reader(bytes: bytes, plain: plain)
-        reader.skipWhitespace()
-        guard reader.peek == UInt8(ascii: "{"), reader.value(depth: 0) else { return false }
-        reader.skipWhitespace()
-        return reader.index == bytes.count
+        return reader.object()
     }
 
     private struct Reader {
@@ -35,6 +41,8 @@ package enum JSONValidation {
         /// Refuse what is valid but not plain (see ``JSONValidation/isPlainObject(_:)``).
         let plain: Bool
         var index = 0
+        /// Whether whitespace skipped so far held a raw newline or carriage return.
+        var newlines = false
 
         init(bytes: UnsafeRawBufferPointer, plain: Bool) {
             self.bytes = bytes
@@ -43,8 +51,26 @@ package enum JSONValidation {
 
         var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
 
+        /// One object and nothing else, with optional whitespace around it.
+        mutating func object() -> Bool {
+            skipWhitespace()
+            guard peek == UInt8(ascii: "{"), value(depth: 0) else { return false }
+            skipWhitespace()
+            return index == bytes.count
+        }
+
         mutating func skipWhitespace() {
-            while let byte = peek, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { index += 1 }
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte == 0x20 || byte == 0x09 {
+                    index += 1
+                } else if byte == 0x0A || byte == 0x0D {
+                    newlines = true
+                    index += 1
+                } else {
+                    return
+                }
+            }
         }
 
         mutating func take(_ byte: UInt8) -> Bool {
@@ -101,8 +127,11 @@ package enum JSONValidation {
         /// A string starting at the opening quote.
         mutating func string() -> Bool {
             index += 1
-            while let byte = peek {
+            while index < bytes.count {
+                let byte = bytes[index]
                 index += 1
+                // Most bytes of a string need no attention: one test for them.
+                if byte >= 0x20 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\") && (byte < 0x80 || !plain) { continue }
                 switch byte {
                 case UInt8(ascii: "\""): return true
                 case UInt8(ascii: "\\"):

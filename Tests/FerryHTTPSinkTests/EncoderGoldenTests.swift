@@ -174,6 +174,37 @@ struct EncoderGoldenTests {
         }
     }
 
+    @Test("a segment plan's messages make the very body of each part; a plan is reused only for the same events, stamp and disclosure")
+    func segmentPlanMessages() throws {
+        let corpus = Self.corpus()
+        let batch = DeliveryBatch(events: corpus, consent: Self.stamps[1], disclosure: nil)
+        let plan = HTTPBatchBody.segmentPlan(batch, maxMessageBytes: 2000, maxBatchBytes: 3000)
+        #expect(plan.parts.count == plan.messages.count && plan.parts.count > 1)
+        for (part, messages) in zip(plan.parts, plan.messages) {
+            #expect(HTTPBatchBody.segment(messages: messages, consent: part.consent, sentAt: 5) == HTTPBatchBody.encode(part, format: .segment, sentAt: 5))
+        }
+        #expect(HTTPBatchBody.sameBatch(batch, batch))
+        #expect(HTTPBatchBody.sameBatch(batch, DeliveryBatch(events: corpus, consent: Self.stamps[1])))
+        #expect(!HTTPBatchBody.sameBatch(batch, DeliveryBatch(events: corpus, consent: Self.stamps[1], disclosure: .all)))
+        #expect(!HTTPBatchBody.sameBatch(batch, DeliveryBatch(events: corpus, consent: Self.stamps[0])))
+        #expect(!HTTPBatchBody.sameBatch(batch, DeliveryBatch(events: Array(corpus.dropLast()), consent: Self.stamps[1])))
+        var changed = corpus
+        changed[3].frame[changed[3].frame.count - 2] ^= 1
+        #expect(!HTTPBatchBody.sameBatch(batch, DeliveryBatch(events: changed, consent: Self.stamps[1])))
+        var erased = corpus
+        erased[0].kind = .erased
+        #expect(!HTTPBatchBody.sameBatch(batch, DeliveryBatch(events: erased, consent: Self.stamps[1])))
+    }
+
+    @Test("ISO 8601 written as bytes: the text the string version always gave")
+    func iso8601() {
+        for (ms, text) in [(0 as UInt64, "1970-01-01T00:00:00.000Z"), (1_714_564_800_999, "2024-05-01T12:00:00.999Z"),
+                           (951_782_400_007, "2000-02-29T00:00:00.007Z"), (253_402_300_799_999, "9999-12-31T23:59:59.999Z"),
+                           (253_402_300_800_000, "10000-01-01T00:00:00.000Z")] {
+            #expect(CivilTime.iso8601(milliseconds: ms) == text)
+        }
+    }
+
     @Test("every output of the corpus is valid JSON (each line of the file sink's output)")
     func outputsAreJSON() throws {
         let corpus = Self.corpus()
