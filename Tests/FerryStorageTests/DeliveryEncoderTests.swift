@@ -47,6 +47,26 @@ struct DeliveryEncoderTests {
         }
     }
 
+    @Test("the eight-bytes-at-a-time string scan flags a word exactly when one of its bytes needs attention")
+    func wordScan() {
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        let interesting: [UInt8] = [0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xC3, 0xFF, 0x61]
+        for _ in 0..<20_000 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            var bytes = (0..<8).map { UInt8(truncatingIfNeeded: state >> ($0 * 8)) }
+            // Mostly ordinary text with a few interesting bytes, so both answers are common.
+            for index in bytes.indices {
+                let pick = Int(truncatingIfNeeded: (state >> UInt64(index * 5)) & 0x3F)
+                bytes[index] = pick < interesting.count ? interesting[pick] : UInt8(ascii: "a") + UInt8(pick % 26)
+            }
+            let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+            for plain in [true, false] {
+                let expected = bytes.contains { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || (plain && $0 >= 0x80) }
+                #expect(JSONValidation.Reader.needsAttention(word, plain: plain) == expected, "\(bytes) plain \(plain)")
+            }
+        }
+    }
+
     @Test("what isObject (the ingest check) accepts on the mutated corpus, Foundation reads as an object")
     func ingestCheckImpliesFoundation() {
         for bytes in Self.corpus() where bytes.withUnsafeBytes({ UTF8Validation.isValid($0) }) {
