@@ -89,9 +89,12 @@ enum HTTPBatchBody {
 
     /// How a batch goes out in `segment` format: the events Segment can never accept, and the
     /// rest cut into parts (in order) whose bodies each fit ``segmentMaxBatchBytes``.
-    struct SegmentPlan {
+    struct SegmentPlan: Sendable {
         var rejections: [SinkRejection]
         var parts: [DeliveryBatch]
+        /// The messages of each part (``segmentEvent(_:disclosure:)`` of its events), encoded
+        /// once: part `i`'s body is ``segment(messages:consent:version:sentAt:)`` of `messages[i]`.
+        var messages: [[[UInt8]]]
     }
 
     /// Checks every event of `batch` against Segment's rules and cuts the rest into parts that
@@ -101,27 +104,46 @@ enum HTTPBatchBody {
                             maxMessageBytes: Int = segmentMaxMessageBytes, maxBatchBytes: Int = segmentMaxBatchBytes) -> SegmentPlan {
         // The body around the messages: `{"batch":[` … `],"sentAt":"…","context":{…}}`.
         let overhead = segment(messages: [], consent: batch.consent, version: version, sentAt: 0).count
-        var plan = SegmentPlan(rejections: [], parts: [])
-        var part: [StoredEvent] = []
+        var plan = SegmentPlan(rejections: [], parts: [], messages: [])
+        var part: [StoredEvent] = [], messages: [[UInt8]] = []
         var size = overhead
         let disclosure = batch.disclosure ?? defaultDisclosure(.segment)
         for stored in batch.events {
-            let message = segmentEvent(stored, disclosure: disclosure)
-            if let reason = segmentRejection(stored, messageBytes: message.count, maxMessageBytes: maxMessageBytes) {
+            // Decoded once for both the message and Segment's rules.
+            let event = try? stored.decoded()
+            let message = segmentEvent(stored, event: event, disclosure: disclosure)
+            if let reason = segmentRejection(stored, event: event, messageBytes: message.count, maxMessageBytes: maxMessageBytes) {
                 plan.rejections.append(SinkRejection(event: stored, reason: reason))
                 continue
             }
             let added = message.count + (part.isEmpty ? 0 : 1)  // the comma between messages
             if !part.isEmpty && size + added > maxBatchBytes {
                 plan.parts.append(batch.with(events: part))
+                plan.messages.append(messages)
                 part = []
+                messages = []
                 size = overhead
             }
             size += message.count + (part.isEmpty ? 0 : 1)
             part.append(stored)
+            messages.append(message)
         }
-        if !part.isEmpty { plan.parts.append(batch.with(events: part)) }
+        if !part.isEmpty {
+            plan.parts.append(batch.with(events: part))
+            plan.messages.append(messages)
+        }
         return plan
+    }
+
+    /// Whether `a` and `b` hold the same events (the same records, frames and metadata), consent
+    /// stamp and disclosure: a plan made for one is the plan of the other. Frames shared by both
+    /// batches compare at once (same storage).
+    static func sameBatch(_ a: DeliveryBatch, _ b: DeliveryBatch) -> Bool {
+        guard a.events.count == b.events.count, a.consent == b.consent, a.disclosure == b.disclosure else { return false }
+        return zip(a.events, b.events).allSatisfy { x, y in
+            x.position == y.position && x.size == y.size && x.acceptedAt == y.acceptedAt && x.kind == y.kind
+                && x.frame == y.frame && x.metadata == y.metadata
+        }
     }
 
     /// Why Segment would refuse `stored` for good (its message being `messageBytes` long), or
@@ -129,7 +151,14 @@ enum HTTPBatchBody {
     /// name, a `group` a `groupId`, an `alias` a `previousId` and a `userId`, and a message may
     /// be at most `maxMessageBytes`.
     static func segmentRejection(_ stored: StoredEvent, messageBytes: Int, maxMessageBytes: Int = segmentMaxMessageBytes) -> String? {
-        guard let event = try? stored.decoded() else {
+        segmentRejection(stored, event: try? stored.decoded(), messageBytes: messageBytes, maxMessageBytes: maxMessageBytes)
+    }
+
+    /// ``segmentRejection(_:messageBytes:maxMessageBytes:)`` for `stored` already decoded into
+    /// `event` (`nil`: it cannot be decoded).
+    static func segmentRejection(_ stored: StoredEvent, event: WireEvent?, messageBytes: Int,
+                                 maxMessageBytes: Int = segmentMaxMessageBytes) -> String? {
+        guard let event else {
             return "segment: the stored event \(stored.decodedID) cannot be decoded"
         }
         if event.userID.isEmpty && agentAnonymousID(event).isEmpty {
@@ -159,19 +188,26 @@ enum HTTPBatchBody {
     /// `context.ferry` (replacing a `ferry` key the client sent): `pid` and `seq` only when
     /// `disclosure` says ``Disclosure/process``, `origin` only when it says ``Disclosure/origin``.
     static func segmentEvent(_ stored: StoredEvent, disclosure: Disclosure = .minimal) -> [UInt8] {
-        var json = JSONWriter()
-        guard let event = try? stored.decoded() else {
-            json.field("messageId", stored.decodedID.description)
-            var ferry = JSONWriter()
-            ferry.field("undecodable", true)
-            var context = JSONWriter()
-            context.rawField("ferry", ferry.finish())
-            json.rawField("context", context.finish())
-            return json.finish()
+        segmentEvent(stored, event: try? stored.decoded(), disclosure: disclosure)
+    }
+
+    /// ``segmentEvent(_:disclosure:)`` for `stored` already decoded into `event` (`nil`: it
+    /// cannot be decoded). Nested objects are written in place, with field names as literals.
+    static func segmentEvent(_ stored: StoredEvent, event: WireEvent?, disclosure: Disclosure) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(stored.frame.count + 256)
+        var json = JSONWriter(appendingTo: &out)
+        guard let event else {
+            json.field("messageId", stored.decodedID)
+            json.objectField("context") { context in
+                context.objectField("ferry") { ferry in ferry.field("undecodable", true) }
+            }
+            json.finish(into: &out)
+            return out
         }
         // The app's own messageId when it sent one (the local HTTP API keeps it with the event),
         // so Segment deduplicates the app's retries and Ferry's as one; else Ferry's event id.
-        json.field("messageId", event.messageID ?? event.id.description)
+        if let messageID = event.messageID { json.field("messageId", messageID) } else { json.field("messageId", event.id) }
         json.field("type", event.type.description)
         switch event.type {
         case .track: json.field("event", event.name)
@@ -183,8 +219,12 @@ enum HTTPBatchBody {
         if !anonymousID.isEmpty { json.field("anonymousId", anonymousID) }
         if !event.groupID.isEmpty { json.field("groupId", event.groupID) }
         if !event.previousID.isEmpty { json.field("previousId", event.previousID) }
-        json.field("timestamp", CivilTime.iso8601(milliseconds: event.timestamp))
-        let propertiesKey = event.type == .identify || event.type == .group ? "traits" : "properties"
+        json.rawField("timestamp") { out in
+            out.append(UInt8(ascii: "\""))
+            CivilTime.appendISO8601(milliseconds: event.timestamp, to: &out)
+            out.append(UInt8(ascii: "\""))
+        }
+        let propertiesKey: StaticString = event.type == .identify || event.type == .group ? "traits" : "properties"
         var rawProperties: String?
         // Segment's alias has neither properties nor traits: its properties, if any, go to
         // context.ferry.properties.
@@ -198,29 +238,39 @@ enum HTTPBatchBody {
         } else if event.properties.isEmpty {
             json.rawField(propertiesKey, Array("{}".utf8))
         } else if JSONWriter.isJSONObject(event.properties) {
-            json.rawField(propertiesKey, JSONWriter.compactJSON(event.properties))
+            json.compactObjectField(propertiesKey, event.properties)
         } else {
             json.rawField(propertiesKey, Array("{}".utf8))
             rawProperties = String(decoding: event.properties, as: UTF8.self)
         }
-        var ferry = JSONWriter()
-        ferry.field("source", event.source)
-        if disclosure.process {
-            ferry.field("pid", UInt64(event.pid))
-            ferry.field("seq", event.sequence)
+        func ferryMembers(_ ferry: inout JSONWriter) {
+            ferry.field("source", event.source)
+            if disclosure.process {
+                ferry.field("pid", UInt64(event.pid))
+                ferry.field("seq", event.sequence)
+            }
+            ferry.field("accepted_at", stored.acceptedAt)
+            if event.messageID != nil { ferry.field("id", event.id) }
+            if event.category != 0 { ferry.field("category", UInt64(event.category)) }
+            if !event.onceKey.isEmpty { ferry.field("once_key", event.onceKey) }
+            if event.flags.contains(.localOnly) { ferry.field("local_only", true) }
+            if let rawProperties { ferry.field("properties_raw", rawProperties) }
+            if let aliasProperties { ferry.rawField("properties", aliasProperties) }
+            if disclosure.origin, let origin = EventOrigin(metadata: stored.metadata) {
+                ferry.rawField("origin", JSONWriter.originObject(origin))
+            }
         }
-        ferry.field("accepted_at", stored.acceptedAt)
-        if event.messageID != nil { ferry.field("id", event.id.description) }
-        if event.category != 0 { ferry.field("category", UInt64(event.category)) }
-        if !event.onceKey.isEmpty { ferry.field("once_key", event.onceKey) }
-        if event.flags.contains(.localOnly) { ferry.field("local_only", true) }
-        if let rawProperties { ferry.field("properties_raw", rawProperties) }
-        if let aliasProperties { ferry.rawField("properties", aliasProperties) }
-        if disclosure.origin, let origin = EventOrigin(metadata: stored.metadata) {
-            ferry.rawField("origin", JSONWriter.originObject(origin))
+        let context = disclosure.filteredContext(event.context)
+        if context.isEmpty {
+            // The common case, `"context":{"ferry":{…}}`, written in place.
+            json.objectField("context") { object in object.objectField("ferry", members: ferryMembers) }
+        } else {
+            var ferry = JSONWriter()
+            ferryMembers(&ferry)
+            json.rawField("context", mergedContext(context, ferry: &ferry))
         }
-        json.rawField("context", mergedContext(disclosure.filteredContext(event.context), ferry: &ferry))
-        return json.finish()
+        json.finish(into: &out)
+        return out
     }
 
     /// The event's `anonymousId`; for the agent's own `consent_updated` events (category

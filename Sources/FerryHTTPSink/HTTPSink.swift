@@ -57,6 +57,9 @@ public final class HTTPSink: Sink, CustomStringConvertible {
         /// a batch is done, delivered or refused for good.
         var acknowledged: Set<EventID> = []
         var isShutDown = false
+        /// The segment plan ``rejections(in:)`` made last, for the ``deliver(_:)`` of the same
+        /// batch that follows it (the delivery loop asks for both): each message is encoded once.
+        var lastPlan: (batch: DeliveryBatch, version: Int, plan: HTTPBatchBody.SegmentPlan)?
     }
 
     /// The `Authorization` value and the secrets in it, which never leave the process.
@@ -132,7 +135,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
             case .envelope:
                 if !remaining.events.isEmpty { try await send(remaining) }
             case .segment:
-                let plan = HTTPBatchBody.segmentPlan(remaining, version: configuration.bodyVersion)
+                let plan = segmentPlan(remaining)
                 if let first = plan.rejections.first {
                     // Only a replayed dead letter gets here: the delivery loop takes rejected
                     // events out first (rejections(in:)).
@@ -144,7 +147,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
                         "batch": "\(batch.idempotencyKey)", "parts": "\(plan.parts.count)",
                     ])
                 }
-                for part in plan.parts { try await send(part) }
+                for (part, messages) in zip(plan.parts, plan.messages) { try await send(part, segmentMessages: messages) }
             }
         } catch let error as SinkError where error.disposition != .permanent {
             throw error  // Keep what was acknowledged for the retry of this batch.
@@ -160,7 +163,22 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// `anonymousId`, a `track` without a name, a message over 32 KB. None in `envelope` format.
     public func rejections(in batch: DeliveryBatch) -> [SinkRejection] {
         guard configuration.format == .segment else { return [] }
-        return HTTPBatchBody.segmentPlan(batch, version: configuration.bodyVersion).rejections
+        let plan = HTTPBatchBody.segmentPlan(batch, version: configuration.bodyVersion)
+        let version = configuration.bodyVersion
+        state.withLock { $0.lastPlan = (batch, version, plan) }
+        return plan.rejections
+    }
+
+    /// The segment plan of `batch`: the one ``rejections(in:)`` made if it was for these very
+    /// events (``HTTPBatchBody/sameBatch(_:_:)``), else a new one.
+    private func segmentPlan(_ batch: DeliveryBatch) -> HTTPBatchBody.SegmentPlan {
+        let version = configuration.bodyVersion
+        let last = state.withLock { state in
+            defer { state.lastPlan = nil }
+            return state.lastPlan
+        }
+        if let last, last.version == version, HTTPBatchBody.sameBatch(last.batch, batch) { return last.plan }
+        return HTTPBatchBody.segmentPlan(batch, version: version)
     }
 
     public func shutdown() async throws {
@@ -178,8 +196,10 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// A failure after the first half was acknowledged fails the whole batch: the loop retries
     /// it, and ``deliver(_:)`` leaves out the events acknowledged so far (unless `ferryd`
     /// restarted in between: then they go out again, with the same event ids).
-    private func send(_ batch: DeliveryBatch) async throws {
-        let (status, headers, excerpt) = try await post(batch)
+    /// `segmentMessages`: the batch's messages as its plan encoded them (segment format; the
+    /// halves of a 413 are encoded anew).
+    private func send(_ batch: DeliveryBatch, segmentMessages: [[UInt8]]? = nil) async throws {
+        let (status, headers, excerpt) = try await post(batch, segmentMessages: segmentMessages)
         switch Self.classify(status: status, retryAfter: headers.first(name: "Retry-After")) {
         case .acknowledged:
             state.withLock { $0.acknowledged.formUnion(batch.events.map(\.decodedID)) }
@@ -213,10 +233,12 @@ public final class HTTPSink: Sink, CustomStringConvertible {
 
     /// One POST; returns the status, the headers and (for non-2xx answers) the start of the body.
     /// Transport failures are ``SinkError`` `.retry(after: nil)`.
-    private func post(_ batch: DeliveryBatch) async throws -> (Int, HTTPHeaders, String?) {
+    private func post(_ batch: DeliveryBatch, segmentMessages: [[UInt8]]? = nil) async throws -> (Int, HTTPHeaders, String?) {
         let authorization = try await authorization()
-        var body = HTTPBatchBody.encode(batch, format: configuration.format, version: configuration.bodyVersion,
-                                        sentAt: WallClock.unixMilliseconds())
+        let sentAt = WallClock.unixMilliseconds()
+        var body = segmentMessages.map {
+            HTTPBatchBody.segment(messages: $0, consent: batch.consent, version: configuration.bodyVersion, sentAt: sentAt)
+        } ?? HTTPBatchBody.encode(batch, format: configuration.format, version: configuration.bodyVersion, sentAt: sentAt)
         var request = HTTPClientRequest(url: configuration.url)
         request.method = .POST
         for (name, value) in configuration.headers.sorted(by: { $0.key < $1.key }) { request.headers.add(name: name, value: value) }

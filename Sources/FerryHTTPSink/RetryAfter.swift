@@ -121,15 +121,38 @@ enum CivilTime {
 
     /// `milliseconds` since the epoch as ISO 8601 UTC with milliseconds: `2024-05-01T12:00:00.000Z`.
     static func iso8601(milliseconds: UInt64) -> String {
+        var bytes: [UInt8] = []
+        appendISO8601(milliseconds: milliseconds, to: &bytes)
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// Appends ``iso8601(milliseconds:)`` to `out` as bytes: the segment body writes one per
+    /// event, and building it as an interpolated string cost more than the rest of the message.
+    static func appendISO8601(milliseconds: UInt64, to out: inout [UInt8]) {
         let seconds = Int64(milliseconds / 1000)
         let (year, month, day) = civilFromDays(seconds / 86_400)
         let secondOfDay = seconds % 86_400
-        func pad(_ value: Int64, _ width: Int) -> String {
-            let digits = String(value)
-            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        /// `value` (never negative here) in decimal, zero-padded to `width` digits.
+        func pad(_ value: Int64, _ width: Int, _ separator: UInt8) {
+            var digits = 1, rest = value / 10
+            while rest > 0 { digits += 1; rest /= 10 }
+            for _ in 0..<max(0, width - digits) { out.append(UInt8(ascii: "0")) }
+            let start = out.count
+            out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: digits))
+            var remaining = value
+            for index in stride(from: start + digits - 1, through: start, by: -1) {
+                out[index] = UInt8(ascii: "0") + UInt8(remaining % 10)
+                remaining /= 10
+            }
+            out.append(separator)
         }
-        return "\(pad(year, 4))-\(pad(month, 2))-\(pad(day, 2))T\(pad(secondOfDay / 3600, 2)):"
-            + "\(pad(secondOfDay / 60 % 60, 2)):\(pad(secondOfDay % 60, 2)).\(pad(Int64(milliseconds % 1000), 3))Z"
+        pad(year, 4, UInt8(ascii: "-"))
+        pad(month, 2, UInt8(ascii: "-"))
+        pad(day, 2, UInt8(ascii: "T"))
+        pad(secondOfDay / 3600, 2, UInt8(ascii: ":"))
+        pad(secondOfDay / 60 % 60, 2, UInt8(ascii: ":"))
+        pad(secondOfDay % 60, 2, UInt8(ascii: "."))
+        pad(Int64(milliseconds % 1000), 3, UInt8(ascii: "Z"))
     }
 }
 

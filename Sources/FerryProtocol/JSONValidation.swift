@@ -22,19 +22,27 @@ package enum JSONValidation {
         check(bytes, plain: true)
     }
 
-    private static func check(_ bytes: UnsafeRawBufferPointer, plain: Bool) -> Bool {
-        var reader = Reader(bytes: bytes, plain: plain)
-        reader.skipWhitespace()
-        guard reader.peek == UInt8(ascii: "{"), reader.value(depth: 0) else { return false }
-        reader.skipWhitespace()
-        return reader.index == bytes.count
+    /// ``isPlainObject(_:)``, also telling whether the object holds a raw newline or carriage
+    /// return (in a valid object only ever whitespace between tokens): the encoders copy a plain
+    /// object whole and compact it only then.
+    package static func isPlainObject(_ bytes: UnsafeRawBufferPointer, newlines: inout Bool) -> Bool {
+        var reader = Reader(bytes: bytes, plain: true)
+        defer { newlines = reader.newlines }
+        return reader.object()
     }
 
-    private struct Reader {
+    private static func check(_ bytes: UnsafeRawBufferPointer, plain: Bool) -> Bool {
+        var reader = Reader(bytes: bytes, plain: plain)
+        return reader.object()
+    }
+
+    struct Reader {
         let bytes: UnsafeRawBufferPointer
         /// Refuse what is valid but not plain (see ``JSONValidation/isPlainObject(_:)``).
         let plain: Bool
         var index = 0
+        /// Whether whitespace skipped so far held a raw newline or carriage return.
+        var newlines = false
 
         init(bytes: UnsafeRawBufferPointer, plain: Bool) {
             self.bytes = bytes
@@ -43,8 +51,26 @@ package enum JSONValidation {
 
         var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
 
+        /// One object and nothing else, with optional whitespace around it.
+        mutating func object() -> Bool {
+            skipWhitespace()
+            guard peek == UInt8(ascii: "{"), value(depth: 0) else { return false }
+            skipWhitespace()
+            return index == bytes.count
+        }
+
         mutating func skipWhitespace() {
-            while let byte = peek, byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 { index += 1 }
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte == 0x20 || byte == 0x09 {
+                    index += 1
+                } else if byte == 0x0A || byte == 0x0D {
+                    newlines = true
+                    index += 1
+                } else {
+                    return
+                }
+            }
         }
 
         mutating func take(_ byte: UInt8) -> Bool {
@@ -101,8 +127,16 @@ package enum JSONValidation {
         /// A string starting at the opening quote.
         mutating func string() -> Bool {
             index += 1
-            while let byte = peek {
+            while index < bytes.count {
+                // Eight bytes at a time while none of them needs attention (most of a string).
+                while bytes.count - index >= 8, !Self.needsAttention(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self), plain: plain) {
+                    index += 8
+                }
+                guard index < bytes.count else { return false }
+                let byte = bytes[index]
                 index += 1
+                // Most bytes of a string need no attention: one test for them.
+                if byte >= 0x20 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\") && (byte < 0x80 || !plain) { continue }
                 switch byte {
                 case UInt8(ascii: "\""): return true
                 case UInt8(ascii: "\\"):
@@ -125,6 +159,16 @@ package enum JSONValidation {
                 }
             }
             return false
+        }
+
+        /// Whether any of the eight bytes of `word` is a quote, a backslash or a control
+        /// character, or (when `plain`) not ASCII: exact existence tests, in a handful of
+        /// operations instead of four comparisons a byte.
+        static func needsAttention(_ word: UInt64, plain: Bool) -> Bool {
+            let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+            func hasZero(_ value: UInt64) -> Bool { (value &- ones) & ~value & highs != 0 }
+            let control = (word &- ones &* 0x20) & ~word & highs != 0  // a byte below 0x20
+            return control || hasZero(word ^ (ones &* 0x22)) || hasZero(word ^ (ones &* 0x5C)) || (plain && word & highs != 0)
         }
 
         /// A number; when plain, an integer or decimal fraction of at most 15 digits without

@@ -39,7 +39,8 @@ extension JSONWriter {
             let source = next(header.sourceLength), name = next(header.nameLength), user = next(header.userIDLength)
             let once = next(header.onceKeyLength), properties = next(header.propertiesLength)
             field("id", header.id)
-            field("type", header.type.description)
+            key("type")
+            appendRaw(Self.quotedName(header.type))
             textField("name", name)
             textField("source", source)
             if disclosure.process {
@@ -97,21 +98,42 @@ extension JSONWriter {
         if let consent { rawField("consent", consent) }
     }
 
+    /// `"track"` and so on: the JSON string of ``EventType/description``, written as it is.
+    static func quotedName(_ type: EventType) -> StaticString {
+        switch type {
+        case .track: #""track""#
+        case .screen: #""screen""#
+        case .identify: #""identify""#
+        case .group: #""group""#
+        case .alias: #""alias""#
+        case .page: #""page""#
+        }
+    }
+
     /// A string field from valid UTF-8.
-    private mutating func textField(_ name: String, _ utf8: UnsafeRawBufferPointer) {
+    private mutating func textField(_ name: StaticString, _ utf8: UnsafeRawBufferPointer) {
         key(name)
         JSONText.appendString(utf8: utf8, to: &bytes)
     }
 
     /// A string field whose value is `value` read as `String(decoding:as:)` reads it.
-    private mutating func field(_ name: String, decoding value: UnsafeRawBufferPointer) {
+    private mutating func field(_ name: StaticString, decoding value: UnsafeRawBufferPointer) {
         key(name)
         JSONText.appendString(decoding: value, to: &bytes)
     }
 
-    /// ``objectField(_:_:rawName:)`` for bytes in place.
-    private mutating func objectField(_ name: String, _ json: UnsafeRawBufferPointer, rawName: String) {
-        if JSONValidation.isPlainObject(json) || Self.foundationIsObject(Data(json)) {
+    /// ``objectField(_:_:rawName:)`` for bytes in place. A plain object (the common case) is
+    /// checked in one pass that also tells whether it holds a raw newline (only ever whitespace
+    /// there), so it is copied whole and compacted only then; anything else is left to
+    /// Foundation's parser as before.
+    private mutating func objectField(_ name: StaticString, _ json: UnsafeRawBufferPointer, rawName: StaticString) {
+        var newlines = false
+        if JSONValidation.isPlainObject(json, newlines: &newlines) {
+            key(name)
+            let start = bytes.count
+            bytes.append(contentsOf: json)
+            if newlines { Self.compactInPlace(&bytes, from: start) }
+        } else if Self.foundationIsObject(Data(json)) {
             key(name)
             let start = bytes.count
             bytes.append(contentsOf: json)
@@ -123,7 +145,7 @@ extension JSONWriter {
 
     /// `name` and an array of ``storedEventObject(_:consent:)`` of each of `events`, written in
     /// place (no array per event).
-    package mutating func storedEventsField(_ name: String, _ events: [StoredEvent], disclosure: Disclosure = .all) {
+    package mutating func storedEventsField(_ name: StaticString, _ events: [StoredEvent], disclosure: Disclosure = .all) {
         key(name)
         bytes.append(UInt8(ascii: "["))
         for (index, stored) in events.enumerated() {
@@ -136,37 +158,60 @@ extension JSONWriter {
     }
 
     /// `"origin":` and the object of ``originObject(_:)`` for the origin recorded in `metadata`
-    /// (`null` when it has none), read from the metadata in place.
+    /// (`null` when it has none), read from the metadata's bytes in place, in one pass.
     package mutating func originField(_ metadata: RecordMetadata) {
         key("origin")
-        guard metadata.fields.contains(where: { (EventOrigin.Tag.uid...EventOrigin.Tag.unit).contains($0.tag) }) else {
-            appendRaw("null")
-            return
-        }
-        func number(_ name: String, _ tag: UInt8, _ json: inout JSONWriter) {
-            if let value = metadata[tag], value.count == 4 {
-                json.field(name, UInt64(readLE(value, at: 0, as: UInt32.self)))
-            } else {
-                json.key(name)
-                json.appendRaw("null")
+        metadata.encoded.withUnsafeBytes { raw in
+            // The first field of each origin tag, as ``RecordMetadata/subscript(_:)`` finds it.
+            let none = UnsafeRawBufferPointer(start: nil, count: 0)
+            var values = (none, none, none, none, none, none)
+            var found: (Bool, Bool, Bool, Bool, Bool, Bool) = (false, false, false, false, false, false)
+            var any = false
+            var offset = 0
+            while raw.count - offset >= 3 {
+                let length = Int(raw.loadUnaligned(fromByteOffset: offset + 1, as: UInt16.self).littleEndian)
+                let value = UnsafeRawBufferPointer(rebasing: raw[(offset + 3)..<(offset + 3 + length)])
+                switch raw[offset] {
+                case EventOrigin.Tag.uid: if !found.0 { (values.0, found.0) = (value, true) }
+                case EventOrigin.Tag.gid: if !found.1 { (values.1, found.1) = (value, true) }
+                case EventOrigin.Tag.pid: if !found.2 { (values.2, found.2) = (value, true) }
+                case EventOrigin.Tag.comm: if !found.3 { (values.3, found.3) = (value, true) }
+                case EventOrigin.Tag.exe: if !found.4 { (values.4, found.4) = (value, true) }
+                case EventOrigin.Tag.unit: if !found.5 { (values.5, found.5) = (value, true) }
+                default: break
+                }
+                any = any || (EventOrigin.Tag.uid...EventOrigin.Tag.unit).contains(raw[offset])
+                offset += 3 + length
             }
-        }
-        func text(_ name: String, _ tag: UInt8, _ json: inout JSONWriter) {
-            if let value = metadata[tag] {
-                json.field(name, decoding: value)
-            } else {
-                json.key(name)
-                json.appendRaw("null")
+            guard any else {
+                appendRaw("null")
+                return
             }
+            func number(_ name: StaticString, _ found: Bool, _ value: UnsafeRawBufferPointer, _ json: inout JSONWriter) {
+                if found, value.count == 4 {
+                    json.field(name, UInt64(value.loadUnaligned(as: UInt32.self).littleEndian))
+                } else {
+                    json.key(name)
+                    json.appendRaw("null")
+                }
+            }
+            func text(_ name: StaticString, _ found: Bool, _ value: UnsafeRawBufferPointer, _ json: inout JSONWriter) {
+                if found {
+                    json.field(name, decoding: value)
+                } else {
+                    json.key(name)
+                    json.appendRaw("null")
+                }
+            }
+            var inner = JSONWriter(appendingTo: &bytes)
+            number("uid", found.0, values.0, &inner)
+            number("gid", found.1, values.1, &inner)
+            number("pid", found.2, values.2, &inner)
+            text("comm", found.3, values.3, &inner)
+            text("exe", found.4, values.4, &inner)
+            text("unit", found.5, values.5, &inner)
+            inner.finish(into: &bytes)
         }
-        var inner = JSONWriter(appendingTo: &bytes)
-        number("uid", EventOrigin.Tag.uid, &inner)
-        number("gid", EventOrigin.Tag.gid, &inner)
-        number("pid", EventOrigin.Tag.pid, &inner)
-        text("comm", EventOrigin.Tag.comm, &inner)
-        text("exe", EventOrigin.Tag.exe, &inner)
-        text("unit", EventOrigin.Tag.unit, &inner)
-        inner.finish(into: &bytes)
     }
 
     /// Whether `bytes` parse as a JSON object: plain objects (``JSONValidation/isPlainObject(_:)``, no

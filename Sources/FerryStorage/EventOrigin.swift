@@ -81,10 +81,10 @@ extension JSONWriter {
     /// `{"uid":…,"gid":…,"pid":…,"comm":…,"exe":…,"unit":…}`, `null` for unknown fields.
     package static func originObject(_ origin: EventOrigin) -> [UInt8] {
         var json = JSONWriter()
-        func number(_ name: String, _ value: UInt32?) {
+        func number(_ name: StaticString, _ value: UInt32?) {
             if let value { json.field(name, UInt64(value)) } else { json.rawField(name, Array("null".utf8)) }
         }
-        func text(_ name: String, _ value: String?) {
+        func text(_ name: StaticString, _ value: String?) {
             if let value { json.field(name, value) } else { json.rawField(name, Array("null".utf8)) }
         }
         number("uid", origin.uid)

@@ -27,34 +27,65 @@ package struct JSONWriter {
         swap(&bytes, &out)
     }
 
-    /// Writes the separator and `"name":` of the next field.
-    mutating func key(_ name: String) {
+    /// Writes the separator and `"name":` of the next field. Field names are the agent's own
+    /// literals, none needing an escape (checked in debug builds): their bytes are copied as they
+    /// are, not escaped anew for every event.
+    mutating func key(_ name: StaticString) {
+        assert(Self.needsNoEscape(name), "field name \(name) needs escaping")
+        if !first { bytes.append(UInt8(ascii: ",")) }
+        first = false
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
+        bytes.append(UInt8(ascii: "\""))
+        bytes.append(UInt8(ascii: ":"))
+    }
+
+    /// Writes the separator and `"name":` of a field whose name is not a literal (escaped).
+    mutating func key(named name: String) {
         if !first { bytes.append(UInt8(ascii: ",")) }
         first = false
         JSONText.appendString(name, to: &bytes)
         bytes.append(UInt8(ascii: ":"))
     }
 
+    private static func needsNoEscape(_ name: StaticString) -> Bool {
+        UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount).allSatisfy {
+            $0 >= 0x20 && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\")
+        }
+    }
+
+    /// Adds a string field named by a string that is not a literal (a consent stamp's key).
+    package mutating func field(named name: String, _ value: String) {
+        key(named: name)
+        JSONText.appendString(value, to: &bytes)
+    }
+
+    /// Adds an unsigned integer field named by a string that is not a literal.
+    package mutating func field(named name: String, _ value: UInt64) {
+        key(named: name)
+        JSONText.appendInteger(value, to: &bytes)
+    }
+
     /// Adds a string field.
-    package mutating func field(_ name: String, _ value: String) {
+    package mutating func field(_ name: StaticString, _ value: String) {
         key(name)
         JSONText.appendString(value, to: &bytes)
     }
 
     /// Adds an unsigned integer field.
-    package mutating func field(_ name: String, _ value: UInt64) {
+    package mutating func field(_ name: StaticString, _ value: UInt64) {
         key(name)
         JSONText.appendInteger(value, to: &bytes)
     }
 
     /// Adds a boolean field.
-    package mutating func field(_ name: String, _ value: Bool) {
+    package mutating func field(_ name: StaticString, _ value: Bool) {
         key(name)
         appendRaw(value ? "true" : "false")
     }
 
     /// Adds an event id field (its canonical text).
-    package mutating func field(_ name: String, _ value: EventID) {
+    package mutating func field(_ name: StaticString, _ value: EventID) {
         key(name)
         bytes.append(UInt8(ascii: "\""))
         value.appendText(to: &bytes)
@@ -63,7 +94,7 @@ package struct JSONWriter {
 
     /// Adds a string field whose value is the UTF-8 in `value`, read as `String(decoding:as:)`
     /// reads it.
-    package mutating func field(_ name: String, decoding value: [UInt8]) {
+    package mutating func field(_ name: StaticString, decoding value: [UInt8]) {
         key(name)
         value.withUnsafeBytes { JSONText.appendString(decoding: $0, to: &bytes) }
     }
@@ -99,20 +130,42 @@ package struct JSONWriter {
     }
 
     /// Inserts `json` verbatim; the caller guarantees it is a valid JSON value.
-    package mutating func rawField(_ name: String, _ json: [UInt8]) {
+    package mutating func rawField(_ name: StaticString, _ json: [UInt8]) {
         key(name)
         bytes += json
     }
 
     /// The properties, or another JSON object sent by a client, under `name` (newlines made
     /// spaces, ``compactJSON(_:)``); a body that is not a JSON object as a string under `rawName`.
-    package mutating func objectField(_ name: String, _ json: [UInt8], rawName: String) {
+    package mutating func objectField(_ name: StaticString, _ json: [UInt8], rawName: StaticString) {
         if Self.isJSONObject(json) {
             key(name)
             Self.appendCompactJSON(json, to: &bytes)
         } else {
             field(rawName, decoding: json)
         }
+    }
+
+    /// Adds a field whose JSON value `write` appends to the object's bytes; the caller
+    /// guarantees it appends exactly one valid JSON value.
+    package mutating func rawField(_ name: StaticString, _ write: (inout [UInt8]) -> Void) {
+        key(name)
+        write(&bytes)
+    }
+
+    /// Adds an object field whose members `members` writes, in place (no array of its own).
+    package mutating func objectField(_ name: StaticString, members: (inout JSONWriter) -> Void) {
+        key(name)
+        var inner = JSONWriter(appendingTo: &bytes)
+        members(&inner)
+        inner.finish(into: &bytes)
+    }
+
+    /// Adds `json`, a JSON object, under `name` with its raw newlines made spaces
+    /// (``compactJSON(_:)``), copied in place.
+    package mutating func compactObjectField(_ name: StaticString, _ json: [UInt8]) {
+        key(name)
+        Self.appendCompactJSON(json, to: &bytes)
     }
 
     /// Closes the object and returns its bytes.

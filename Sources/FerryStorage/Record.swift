@@ -218,17 +218,24 @@ public struct RecordMetadata: Hashable, Sendable {
         }
     }
 
+    /// The encoded entries, complete ones only: one buffer per event read back from the log,
+    /// not one per field (``fields`` is decoded from it when asked for).
+    private var storage: [UInt8]
+
     /// The fields, in encoding order.
-    public var fields: [Field]
+    public var fields: [Field] {
+        get {
+            var fields: [Field] = []
+            forEachField { tag, value in fields.append(Field(tag: tag, value: Array(value))) }
+            return fields
+        }
+        set { storage = Self.encode(newValue) }
+    }
 
     /// Creates metadata with `fields`.
-    public init(fields: [Field] = []) { self.fields = fields }
+    public init(fields: [Field] = []) { storage = Self.encode(fields) }
 
-    /// The value of the first field tagged `tag`.
-    public subscript(tag: UInt8) -> [UInt8]? { fields.first { $0.tag == tag }?.value }
-
-    /// The encoded entries (empty for no fields).
-    public var encoded: [UInt8] {
+    private static func encode(_ fields: [Field]) -> [UInt8] {
         var out: [UInt8] = []
         for field in fields {
             out.append(field.tag)
@@ -238,31 +245,39 @@ public struct RecordMetadata: Hashable, Sendable {
         return out
     }
 
+    /// Calls `body` with each field's tag and value, in encoding order, read in place.
+    package func forEachField(_ body: (UInt8, UnsafeRawBufferPointer) throws -> Void) rethrows {
+        try storage.withUnsafeBytes { bytes in
+            var offset = 0
+            while bytes.count - offset >= 3 {
+                let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 1, as: UInt16.self).littleEndian)
+                try body(bytes[offset], UnsafeRawBufferPointer(rebasing: bytes[(offset + 3)..<(offset + 3 + length)]))
+                offset += 3 + length
+            }
+        }
+    }
+
+    /// The value of the first field tagged `tag`.
+    public subscript(tag: UInt8) -> [UInt8]? {
+        var found: [UInt8]?
+        forEachField { fieldTag, value in
+            if found == nil && fieldTag == tag { found = Array(value) }
+        }
+        return found
+    }
+
+    /// The encoded entries (empty for no fields).
+    public var encoded: [UInt8] { storage }
+
     /// Decodes entries; a cut-short entry ends the list.
     public init(decoding bytes: UnsafeRawBufferPointer) {
-        var fields: [Field] = []
-        guard !bytes.isEmpty else {
-            self.init(fields: fields)
-            return
-        }
-        // Counted first: one allocation for the list instead of one per doubling.
-        var count = 0
         var offset = 0
         while bytes.count - offset >= 3 {
             let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 1, as: UInt16.self).littleEndian)
             guard bytes.count - offset - 3 >= length else { break }
-            count += 1
             offset += 3 + length
         }
-        fields.reserveCapacity(count)
-        offset = 0
-        while bytes.count - offset >= 3 {
-            let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 1, as: UInt16.self).littleEndian)
-            guard bytes.count - offset - 3 >= length else { break }
-            fields.append(Field(tag: bytes[offset], value: Array(bytes[(offset + 3)..<(offset + 3 + length)])))
-            offset += 3 + length
-        }
-        self.init(fields: fields)
+        storage = Array(UnsafeRawBufferPointer(rebasing: bytes[..<offset]))
     }
 }
 

@@ -258,14 +258,33 @@ package final class SegmentedLog: Sendable {
             let first = LogPosition(segment: state.segments.first?.index ?? 1, offset: Self.segmentHeaderSize)
             let current = state.cursors[consumer] ?? first
             guard next > current else { return }
-            for event in events where event.position >= current {
-                if let i = state.segments.firstIndex(where: { $0.index == event.position.segment }) {
-                    state.segments[i].deliveredRecords[consumer, default: 0] += 1
+            // Counted per run of events in one segment (a whole batch, mostly): one segment
+            // lookup and one count update per run, not per event.
+            let (runs, erased) = Self.deliveredRuns(events, from: current)
+            for run in runs {
+                if let i = state.segments.firstIndex(where: { $0.index == run.segment }) {
+                    state.segments[i].deliveredRecords[consumer, default: 0] += run.count
                 }
-                if event.isErased { state.erasedPending[consumer] = max(0, (state.erasedPending[consumer] ?? 0) - 1) }
             }
+            if erased > 0 { state.erasedPending[consumer] = max(0, (state.erasedPending[consumer] ?? 0) - erased) }
             state.cursors[consumer] = next
         }
+    }
+
+    /// The events of `events` at or after `current`, counted per run of consecutive events in the
+    /// same segment, and how many of them are erased records.
+    static func deliveredRuns(_ events: [StoredEvent], from current: LogPosition) -> (runs: [(segment: UInt64, count: Int)], erased: Int) {
+        var runs: [(segment: UInt64, count: Int)] = []
+        var erased = 0
+        for event in events where event.position >= current {
+            if let last = runs.indices.last, runs[last].segment == event.position.segment {
+                runs[last].count += 1
+            } else {
+                runs.append((event.position.segment, 1))
+            }
+            if event.isErased { erased += 1 }
+        }
+        return (runs, erased)
     }
 
     // MARK: The writer's bookkeeping (``LogWriter`` is the only caller)

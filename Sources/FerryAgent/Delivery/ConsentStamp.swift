@@ -36,9 +36,9 @@ public struct ConsentStampStyle: Sendable, Hashable {
         var json = JSONWriter()
         for (key, value) in stamp.map({ (key($0.key), $0.value) }).sorted(by: { $0.0 < $1.0 }) {
             if numericSequence, key == "consent_seq", let number = UInt64(value) {
-                json.field(key, number)
+                json.field(named: key, number)
             } else {
-                json.field(key, value)
+                json.field(named: key, value)
             }
         }
         return json.finish()
