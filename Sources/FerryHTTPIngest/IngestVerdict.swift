@@ -144,7 +144,7 @@ package enum IngestVerdict {
         var json = JSONWriter()
         json.field("success", true)
         for label in ["accepted", "duplicate", "blocked", "suppressed", "refused"] {
-            json.field(label, UInt64(outcomes.count { $0.outcome.label == label }))
+            json.field(named: label, UInt64(outcomes.count { $0.outcome.label == label }))
         }
         var results: [UInt8] = [UInt8(ascii: "[")]
         for (index, (messageID, outcome)) in outcomes.enumerated() {
