@@ -183,7 +183,7 @@ let package = Package(
         .target(
             name: "FerryIntegrationKit",
             dependencies: [
-                "FerryTestKit", "FerryProtocol", "FerryThreads", "ZeroMQ", "NATS", "CZlib",
+                "FerryTestKit", "FerryProtocol", "FerryThreads", "FerryHTTPIngest", "ZeroMQ", "NATS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -1,10 +1,11 @@
 import CZlib
 
 /// gzip (RFC 1952) request bodies, inflated through the system zlib with a bound on the output,
-/// so a small body that inflates to gigabytes (a gzip bomb) costs at most the bound.
-enum BoundedGunzip {
+/// so a small body that inflates to gigabytes (a gzip bomb) costs at most the bound. The one
+/// inflater of the package: FerryIntegrationKit's `Gunzip` (the test HTTP server) calls it too.
+package enum BoundedGunzip {
     /// Why a body could not be inflated.
-    enum Failure: Error, Equatable {
+    package enum Failure: Error, Equatable {
         /// It would inflate beyond the bound.
         case tooLarge
         /// It is not gzip data, or it is damaged or cut short.
@@ -12,7 +13,7 @@ enum BoundedGunzip {
     }
 
     /// The content of gzip data `bytes` (concatenated members are joined), at most `limit` bytes.
-    static func inflate(_ bytes: [UInt8], limit: Int) throws(Failure) -> [UInt8] {
+    package static func inflate(_ bytes: [UInt8], limit: Int) throws(Failure) -> [UInt8] {
         var stream = z_stream()
         // Window bits 31: 15 + 16 selects the gzip wrapper.
         guard CZlib_inflateInit2(&stream, 31) == Z_OK else { throw .corrupt("inflateInit2 failed") }
