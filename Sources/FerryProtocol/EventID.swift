@@ -65,21 +65,30 @@ public struct EventID: Hashable, Comparable, Sendable, CustomStringConvertible {
     private static let textLength = 36
 
     /// Writes the lower-case canonical UUID text into the first 36 bytes of `buffer`.
-    private func writeText(into buffer: UnsafeMutableBufferPointer<UInt8>) {
-        let digits: StaticString = "0123456789abcdef"
-        var at = 0
-        func put(_ half: UInt64, dashesAfter first: Int, _ second: Int) {
-            for index in 0..<16 {
-                if index == first || index == second {
-                    buffer[at] = UInt8(ascii: "-")
-                    at += 1
-                }
-                buffer[at] = digits.utf8Start[Int((half >> UInt64(60 - 4 * index)) & 0xF)]
-                at += 1
+    package func writeText(into buffer: UnsafeMutableBufferPointer<UInt8>) {
+        precondition(buffer.count >= Self.textLength)
+        let out = buffer.baseAddress!
+        let digits = ("0123456789abcdef" as StaticString).utf8Start
+        // The low `count` hex digits of `value`, most significant first, at `position`.
+        func hex(_ value: UInt64, _ count: Int, at position: Int) {
+            var rest = value
+            var at = position + count
+            while at > position {
+                at -= 1
+                out[at] = digits[Int(rest & 0xF)]
+                rest >>= 4
             }
         }
-        put(high, dashesAfter: 8, 12)
-        put(low, dashesAfter: 0, 4)
+        // 8-4-4-4-12 digits.
+        hex(high >> 32, 8, at: 0)
+        out[8] = UInt8(ascii: "-")
+        hex(high >> 16, 4, at: 9)
+        out[13] = UInt8(ascii: "-")
+        hex(high, 4, at: 14)
+        out[18] = UInt8(ascii: "-")
+        hex(low >> 48, 4, at: 19)
+        out[23] = UInt8(ascii: "-")
+        hex(low, 12, at: 24)
     }
 
     /// Appends the lower-case canonical UUID text (``description``) to `out`, in place.

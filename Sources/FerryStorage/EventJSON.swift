@@ -24,9 +24,64 @@ extension JSONWriter {
     /// the stored frame: the header is validated as ``StoredEvent/decoded()`` validates it (so
     /// the same frames are undecodable), but no `WireEvent`, `String` or array is made per field.
     package mutating func storedEventMembers(_ stored: StoredEvent, consent: [UInt8]? = nil, disclosure: Disclosure = .all) {
+        var memo: OriginMemo?
+        Self.append(stored, consent: consent, disclosure: disclosure, framing: .members, memo: &memo, to: &bytes, first: &first)
+    }
+
+    /// The origin object last written and the metadata it was written from. The events of a
+    /// batch mostly come from one sender, whose origin is then copied, not written anew.
+    struct OriginMemo {
+        var metadata: [UInt8] = []
+        var json: [UInt8] = []
+    }
+
+    /// What ``append(_:consent:disclosure:framing:memo:to:first:)`` writes around the members.
+    enum Framing {
+        /// The members only, into an object already open.
+        case members
+        /// The object: `{`, the members, `}`.
+        case object
+        /// A whole line: `{`, `"line_format":N` first when `lineFormat` is set, the members,
+        /// `}` and a newline.
+        case line(lineFormat: UInt64?)
+    }
+
+    /// The members of ``storedEventObject(_:consent:)`` (or its whole line, `framing`) appended
+    /// to `out` in one reserved run of bytes; `first` is the open object's state. `memo`, when
+    /// set, keeps the last origin written for the next event of the same batch.
+    static func append(_ stored: StoredEvent, consent: [UInt8]?, disclosure: Disclosure, framing: Framing,
+                       memo: inout OriginMemo?, to out: inout [UInt8], first: inout Bool) {
+        func open(_ json: inout JSONOutput) {
+            switch framing {
+            case .members: return
+            case .object: json.byte(UInt8(ascii: "{"))
+            case .line: json.byte(UInt8(ascii: "{"))
+            }
+            json.first = true
+            if case .line(let lineFormat?) = framing {
+                json.key("line_format")
+                json.integer(lineFormat)
+            }
+        }
+        func close(_ json: inout JSONOutput) {
+            switch framing {
+            case .members: return
+            case .object: json.byte(UInt8(ascii: "}"))
+            case .line:
+                json.byte(UInt8(ascii: "}"))
+                json.byte(UInt8(ascii: "\n"))
+            }
+            json.first = false
+        }
         guard let header = try? EventHeader(stored.frame, checkingFields: false) else {
-            field("id", stored.decodedID)
-            field("undecodable", true)
+            JSONOutput.write(into: &out, maxCount: fixedMembersBound, first: &first) { json in
+                open(&json)
+                json.key("id")
+                json.quoted(stored.decodedID)
+                json.key("undecodable")
+                json.raw("true")
+                close(&json)
+            }
             return
         }
         stored.frame.withUnsafeBytes { frame in
@@ -38,28 +93,6 @@ extension JSONWriter {
             // The header checked that these are valid UTF-8.
             let source = next(header.sourceLength), name = next(header.nameLength), user = next(header.userIDLength)
             let once = next(header.onceKeyLength), properties = next(header.propertiesLength)
-            field("id", header.id)
-            key("type")
-            appendRaw(Self.quotedName(header.type))
-            textField("name", name)
-            textField("source", source)
-            if disclosure.process {
-                field("pid", UInt64(header.pid))
-                field("seq", header.sequence)
-            }
-            field("timestamp", header.timestamp)
-            if disclosure.process, let session = header.session { field("session", session) }
-            field("accepted_at", stored.acceptedAt)
-            if header.category != 0 { field("category", UInt64(header.category)) }
-            if !user.isEmpty { textField("user_id", user) }
-            if !once.isEmpty { textField("once_key", once) }
-            if header.flags.contains(.localOnly) { field("local_only", true) }
-            if properties.isEmpty {
-                key("properties")
-                appendRaw("{}")
-            } else {
-                objectField("properties", properties, rawName: "properties_raw")
-            }
             // The event-model extensions, as ``eventModelFields(_:)`` writes them.
             var anonymousID = UnsafeRawBufferPointer(start: nil, count: 0), groupID = anonymousID
             var previousID = anonymousID, context = anonymousID, messageID = anonymousID
@@ -79,23 +112,88 @@ extension JSONWriter {
                 default: break
                 }
             }
-            if !anonymousID.isEmpty { field("anonymous_id", decoding: anonymousID) }
-            if !groupID.isEmpty { field("group_id", decoding: groupID) }
-            if !previousID.isEmpty { field("previous_id", decoding: previousID) }
-            if !context.isEmpty {
-                if disclosure.dropContext.isEmpty {
-                    objectField("context", context, rawName: "context_raw")
-                } else {
-                    let kept = disclosure.filteredContext(Array(context))
-                    kept.withUnsafeBytes { objectField("context", $0, rawName: "context_raw") }
+            let keptContext = context.isEmpty || disclosure.dropContext.isEmpty ? nil : disclosure.filteredContext(Array(context))
+            // Every string is at most six bytes per byte read (`\u00XX`), every other value at
+            // most its bytes; keys, numbers and ids fit in the fixed part.
+            let bound = 6 * (frame.count + stored.metadata.encoded.count + (keptContext?.count ?? 0))
+                + (consent?.count ?? 0) + Self.fixedMembersBound
+            JSONOutput.write(into: &out, maxCount: bound, first: &first) { json in
+                open(&json)
+                json.key("id")
+                json.quoted(header.id)
+                json.key("type")
+                json.raw(Self.quotedName(header.type))
+                json.key("name")
+                json.string(utf8: name)
+                json.key("source")
+                json.string(utf8: source)
+                if disclosure.process {
+                    json.key("pid")
+                    json.integer(UInt64(header.pid))
+                    json.key("seq")
+                    json.integer(header.sequence)
                 }
+                json.key("timestamp")
+                json.integer(header.timestamp)
+                if disclosure.process, let session = header.session {
+                    json.key("session")
+                    json.quoted(session)
+                }
+                json.key("accepted_at")
+                json.integer(stored.acceptedAt)
+                if header.category != 0 {
+                    json.key("category")
+                    json.integer(UInt64(header.category))
+                }
+                if !user.isEmpty {
+                    json.key("user_id")
+                    json.string(utf8: user)
+                }
+                if !once.isEmpty {
+                    json.key("once_key")
+                    json.string(utf8: once)
+                }
+                if header.flags.contains(.localOnly) {
+                    json.key("local_only")
+                    json.raw("true")
+                }
+                if properties.isEmpty {
+                    json.key("properties")
+                    json.raw("{}")
+                } else {
+                    Self.objectField("properties", properties, rawName: "properties_raw", &json)
+                }
+                Self.decodingField("anonymous_id", anonymousID, &json)
+                Self.decodingField("group_id", groupID, &json)
+                Self.decodingField("previous_id", previousID, &json)
+                if let keptContext {
+                    keptContext.withUnsafeBytes { Self.objectField("context", $0, rawName: "context_raw", &json) }
+                } else if !context.isEmpty {
+                    Self.objectField("context", context, rawName: "context_raw", &json)
+                }
+                Self.decodingField("message_id", messageID, &json)
+                // The sender as the kernel told the agent; `null` for events stored before
+                // origins were recorded and for those the agent made itself; absent when not
+                // disclosed.
+                if disclosure.origin { Self.originField(stored.metadata, memo: &memo, &json) }
+                if let consent {
+                    json.key("consent")
+                    consent.withUnsafeBytes { json.raw($0) }
+                }
+                close(&json)
             }
-            if !messageID.isEmpty { field("message_id", decoding: messageID) }
         }
-        // The sender as the kernel told the agent; `null` for events stored before origins were
-        // recorded and for those the agent made itself; absent when not disclosed.
-        if disclosure.origin { originField(stored.metadata) }
-        if let consent { rawField("consent", consent) }
+    }
+
+    /// More than the keys, numbers, ids and literals of one stored event's members take (about
+    /// 700 bytes at most), for the bound of ``storedEventMembers(_:consent:disclosure:)``.
+    private static let fixedMembersBound = 1024
+
+    /// A string field, when `value` is not empty, read as `String(decoding:as:)` reads it.
+    private static func decodingField(_ name: StaticString, _ value: UnsafeRawBufferPointer, _ json: inout JSONOutput) {
+        guard !value.isEmpty else { return }
+        json.key(name)
+        json.string(decoding: value)
     }
 
     /// `"track"` and so on: the JSON string of ``EventType/description``, written as it is.
@@ -110,36 +208,25 @@ extension JSONWriter {
         }
     }
 
-    /// A string field from valid UTF-8.
-    private mutating func textField(_ name: StaticString, _ utf8: UnsafeRawBufferPointer) {
-        key(name)
-        JSONText.appendString(utf8: utf8, to: &bytes)
-    }
-
-    /// A string field whose value is `value` read as `String(decoding:as:)` reads it.
-    private mutating func field(_ name: StaticString, decoding value: UnsafeRawBufferPointer) {
-        key(name)
-        JSONText.appendString(decoding: value, to: &bytes)
-    }
-
     /// ``objectField(_:_:rawName:)`` for bytes in place. A plain object (the common case) is
     /// checked in one pass that also tells whether it holds a raw newline (only ever whitespace
     /// there), so it is copied whole and compacted only then; anything else is left to
     /// Foundation's parser as before.
-    private mutating func objectField(_ name: StaticString, _ json: UnsafeRawBufferPointer, rawName: StaticString) {
+    private static func objectField(_ name: StaticString, _ object: UnsafeRawBufferPointer, rawName: StaticString, _ json: inout JSONOutput) {
         var newlines = false
-        if JSONValidation.isPlainObject(json, newlines: &newlines) {
-            key(name)
-            let start = bytes.count
-            bytes.append(contentsOf: json)
-            if newlines { Self.compactInPlace(&bytes, from: start) }
-        } else if Self.foundationIsObject(Data(json)) {
-            key(name)
-            let start = bytes.count
-            bytes.append(contentsOf: json)
-            Self.compactInPlace(&bytes, from: start)
+        if JSONValidation.isPlainObject(object, newlines: &newlines) {
+            json.key(name)
+            let start = json.count
+            json.raw(object)
+            if newlines { json.compact(from: start) }
+        } else if Self.foundationIsObject(Data(object)) {
+            json.key(name)
+            let start = json.count
+            json.raw(object)
+            json.compact(from: start)
         } else {
-            field(rawName, decoding: json)
+            json.key(rawName)
+            json.string(decoding: object)
         }
     }
 
@@ -148,11 +235,11 @@ extension JSONWriter {
     package mutating func storedEventsField(_ name: StaticString, _ events: [StoredEvent], disclosure: Disclosure = .all) {
         key(name)
         bytes.append(UInt8(ascii: "["))
+        var memo: OriginMemo? = OriginMemo()
         for (index, stored) in events.enumerated() {
             if index > 0 { bytes.append(UInt8(ascii: ",")) }
-            var object = JSONWriter(appendingTo: &bytes)
-            object.storedEventMembers(stored, disclosure: disclosure)
-            object.finish(into: &bytes)
+            var object = true
+            Self.append(stored, consent: nil, disclosure: disclosure, framing: .object, memo: &memo, to: &bytes, first: &object)
         }
         bytes.append(UInt8(ascii: "]"))
     }
@@ -160,7 +247,36 @@ extension JSONWriter {
     /// `"origin":` and the object of ``originObject(_:)`` for the origin recorded in `metadata`
     /// (`null` when it has none), read from the metadata's bytes in place, in one pass.
     package mutating func originField(_ metadata: RecordMetadata) {
-        key("origin")
+        var memo: OriginMemo?
+        JSONOutput.write(into: &bytes, maxCount: 6 * metadata.encoded.count + Self.fixedMembersBound, first: &first) {
+            Self.originField(metadata, memo: &memo, &$0)
+        }
+    }
+
+    /// ``originField(_:)`` into `json`, which has room for six bytes per byte of `metadata` and
+    /// a few hundred more; copied from `memo` when it was written from the same metadata, and
+    /// kept there otherwise.
+    private static func originField(_ metadata: RecordMetadata, memo: inout OriginMemo?, _ json: inout JSONOutput) {
+        json.key("origin")
+        if let known = memo, !known.json.isEmpty, Self.sameBytes(known.metadata, metadata.encoded) {
+            known.json.withUnsafeBytes { json.raw($0) }
+            return
+        }
+        let start = json.count
+        originObject(metadata, &json)
+        if memo != nil {
+            memo = OriginMemo(metadata: metadata.encoded, json: Array(json.written(from: start)))
+        }
+    }
+
+    private static func sameBytes(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        a.count == b.count && a.withUnsafeBytes { a in
+            b.withUnsafeBytes { b in a.isEmpty || memcmp(a.baseAddress!, b.baseAddress!, a.count) == 0 }
+        }
+    }
+
+    /// The origin object (or `null`) of ``originField(_:)``.
+    private static func originObject(_ metadata: RecordMetadata, _ json: inout JSONOutput) {
         metadata.encoded.withUnsafeBytes { raw in
             // The first field of each origin tag, as ``RecordMetadata/subscript(_:)`` finds it.
             let none = UnsafeRawBufferPointer(start: nil, count: 0)
@@ -184,33 +300,35 @@ extension JSONWriter {
                 offset += 3 + length
             }
             guard any else {
-                appendRaw("null")
+                json.raw("null")
                 return
             }
-            func number(_ name: StaticString, _ found: Bool, _ value: UnsafeRawBufferPointer, _ json: inout JSONWriter) {
+            func number(_ name: StaticString, _ found: Bool, _ value: UnsafeRawBufferPointer) {
+                json.key(name)
                 if found, value.count == 4 {
-                    json.field(name, UInt64(value.loadUnaligned(as: UInt32.self).littleEndian))
+                    json.integer(UInt64(value.loadUnaligned(as: UInt32.self).littleEndian))
                 } else {
-                    json.key(name)
-                    json.appendRaw("null")
+                    json.raw("null")
                 }
             }
-            func text(_ name: StaticString, _ found: Bool, _ value: UnsafeRawBufferPointer, _ json: inout JSONWriter) {
+            func text(_ name: StaticString, _ found: Bool, _ value: UnsafeRawBufferPointer) {
+                json.key(name)
                 if found {
-                    json.field(name, decoding: value)
+                    json.string(decoding: value)
                 } else {
-                    json.key(name)
-                    json.appendRaw("null")
+                    json.raw("null")
                 }
             }
-            var inner = JSONWriter(appendingTo: &bytes)
-            number("uid", found.0, values.0, &inner)
-            number("gid", found.1, values.1, &inner)
-            number("pid", found.2, values.2, &inner)
-            text("comm", found.3, values.3, &inner)
-            text("exe", found.4, values.4, &inner)
-            text("unit", found.5, values.5, &inner)
-            inner.finish(into: &bytes)
+            json.byte(UInt8(ascii: "{"))
+            json.first = true
+            number("uid", found.0, values.0)
+            number("gid", found.1, values.1)
+            number("pid", found.2, values.2)
+            text("comm", found.3, values.3)
+            text("exe", found.4, values.4)
+            text("unit", found.5, values.5)
+            json.byte(UInt8(ascii: "}"))
+            json.first = false
         }
     }
 
@@ -251,9 +369,27 @@ extension JSONWriter {
     /// Appends one JSON Lines line for `stored` (``storedEventObject(_:consent:)`` and a newline):
     /// the file sink's line format, also used for the events of a dead letter.
     package static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, to out: inout [UInt8]) {
-        var json = JSONWriter(appendingTo: &out)
-        json.storedEventMembers(stored, consent: consent)
-        json.finish(into: &out)
-        out.append(UInt8(ascii: "\n"))
+        appendLine(for: stored, consent: consent, lineFormat: nil, disclosure: .all, to: &out)
+    }
+
+    /// ``appendLine(for:consent:to:)`` starting with `"line_format":N` when `lineFormat` is set
+    /// (the file sink's lines), leaving out what `disclosure` withholds.
+    package static func appendLine(for stored: StoredEvent, consent: [UInt8]?, lineFormat: UInt64?, disclosure: Disclosure,
+                                   to out: inout [UInt8]) {
+        var first = true
+        var memo: OriginMemo?
+        append(stored, consent: consent, disclosure: disclosure, framing: .line(lineFormat: lineFormat), memo: &memo,
+               to: &out, first: &first)
+    }
+
+    /// ``appendLine(for:consent:lineFormat:disclosure:to:)`` of each of `events`, in order.
+    package static func appendLines(for events: [StoredEvent], consent: [UInt8]?, lineFormat: UInt64?, disclosure: Disclosure,
+                                    to out: inout [UInt8]) {
+        var first = true
+        var memo: OriginMemo? = OriginMemo()
+        for stored in events {
+            append(stored, consent: consent, disclosure: disclosure, framing: .line(lineFormat: lineFormat), memo: &memo,
+                   to: &out, first: &first)
+        }
     }
 }

@@ -11,7 +11,9 @@ package struct JSONWriter {
     /// The object written so far (``finish()`` closes it). Internal setter, `key` and `appendRaw`:
     /// the stored event's object (EventJSON.swift) writes through them.
     package internal(set) var bytes: [UInt8] = [UInt8(ascii: "{")]
-    private var first = true
+    /// Whether no field is written yet (no comma before the next key); the stored event's
+    /// members (EventJSON.swift) hand it to ``JSONOutput``.
+    var first = true
 
     /// An object written at the end of `out` (taken over without a copy; ``finish(into:)`` hands
     /// it back): one growing buffer for a whole batch instead of an array per event.

@@ -127,9 +127,8 @@ struct EncoderGoldenTests {
                 for lineFormat in FileSink.lineFormats where name == "default" || lineFormat == FileSink.currentLineFormat {
                     var lines: [UInt8] = []
                     let consent = FileSink.consentJSON(stamp, lineFormat: lineFormat)
-                    for stored in corpus {
-                        FileSink.appendLine(for: stored, consent: consent, lineFormat: lineFormat, disclosure: disclosure ?? .all, to: &lines)
-                    }
+                    // The batch path the sink writes with (its origin memo included).
+                    FileSink.appendLines(for: corpus, consent: consent, lineFormat: lineFormat, disclosure: disclosure ?? .all, to: &lines)
                     emit("file \(tag) format \(lineFormat)\n", lines)
                 }
                 for message in JetStreamSink.messages(for: batch, template: template) {

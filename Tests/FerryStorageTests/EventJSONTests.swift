@@ -57,6 +57,43 @@ import Testing
         var decoded: [UInt8] = []
         Array(text.utf8).withUnsafeBytes { JSONText.appendString(decoding: $0, to: &decoded) }
         #expect(decoded == expected)
+        // The reserved-space writer of the stored event's members writes the same bytes.
+        for decoding in [false, true] {
+            var written: [UInt8] = [7]
+            var first = true
+            JSONOutput.write(into: &written, maxCount: 6 * text.utf8.count + 2, first: &first) { json in
+                Array(text.utf8).withUnsafeBytes { decoding ? json.string(decoding: $0) : json.string(utf8: $0) }
+            }
+            #expect(written == [7] + expected)
+        }
+    }
+
+    @Test(arguments: [UInt64(0), 9, 10, 99, 1000, 4242, UInt64(UInt32.max), UInt64.max])
+    func integersAsBefore(_ value: UInt64) {
+        var expected: [UInt8] = []
+        JSONText.appendInteger(value, to: &expected)
+        var written: [UInt8] = []
+        var first = true
+        JSONOutput.write(into: &written, maxCount: 20, first: &first) { $0.integer(value) }
+        #expect(written == expected && expected == Array(String(value).utf8))
+    }
+
+    /// The bound reserved for an event holds the worst case: every string byte escaped as six.
+    @Test func worstCaseEscapingFits() throws {
+        let control = String(repeating: "\u{1}", count: 300)
+        let event = WireEvent(id: EventID(high: 0x0190_0000_0000_7001, low: 0x8000_0000_0000_0001), timestamp: 1, sequence: 2, pid: 3,
+                              type: .track, source: control, name: control, userID: control, properties: Array(control.utf8))
+        let metadata = EventOrigin(uid: 1, gid: 2, pid: 3, comm: control, exe: control, unit: control).metadata
+        let frame = event.encoded()
+        let stored = StoredEvent(position: LogPosition(segment: 1, offset: 16), size: LogRecord.framedSize(frameSize: frame.count),
+                                 acceptedAt: 4, frame: frame, metadata: metadata)
+        var lines: [UInt8] = []
+        JSONWriter.appendLines(for: [stored, stored], consent: nil, lineFormat: 3, disclosure: .all, to: &lines)
+        let line = try #require(lines.split(separator: UInt8(ascii: "\n")).first)
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any])
+        #expect(object["name"] as? String == control && object["properties_raw"] as? String == control)
+        #expect((object["origin"] as? [String: Any])?["unit"] as? String == control)
+        #expect(lines.count == 2 * (line.count + 1))
     }
 
     @Test func invalidUTF8IsReadAsStringDecodingReadsIt() {

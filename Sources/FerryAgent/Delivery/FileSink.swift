@@ -113,9 +113,7 @@ public final class FileSink: Sink {
         lines.reserveCapacity(batch.events.reduce(0) { $0 + $1.size } * 2)
         let stamp = Self.consentJSON(batch.consent, lineFormat: lineFormat)
         let disclosure = batch.disclosure ?? .all
-        for event in batch.events {
-            Self.appendLine(for: event, consent: stamp, lineFormat: lineFormat, disclosure: disclosure, to: &lines)
-        }
+        Self.appendLines(for: batch.events, consent: stamp, lineFormat: lineFormat, disclosure: disclosure, to: &lines)
         let payload = lines
         return try await io.run { [self] () throws -> [UInt8] in
             var current = state.withLock { $0 }
@@ -146,11 +144,17 @@ public final class FileSink: Sink {
     /// leaves out what the sink's `disclose` setting withholds.
     static func appendLine(for stored: StoredEvent, consent: [UInt8]? = nil, lineFormat: Int = currentLineFormat,
                            disclosure: Disclosure = .all, to out: inout [UInt8]) {
-        var json = JSONWriter(appendingTo: &out)
-        if lineFormat >= 2 { json.field("line_format", UInt64(lineFormat)) }
-        json.storedEventMembers(stored, consent: consent, disclosure: disclosure)
-        json.finish(into: &out)
-        out.append(UInt8(ascii: "\n"))
+        JSONWriter.appendLine(for: stored, consent: consent, lineFormat: lineFormat >= 2 ? UInt64(lineFormat) : nil,
+                              disclosure: disclosure, to: &out)
+    }
+
+    /// ``appendLine(for:consent:lineFormat:disclosure:to:)`` of each of `events`, in order: a
+    /// batch's lines, as the sink writes them (an origin repeated from the event before is
+    /// copied, not written anew).
+    static func appendLines(for events: [StoredEvent], consent: [UInt8]? = nil, lineFormat: Int = currentLineFormat,
+                            disclosure: Disclosure = .all, to out: inout [UInt8]) {
+        JSONWriter.appendLines(for: events, consent: consent, lineFormat: lineFormat >= 2 ? UInt64(lineFormat) : nil,
+                               disclosure: disclosure, to: &out)
     }
 
     /// The consent stamp as a JSON object, or `nil` when empty, in the style of line format
