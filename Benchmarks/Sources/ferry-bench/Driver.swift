@@ -397,6 +397,7 @@ struct Driver {
             sinks.append(("http_gzip", #"{"sinks":[{"name":"http","type":"http","url":"http://127.0.0.1:\#(collector.port)/v1/batch","gzip":true}]}"#))
         }
         sinks.append(("jetstream", #"{"sinks":[\#(jetstream)]}"#))
+        sinks.append(("jetstream_batched", #"{"sinks":[\#(jetstream.dropLast()),"eventsPerMessage":100}]}"#))
         for (name, config) in sinks {
             var rates: [Double] = []
             for _ in 0..<runs {

@@ -64,7 +64,7 @@ struct Report {
         out.append("\n### Delivery\n")
         out.append("| sink | events | events/s (median) | runs |")
         out.append("|---|---|---|---|")
-        for (key, label) in [("file", "file"), ("http", "HTTP (nginx 204), gzip off"), ("http_gzip", "HTTP (nginx 204), gzip on"), ("jetstream", "JetStream (1 node)")] {
+        for (key, label) in [("file", "file"), ("http", "HTTP (nginx 204), gzip off"), ("http_gzip", "HTTP (nginx 204), gzip on"), ("jetstream", "JetStream (1 node)"), ("jetstream_batched", "JetStream (1 node), 100 events/message")] {
             guard let row = delivery[key] as? [String: Any] else { continue }
             let runs = (row["rates"] as? [Double] ?? []).map { n($0) }.joined(separator: ", ")
             out.append("| \(label) | \(row["events"] ?? "") | \(n(row["median"])) | \(runs) |")
