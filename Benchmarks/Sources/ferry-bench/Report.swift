@@ -72,6 +72,7 @@ struct Report {
         if let live = summary["delivery_live"] as? [String: Any] {
             out.append("\nEvery sink live at \(n(live["offered_rate"])) events/s (half the maximum ingest) for \(n(live["seconds"])) s: largest sink backlog \(n((live["max_backlog"] as? Int).map(Double.init))) events, \(n((live["max_backlog_last_third"] as? Int).map(Double.init))) in the last third.")
         }
+        out.append(contentsOf: fleetMarkdown())
         out.append("\nWall time: \(n(summary["wall_seconds"])) s")
         return out.joined(separator: "\n")
     }
