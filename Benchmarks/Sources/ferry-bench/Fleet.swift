@@ -231,6 +231,9 @@ extension Driver {
         return agents
     }
 
+    /// User plus system CPU seconds of every agent so far.
+    func agentsCPUSeconds(_ agents: [Agent]) -> Double { agents.map { cpuSeconds(pid: $0.child.pid) }.reduce(0, +) }
+
     /// Each agent's JetStream sink backlog (events), -1 when it does not answer.
     func fleetBacklogs(_ agents: [Agent]) -> [Int] {
         agents.map { agent in
@@ -251,6 +254,7 @@ extension Driver {
         let agents = try fleetAgents(shape.agents, cluster: cluster, dir: dir, perMessage: perMessage, autoStart: false, backlog: backlog)
         defer { for agent in agents { agent.stop() } }
         let cpu0 = cluster.serverCPUSeconds(), rss0 = cluster.largestRSSKiB(), each0 = cluster.serverCPUSecondsEach()
+        let agentsCPU0 = agentsCPUSeconds(agents)
         let started = nowNanoseconds()
         for agent in agents { _ = controlRequest(runtime: agent.runtime, #"{"op":"start"}"#) }
         var samples: [(t: Double, messages: Int, bytes: Int)] = []
@@ -277,20 +281,30 @@ extension Driver {
         }
         let cpu = cluster.serverCPUSeconds() - cpu0
         let each = zip(cluster.serverCPUSecondsEach(), each0).map { $0 - $1 }
+        let agentsCPU = agentsCPUSeconds(agents) - agentsCPU0
         let rss = cluster.largestRSSKiB()
         let final = samples.last ?? (0, 0, 0)
         let done = samples.first { $0.messages == final.messages }?.t ?? .nan
         let events = perMessage == 1 ? final.messages : ((try? cluster.countEvents()) ?? -1)
+        // The rate between 10% and 90% of the final count: without the agents' connecting at
+        // the start (each connects on its first delivery) and the last stragglers.
+        let low = samples.first { $0.messages * 10 >= final.messages }, high = samples.first { $0.messages * 10 >= final.messages * 9 }
+        var middle = (messages: Double.nan, bytes: Double.nan)
+        if let low, let high, high.t > low.t {
+            middle = (Double(high.messages - low.messages) / (high.t - low.t), Double(high.bytes - low.bytes) / (high.t - low.t))
+        }
+        let perMessageEvents = Double(events) / Double(max(1, final.messages))
         let row: [String: Any] = [
             "events_offered": total, "events_stored": events, "messages_stored": final.messages, "bytes_stored": final.bytes,
-            "seconds": done, "drained": drained, "events_per_second": Double(events) / done,
-            "messages_per_second": Double(final.messages) / done, "bytes_per_second": Double(final.bytes) / done,
+            "seconds": done, "drained": drained, "events_per_second": middle.messages * perMessageEvents,
+            "messages_per_second": middle.messages, "bytes_per_second": middle.bytes,
+            "events_per_second_whole_run": Double(events) / done, "messages_per_second_whole_run": Double(final.messages) / done,
             "bytes_per_event": Double(final.bytes) / Double(events), "server_cpu_seconds": cpu,
             "server_cpu_us_per_message": cpu * 1e6 / Double(final.messages), "server_cpu_us_per_event": cpu * 1e6 / Double(events),
             "max_agent_backlog": maxBacklog, "server_rss_kib_before": rss0, "server_rss_kib": rss,
-            "server_cpu_seconds_each": each,
+            "server_cpu_seconds_each": each, "agents_cpu_seconds": agentsCPU, "agents_cpu_us_per_event": agentsCPU * 1e6 / Double(events),
         ]
-        note("fleet capacity, \(shape.agents) agents × \(backlog) events, \(perMessage)/message: \(events) events in \(final.messages) messages in \(String(format: "%.1f", done)) s — \(whole(Double(events) / done)) events/s, \(whole(Double(final.messages) / done)) messages/s at the cluster\(drained ? "" : " (not drained)")")
+        note("fleet capacity, \(shape.agents) agents × \(backlog) events, \(perMessage)/message: \(events) events in \(final.messages) messages in \(String(format: "%.1f", done)) s — between 10% and 90% of them \(whole(middle.messages * perMessageEvents)) events/s, \(whole(middle.messages)) messages/s at the cluster (\(whole(Double(events) / done)) events/s over the whole run)\(drained ? "" : " (not drained)")")
         return row
     }
 
@@ -300,10 +314,16 @@ extension Driver {
     func fleetSteady(cluster: FleetCluster, dir: String, perMessage: Int, maxWait: Int) throws -> [String: Any] {
         defer { removeTree(dir) }
         try cluster.resetStream()
-        let shape = fleetShape
+        let shape = fleetShape, warmup = 10
         let agents = try fleetAgents(shape.agents, cluster: cluster, dir: dir, perMessage: perMessage, maxWait: maxWait,
-                                     autoStart: true, backlog: 0)
+                                     autoStart: true, backlog: warmup)
         defer { for agent in agents { agent.stop() } }
+        // Warm-up: each agent connects on its first delivery (and checks the stream); with 50
+        // agents starting at once that takes seconds, which belong to no steady state. The
+        // window starts once every agent has delivered its few pre-written events.
+        let warmupStart = nowNanoseconds()
+        while seconds(since: warmupStart) < 120, !fleetBacklogs(agents).allSatisfy({ $0 == 0 }) { sleepMicroseconds(500_000) }
+        let warmupSeconds = seconds(since: warmupStart)
         var clients: [Child] = []
         defer { for child in clients where child.process.isRunning { child.signal(SIGKILL); child.wait() } }
         for (i, agent) in agents.enumerated() {
@@ -311,18 +331,27 @@ extension Driver {
                                           "--seconds", "\(shape.seconds)", "--size", "256", "--source", "fleet-\(i)"]))
         }
         for child in clients { try child.expectReady() }
-        let state0 = cluster.streamState(), cpu0 = cluster.serverCPUSeconds()
+        let state0 = cluster.streamState(), cpu0 = cluster.serverCPUSeconds(), agentsCPU0 = agentsCPUSeconds(agents)
         let started = nowNanoseconds()
         for child in clients { child.go() }
         var samples: [[String: Any]] = []
+        // The cluster every second; the agents every 4 s (50 status requests take a while on a
+        // loaded machine, and cost the agents CPU).
+        var lastAgents = 0.0
         while seconds(since: started) < shape.seconds {
             sleepMicroseconds(1_000_000)
-            let state = cluster.streamState(), backlogs = fleetBacklogs(agents)
-            samples.append(["t": seconds(since: started), "messages": state.messages, "bytes": state.bytes,
-                            "max_backlog": backlogs.max() ?? -1, "total_backlog": backlogs.filter { $0 > 0 }.reduce(0, +)])
+            let state = cluster.streamState()
+            var sample: [String: Any] = ["t": seconds(since: started), "messages": state.messages, "bytes": state.bytes]
+            if seconds(since: started) - lastAgents >= 4 {
+                lastAgents = seconds(since: started)
+                let backlogs = fleetBacklogs(agents)
+                sample["max_backlog"] = backlogs.max() ?? -1
+                sample["total_backlog"] = backlogs.filter { $0 > 0 }.reduce(0, +)
+            }
+            samples.append(sample)
         }
         let window = seconds(since: started)
-        let state1 = cluster.streamState(), cpu1 = cluster.serverCPUSeconds()
+        let state1 = cluster.streamState(), cpu1 = cluster.serverCPUSeconds(), agentsCPU = agentsCPUSeconds(agents) - agentsCPU0
         var accepted = 0
         for child in clients {
             accepted += (try? child.result())?["accepted"] as? Int ?? 0
@@ -333,8 +362,8 @@ extension Driver {
         while seconds(since: drainStart) < 60, !fleetBacklogs(agents).allSatisfy({ $0 == 0 }) { sleepMicroseconds(500_000) }
         let drainSeconds = seconds(since: drainStart)
         let final = cluster.streamState()
-        let events = perMessage == 1 ? final.messages : ((try? cluster.countEvents()) ?? -1)
-        let eventsPerMessage = final.messages > 0 ? Double(events) / Double(final.messages) : .nan
+        let events = (perMessage == 1 ? final.messages : ((try? cluster.countEvents()) ?? -1)) - warmup * shape.agents
+        let eventsPerMessage = final.messages > state0.messages ? Double(events) / Double(final.messages - state0.messages) : .nan
         let messages = state1.messages - state0.messages, bytes = state1.bytes - state0.bytes
         let tail = samples.suffix(max(1, samples.count / 3))
         let lateBacklog = tail.compactMap { $0["max_backlog"] as? Int }.max() ?? -1
@@ -346,9 +375,11 @@ extension Driver {
             "server_cpu_seconds": cpu, "server_cpu_us_per_message": cpu * 1e6 / Double(messages),
             "server_cpu_us_per_event": cpu * 1e6 / (Double(messages) * eventsPerMessage),
             "max_agent_backlog_last_third": lateBacklog, "drain_seconds": drainSeconds,
-            "events_stored": events, "messages_stored": final.messages, "samples": samples,
+            "agents_cpu_seconds": agentsCPU, "agents_cpu_cores": agentsCPU / window,
+            "events_stored": events, "messages_stored": final.messages - state0.messages, "warmup_events_per_agent": warmup,
+            "warmup_seconds": warmupSeconds, "samples": samples,
         ]
-        note("fleet steady, \(shape.agents) agents × \(whole(shape.rate))/s, \(perMessage)/message, wait \(maxWait) ms: accepted \(whole(Double(accepted) / shape.seconds))/s; cluster \(whole(Double(messages) / window)) messages/s ≈ \(whole(Double(messages) * eventsPerMessage / window)) events/s, \(String(format: "%.1f", cpu * 1e6 / Double(max(1, messages)))) µs server CPU/message; largest agent backlog \(lateBacklog) in the last third; stored \(events) of \(accepted) events after \(String(format: "%.1f", drainSeconds)) s of drain")
+        note("fleet steady, \(shape.agents) agents × \(whole(shape.rate))/s, \(perMessage)/message, wait \(maxWait) ms: accepted \(whole(Double(accepted) / shape.seconds))/s; cluster \(whole(Double(messages) / window)) messages/s ≈ \(whole(Double(messages) * eventsPerMessage / window)) events/s, \(String(format: "%.1f", cpu * 1e6 / Double(max(1, messages)))) µs server CPU/message, agents \(String(format: "%.2f", agentsCPU / window)) cores; largest agent backlog \(lateBacklog) in the last third; stored \(events) of \(accepted) events after \(String(format: "%.1f", drainSeconds)) s of drain")
         return row
     }
 }

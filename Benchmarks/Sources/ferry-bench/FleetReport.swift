@@ -26,10 +26,10 @@ extension Report {
             let wait = mode["batch_max_wait_ms"] as? Int ?? 0
             let per = "\(mode["events_per_message"] ?? "?")\(wait > 0 ? ", wait \(wait) ms" : "")"
             if let c = mode["capacity"] as? [String: Any] {
-                out.append("| \(per) | capacity (\(c["events_offered"] ?? "?") pre-written) | \(n(c["events_per_second"])) | \(n(c["messages_per_second"])) | \(n(c["bytes_per_second"])) | \(n(c["bytes_per_event"])) | \(r(c["server_cpu_us_per_message"])) | \(r(c["server_cpu_us_per_event"])) | ≤ \(c["max_agent_backlog"] ?? "?") | \(c["events_stored"] ?? "?") events in \(c["messages_stored"] ?? "?") messages, \(r(c["seconds"])) s\((c["drained"] as? Bool ?? false) ? "" : ", **not drained**") |")
+                out.append("| \(per) | capacity (\(c["events_offered"] ?? "?") pre-written; 10–90%) | \(n(c["events_per_second"])) | \(n(c["messages_per_second"])) | \(n(c["bytes_per_second"])) | \(n(c["bytes_per_event"])) | \(r(c["server_cpu_us_per_message"])) | \(r(c["server_cpu_us_per_event"])) | ≤ \(c["max_agent_backlog"] ?? "?") | \(c["events_stored"] ?? "?") events in \(c["messages_stored"] ?? "?") messages, \(r(c["seconds"])) s (\(n(c["events_per_second_whole_run"])) events/s over the whole run); agents' CPU \(r(c["agents_cpu_us_per_event"])) µs/event\((c["drained"] as? Bool ?? false) ? "" : ", **not drained**") |")
             }
             if let s = mode["steady"] as? [String: Any] {
-                out.append("| \(per) | steady (\(n(s["offered_per_second"]))/s offered) | ≈ \(n(s["events_per_second"])) | \(n(s["messages_per_second"])) | \(n(s["bytes_per_second"])) | – | \(r(s["server_cpu_us_per_message"])) | \(r(s["server_cpu_us_per_event"])) | ≤ \(s["max_agent_backlog_last_third"] ?? "?") (last third) | \(r(s["events_per_message"])) events/message; \(s["events_stored"] ?? "?") of \(s["accepted"] ?? "?") accepted stored after \(r(s["drain_seconds"])) s drain |")
+                out.append("| \(per) | steady (\(n(s["offered_per_second"]))/s offered) | ≈ \(n(s["events_per_second"])) | \(n(s["messages_per_second"])) | \(n(s["bytes_per_second"])) | – | \(r(s["server_cpu_us_per_message"])) | \(r(s["server_cpu_us_per_event"])) | ≤ \(s["max_agent_backlog_last_third"] ?? "?") (last third) | \(r(s["events_per_message"])) events/message; \(s["events_stored"] ?? "?") of \(s["accepted"] ?? "?") accepted stored after \(r(s["drain_seconds"])) s drain; agents used \(r(s["agents_cpu_cores"])) cores |")
             }
         }
         return out
