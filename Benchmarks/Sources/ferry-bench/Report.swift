@@ -64,7 +64,7 @@ struct Report {
         out.append("\n### Delivery\n")
         out.append("| sink | events | events/s (median) | runs |")
         out.append("|---|---|---|---|")
-        for (key, label) in [("file", "file"), ("http", "HTTP (nginx 204), gzip off"), ("http_gzip", "HTTP (nginx 204), gzip on"), ("jetstream", "JetStream (1 node)")] {
+        for (key, label) in [("file", "file"), ("http", "HTTP (nginx 204), gzip off"), ("http_gzip", "HTTP (nginx 204), gzip on"), ("jetstream", "JetStream (1 node)"), ("jetstream_batched", "JetStream (1 node), 100 events/message")] {
             guard let row = delivery[key] as? [String: Any] else { continue }
             let runs = (row["rates"] as? [Double] ?? []).map { n($0) }.joined(separator: ", ")
             out.append("| \(label) | \(row["events"] ?? "") | \(n(row["median"])) | \(runs) |")
@@ -72,6 +72,7 @@ struct Report {
         if let live = summary["delivery_live"] as? [String: Any] {
             out.append("\nEvery sink live at \(n(live["offered_rate"])) events/s (half the maximum ingest) for \(n(live["seconds"])) s: largest sink backlog \(n((live["max_backlog"] as? Int).map(Double.init))) events, \(n((live["max_backlog_last_third"] as? Int).map(Double.init))) in the last third.")
         }
+        out.append(contentsOf: fleetMarkdown())
         out.append("\nWall time: \(n(summary["wall_seconds"])) s")
         return out.joined(separator: "\n")
     }

@@ -110,6 +110,7 @@ struct Targets {
             rows.append(row("4.delivery.\(key)", "\(label) ÷ max ingest (256 B)", measured: "\(n(rate)) vs \(n(maxIngest)) events/s",
                             ratio: rate.flatMap { r in maxIngest.map { r / $0 } }, .atLeast(bound)))
         }
+        rows.append(batchedDeliveryRow())
         let live = summary["delivery_live"] as? [String: Any]
         let lateBacklog = d(live?["max_backlog_last_third"]), offered = d(live?["offered_rate"])
         rows.append(row("4.backlog.live", "all sinks live at 50% of max for \(n(d(live?["seconds"]))) s: late backlog ÷ 1 s of load",
