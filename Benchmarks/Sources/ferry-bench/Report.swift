@@ -27,10 +27,13 @@ struct Report {
             out.append("| `\(row["id"] ?? "")` | \(row["target"] ?? "") | \(row["measured"] ?? "") | \(r(row["ratio"])) | \(row["bound"] ?? "") | \(verdict == "missed" ? "**missed**" : verdict) |")
         }
         out.append("\n### Durable ingest (acked events/s) and its peers\n")
-        out.append("| clients | body B | Ferry | JetStream (peer) | raw ZeroMQ (a) | disk, sync/MiB (b) | SQLite (c) | Ferry/JS | Ferry/(a) | Ferry/(b) | ferryd CPU µs/event | Ferry runs |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        if let current = summary["nats_current"] as? [String: Any] {
+            out.append("JetStream peers: Debian's nats-server 2.9 (default sync); \(current["version"] ?? "?") default (fsync every 2 min); the same with `sync_interval: always` (verified in /varz).\n")
+        }
+        out.append("| clients | body B | Ferry | JetStream 2.9 | JS 2.15 | JS 2.15 sync always | raw ZeroMQ (a) | disk, sync/MiB (b) | SQLite (c) | Ferry/JS 2.9 | Ferry/JS 2.15 | Ferry/JS 2.15 sync | Ferry/(a) | Ferry/(b) | ferryd CPU µs/event | Ferry runs |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for row in summary["ingest"] as? [[String: Any]] ?? [] {
-            out.append("| \(row["clients"] ?? "") | \(row["size"] ?? "") | \(n(row["ferry_median"])) | \(n(row["jetstream_median"])) | \(n(row["zmq_median"])) | \(n(row["disk_median"])) | \(n(row["sqlite_median"])) | \(r(row["ferry_over_jetstream"])) | \(r(row["ferry_over_zmq"])) | \(r(row["ferry_over_disk"])) | \(r(row["cpu_us_per_event_median"])) | \(list(row["ferry"])) |")
+            out.append("| \(row["clients"] ?? "") | \(row["size"] ?? "") | \(n(row["ferry_median"])) | \(n(row["jetstream_median"])) | \(n(row["jetstream_current_median"])) | \(n(row["jetstream_current_sync_median"])) | \(n(row["zmq_median"])) | \(n(row["disk_median"])) | \(n(row["sqlite_median"])) | \(r(row["ferry_over_jetstream"])) | \(r(row["ferry_over_jetstream_current"])) | \(r(row["ferry_over_jetstream_current_sync"])) | \(r(row["ferry_over_zmq"])) | \(r(row["ferry_over_disk"])) | \(r(row["cpu_us_per_event_median"])) | \(list(row["ferry"])) |")
         }
         if let latency = summary["latency"] as? [String: Any] {
             let sync = (summary["fdatasync_us"] as? [String: Any])?["median"]

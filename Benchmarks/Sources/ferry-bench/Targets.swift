@@ -63,6 +63,19 @@ struct Targets {
             rows.append(row("1.jetstream.k\(k).\(size)B", "durable ingest ÷ JetStream, K=\(k), \(size) B",
                             measured: "\(n(ferry)) vs \(n(js)) events/s", ratio: ferry.flatMap { f in js.map { f / $0 } }, .atLeast(3)))
         }
+        // 1 (issue 24, point 5). The same against the current nats-server (2.15) in both modes,
+        // measured in the same rounds: its default (fsync every 2 minutes) and `sync_interval:
+        // always` (fsync before every PubAck, as Ferry syncs before every ack).
+        let version = ((summary["nats_current"] as? [String: Any])?["version"] as? String)?
+            .replacingOccurrences(of: "nats-server: ", with: "") ?? "2.15"
+        for (id, key, label) in [("js215", "jetstream_current", "default sync"), ("js215sync", "jetstream_current_sync", "sync_interval always")] {
+            for (k, size) in cells {
+                let c = cell(k, size)
+                let ferry = d(c?["ferry_median"]), js = d(c?[key + "_median"])
+                rows.append(row("1.\(id).k\(k).\(size)B", "durable ingest ÷ JetStream \(version) (\(label)), K=\(k), \(size) B",
+                                measured: "\(n(ferry)) vs \(n(js)) events/s", ratio: ferry.flatMap { f in js.map { f / $0 } }, .atLeast(3)))
+            }
+        }
         // 2. Against the disk ceiling (one writer, one fdatasync per MiB, same record size), every cell.
         for (k, size) in cells {
             let c = cell(k, size)
