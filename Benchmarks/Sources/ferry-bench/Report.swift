@@ -72,8 +72,16 @@ struct Report {
             let runs = (row["rates"] as? [Double] ?? []).map { n($0) }.joined(separator: ", ")
             out.append("| \(label) | \(row["events"] ?? "") | \(n(row["median"])) | \(runs) |")
         }
-        if let live = summary["delivery_live"] as? [String: Any] {
-            out.append("\nEvery sink live at \(n(live["offered_rate"])) events/s (half the maximum ingest) for \(n(live["seconds"])) s: largest sink backlog \(n((live["max_backlog"] as? Int).map(Double.init))) events, \(n((live["max_backlog_last_third"] as? Int).map(Double.init))) in the last third.")
+        if let sustain = summary["sustainable"] as? [String: Any] {
+            out.append("\n### Sustainable throughput: file + HTTP sinks live, 4 FerryClient processes, 256 B, Poisson (max ingest \(n(sustain["max_ingest"])) events/s)\n")
+            out.append("Sustained: \(n(sustain["sustained_rate"])) events/s; lowest rate not sustained: \(n(sustain["lowest_failed_rate"])). A probe sustains when every sink's backlog slope ≤ \(r(sustain["growth_fraction"].map { ($0 as? Double ?? 0) * 100 }))% of the offered rate and ferryd accepts ≥ \(r(sustain["accepted_fraction"].map { ($0 as? Double ?? 0) * 100 }))% of it.\n")
+            out.append("| probe | offered/s | accepted/s | file backlog slope/s | HTTP backlog slope/s | largest backlog | seconds | sustained |")
+            out.append("|---|---|---|---|---|---|---|---|")
+            for (i, probe) in (sustain["probes"] as? [[String: Any]] ?? []).enumerated() {
+                let slopes = probe["backlog_slopes"] as? [String: Double] ?? [:]
+                let largest = (probe["max_backlog"] as? [String: Int] ?? [:]).values.max().map(Double.init)
+                out.append("| \(i + 1) | \(n(probe["offered_rate"])) | \(n(probe["accepted_rate"])) | \(n(slopes["file"])) | \(n(slopes["http"])) | \(n(largest)) | \(r(probe["seconds"])) | \(probe["sustained"] as? Bool == true ? "yes" : (probe["stopped_early"] as? Bool == true ? "no (stopped early)" : "no")) |")
+            }
         }
         out.append("\nWall time: \(n(summary["wall_seconds"])) s")
         return out.joined(separator: "\n")
