@@ -111,8 +111,10 @@ extension Driver {
         let began = nowNanoseconds()
         while seconds(since: began) < liveSeconds {
             sleepMicroseconds(1_000_000)
+            // Stamped at the middle of the request: a slow reply under load does not skew the rates.
+            let asked = seconds(since: began)
             guard let status = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#) else { continue }
-            var sample: [String: Any] = ["t": seconds(since: began),
+            var sample: [String: Any] = ["t": (asked + seconds(since: began)) / 2,
                                          "accepted": (status["counters"] as? [String: Any])?["accepted"] as? Int ?? 0]
             var backlog: [String: Int] = [:]
             for sink in status["sinks"] as? [[String: Any]] ?? [] {
