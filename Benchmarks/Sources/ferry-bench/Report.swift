@@ -27,10 +27,13 @@ struct Report {
             out.append("| `\(row["id"] ?? "")` | \(row["target"] ?? "") | \(row["measured"] ?? "") | \(r(row["ratio"])) | \(row["bound"] ?? "") | \(verdict == "missed" ? "**missed**" : verdict) |")
         }
         out.append("\n### Durable ingest (acked events/s) and its peers\n")
-        out.append("| clients | body B | Ferry | JetStream (peer) | raw ZeroMQ (a) | disk, sync/MiB (b) | SQLite (c) | Ferry/JS | Ferry/(a) | Ferry/(b) | ferryd CPU µs/event | Ferry runs |")
-        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        if let current = summary["nats_current"] as? [String: Any] {
+            out.append("JetStream peers: Debian's nats-server 2.9 (default sync); \(current["version"] ?? "?") default (fsync every 2 min); the same with `sync_interval: always` (verified in /varz).\n")
+        }
+        out.append("| clients | body B | Ferry | JetStream 2.9 | JS 2.15 | JS 2.15 sync always | raw ZeroMQ (a) | disk, sync/MiB (b) | SQLite (c) | Ferry/JS 2.9 | Ferry/JS 2.15 | Ferry/JS 2.15 sync | Ferry/(a) | Ferry/(b) | ferryd CPU µs/event | Ferry runs |")
+        out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for row in summary["ingest"] as? [[String: Any]] ?? [] {
-            out.append("| \(row["clients"] ?? "") | \(row["size"] ?? "") | \(n(row["ferry_median"])) | \(n(row["jetstream_median"])) | \(n(row["zmq_median"])) | \(n(row["disk_median"])) | \(n(row["sqlite_median"])) | \(r(row["ferry_over_jetstream"])) | \(r(row["ferry_over_zmq"])) | \(r(row["ferry_over_disk"])) | \(r(row["cpu_us_per_event_median"])) | \(list(row["ferry"])) |")
+            out.append("| \(row["clients"] ?? "") | \(row["size"] ?? "") | \(n(row["ferry_median"])) | \(n(row["jetstream_median"])) | \(n(row["jetstream_current_median"])) | \(n(row["jetstream_current_sync_median"])) | \(n(row["zmq_median"])) | \(n(row["disk_median"])) | \(n(row["sqlite_median"])) | \(r(row["ferry_over_jetstream"])) | \(r(row["ferry_over_jetstream_current"])) | \(r(row["ferry_over_jetstream_current_sync"])) | \(r(row["ferry_over_zmq"])) | \(r(row["ferry_over_disk"])) | \(r(row["cpu_us_per_event_median"])) | \(list(row["ferry"])) |")
         }
         if let latency = summary["latency"] as? [String: Any] {
             let sync = (summary["fdatasync_us"] as? [String: Any])?["median"]
@@ -69,8 +72,16 @@ struct Report {
             let runs = (row["rates"] as? [Double] ?? []).map { n($0) }.joined(separator: ", ")
             out.append("| \(label) | \(row["events"] ?? "") | \(n(row["median"])) | \(runs) |")
         }
-        if let live = summary["delivery_live"] as? [String: Any] {
-            out.append("\nEvery sink live at \(n(live["offered_rate"])) events/s (half the maximum ingest) for \(n(live["seconds"])) s: largest sink backlog \(n((live["max_backlog"] as? Int).map(Double.init))) events, \(n((live["max_backlog_last_third"] as? Int).map(Double.init))) in the last third.")
+        if let sustain = summary["sustainable"] as? [String: Any] {
+            out.append("\n### Sustainable throughput: file + HTTP sinks live, 4 FerryClient processes, 256 B, Poisson (max ingest \(n(sustain["max_ingest"])) events/s)\n")
+            out.append("Sustained: \(n(sustain["sustained_rate"])) events/s; lowest rate not sustained: \(n(sustain["lowest_failed_rate"])). A probe sustains when every sink's backlog slope ≤ \(r(sustain["growth_fraction"].map { ($0 as? Double ?? 0) * 100 }))% of the offered rate and ferryd accepts ≥ \(r(sustain["accepted_fraction"].map { ($0 as? Double ?? 0) * 100 }))% of it.\n")
+            out.append("| probe | offered/s | accepted/s | file backlog slope/s | HTTP backlog slope/s | largest backlog | seconds | sustained |")
+            out.append("|---|---|---|---|---|---|---|---|")
+            for (i, probe) in (sustain["probes"] as? [[String: Any]] ?? []).enumerated() {
+                let slopes = probe["backlog_slopes"] as? [String: Double] ?? [:]
+                let largest = (probe["max_backlog"] as? [String: Int] ?? [:]).values.max().map(Double.init)
+                out.append("| \(i + 1) | \(n(probe["offered_rate"])) | \(n(probe["accepted_rate"])) | \(n(slopes["file"])) | \(n(slopes["http"])) | \(n(largest)) | \(r(probe["seconds"])) | \(probe["sustained"] as? Bool == true ? "yes" : (probe["stopped_early"] as? Bool == true ? "no (stopped early)" : "no")) |")
+            }
         }
         out.append(contentsOf: fleetMarkdown())
         out.append("\nWall time: \(n(summary["wall_seconds"])) s")
