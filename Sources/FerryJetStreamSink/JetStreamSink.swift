@@ -360,7 +360,7 @@ public final class JetStreamSink: Sink {
                 let frame = events[index].frame
                 let sourceRange = WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)
                 if let last, last.type == header.type, last.category == header.category,
-                   frame[sourceRange].elementsEqual(last.source) {
+                   Self.same(frame, sourceRange, last.source) {
                     subjects.append(last.subject)
                 } else {
                     let source = Array(frame[sourceRange])
@@ -371,6 +371,16 @@ public final class JetStreamSink: Sink {
                 }
             }
             (self.bytes, self.ends, self.subjects) = (bytes, ends, subjects)
+        }
+
+        /// Whether `frame[range]` holds the bytes of `bytes` (one comparison, not a generic
+        /// element by element walk).
+        private static func same(_ frame: [UInt8], _ range: Range<Int>, _ bytes: [UInt8]) -> Bool {
+            guard range.count == bytes.count else { return false }
+            if bytes.isEmpty { return true }
+            return frame.withUnsafeBytes { frame in
+                bytes.withUnsafeBytes { memcmp(frame.baseAddress! + range.lowerBound, $0.baseAddress!, bytes.count) == 0 }
+            }
         }
 
         /// How many events.
