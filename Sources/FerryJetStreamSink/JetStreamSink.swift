@@ -116,10 +116,10 @@ public final class JetStreamSink: Sink {
         let lineFormat = configuration.lineFormat
         let limits = MessagePlan.Limits(eventsPerMessage: configuration.eventsPerMessage, maxBytes: configuration.messageMaxBytes)
         let (plan, pendings) = try await io.run { () throws -> (MessagePlan, [PublishBatch]) in
-            let bodies = Self.bodies(for: batch, in: batch.events.indices, template: template, lineFormat: lineFormat)
+            let encoded = Encoded(batch, in: batch.events.indices, template: template, lineFormat: lineFormat)
             let recorded = self.recordedPlan(planJournal)
-            let plan = MessagePlan.make(ids: batch.events.map(\.decodedID), subjects: bodies.map(\.subject),
-                                        sizes: bodies.map(\.body.count), limits: limits, recorded: recorded)
+            let plan = MessagePlan.make(ids: batch.events.map { $0.decodedID }, subjects: encoded.subjects,
+                                        sizes: encoded.sizes, limits: limits, recorded: recorded)
             // A plan of one-event messages needs no record: each is keyed by its event's id.
             if plan.combinesEvents, plan.messages != recorded {
                 do {
@@ -130,7 +130,7 @@ public final class JetStreamSink: Sink {
                 self.state.withLock { $0.recordedPlan = plan.messages }
             }
             try Self.reach("jetstream.planned")
-            let messages = Self.messages(for: batch, plan: plan, bodies: bodies)
+            let messages = Self.messages(for: batch, plan: plan, encoded: encoded)
             let pendings = stride(from: 0, to: messages.count, by: Self.chunkSize).map { start in
                 js.publish(Array(messages[start..<min(start + Self.chunkSize, messages.count)]), ackWait: ackWait)
             }
@@ -294,73 +294,111 @@ public final class JetStreamSink: Sink {
     static func messages(for batch: DeliveryBatch, in range: Range<Int>? = nil, template: SubjectTemplate,
                          lineFormat: Int = FileSink.currentLineFormat) -> [JetStreamMessage] {
         let range = range ?? batch.events.indices
+        let encoded = Encoded(batch, in: range, template: template, lineFormat: lineFormat)
         // One template message: its header list is shared by every message made here.
         let shared = JetStreamMessage(subject: "", payload: [], headers: [("Ferry-Batch", batch.idempotencyKey)])
-        return zip(batch.events[range], bodies(for: batch, in: range, template: template, lineFormat: lineFormat)).map { stored, encoded in
+        return (0..<range.count).map { index in
             var message = shared
-            message.subject = encoded.subject
-            message.payload = encoded.body
-            message.messageID = stored.decodedID.description
+            message.subject = encoded.subjects[index]
+            message.body = encoded.bodies(index..<(index + 1))
+            message.messageID = batch.events[range.lowerBound + index].decodedID.description
             return message
         }
     }
 
-    /// The messages of `plan` for `batch`: each the bodies of its events (``bodies(for:in:template:lineFormat:)``)
-    /// joined by newlines, on their common subject, with `Nats-Msg-Id` the plan's id for it,
-    /// `Ferry-Batch`, and `Ferry-Events` (the count) when it carries more than one event.
-    static func messages(for batch: DeliveryBatch, plan: MessagePlan, bodies: [(subject: String, body: [UInt8])]) -> [JetStreamMessage] {
+    /// The messages of `plan` for the events `encoded` holds: each the bodies of its events
+    /// joined by newlines (a piece of the encoded buffer, not a copy), on their common subject,
+    /// with `Nats-Msg-Id` the plan's id for it, `Ferry-Batch`, and `Ferry-Events` (the count)
+    /// when it carries more than one event.
+    static func messages(for batch: DeliveryBatch, plan: MessagePlan, encoded: Encoded) -> [JetStreamMessage] {
         let batchHeader = ("Ferry-Batch", batch.idempotencyKey)
         let single = JetStreamMessage(subject: "", payload: [], headers: [batchHeader])
         return zip(plan.messages, plan.ranges).map { planned, range in
             var message = planned.count == 1
                 ? single : JetStreamMessage(subject: "", payload: [], headers: [batchHeader, ("Ferry-Events", String(planned.count))])
-            message.subject = bodies[range.lowerBound].subject
-            var payload: [UInt8] = []
-            payload.reserveCapacity(bodies[range].reduce(range.count) { $0 + $1.body.count })
-            for index in range {
-                if index > range.lowerBound { payload.append(UInt8(ascii: "\n")) }
-                payload += bodies[index].body
-            }
-            message.payload = payload
+            message.subject = encoded.subjects[range.lowerBound]
+            message.body = encoded.bodies(range)
             message.messageID = planned.messageID
             return message
         }
     }
 
-    /// The subject and body of each event of `range` (the event's JSON object, with its origin
-    /// and the batch's consent stamp: the file sink's line for it, without the newline).
-    static func bodies(for batch: DeliveryBatch, in range: Range<Int>, template: SubjectTemplate,
-                       lineFormat: Int = FileSink.currentLineFormat) -> [(subject: String, body: [UInt8])] {
-        let consent = FileSink.consentJSON(batch.consent, lineFormat: lineFormat)
-        let disclosure = batch.disclosure ?? .all
-        // The last subject rendered, for the next event of the same type, category and source
-        // (most of a batch): rendering joins the template's tokens anew each time.
-        var last: (type: EventType, category: UInt8, source: [UInt8], subject: String)?
-        return batch.events[range].map { stored -> (subject: String, body: [UInt8]) in
-            // The object of the file sink's line for the event (without the newline), in a buffer
-            // reserved once: about twice the stored size with the origin and the stamp.
-            var body: [UInt8] = []
-            body.reserveCapacity(stored.size * 2 + (consent?.count ?? 0) + 64)
-            var json = JSONWriter(appendingTo: &body)
-            json.storedEventMembers(stored, consent: consent, disclosure: disclosure)
-            json.finish(into: &body)
-            let subject: String
-            // The header alone (validated as `decoded()` validates it): no whole decode per event.
-            if let header = try? EventHeader(stored.frame, checkingFields: false) {
+    /// The subject and body of each event of a range of a batch, in one buffer: each body is the
+    /// event's JSON object with its origin and the batch's consent stamp (the file sink's line
+    /// for it, without `line_format`), followed by a newline, so that the bodies of consecutive
+    /// events joined by newlines are one piece of the buffer.
+    struct Encoded {
+        /// The bodies, each followed by a newline.
+        var bytes: [UInt8] = []
+        /// Where each body's newline ends, in `bytes`.
+        var ends: [Int] = []
+        /// Each event's subject.
+        var subjects: [String] = []
+
+        /// The events of `range` of `batch` (indices of the result count from 0).
+        init(_ batch: DeliveryBatch, in range: Range<Int>, template: SubjectTemplate, lineFormat: Int = FileSink.currentLineFormat) {
+            let consent = FileSink.consentJSON(batch.consent, lineFormat: lineFormat)
+            let events = batch.events[range]
+            // About twice the stored size with the origin and the stamp.
+            var bytes: [UInt8] = [], ends: [Int] = [], subjects: [String] = []
+            bytes.reserveCapacity(events.reduce(0) { $0 + 2 * $1.size + (consent?.count ?? 0) + 64 })
+            ends.reserveCapacity(events.count)
+            subjects.reserveCapacity(events.count)
+            // The last subject rendered, for the next event of the same type, category and source
+            // (most of a batch): rendering joins the template's tokens anew each time.
+            var last: (type: EventType, category: UInt8, source: [UInt8], subject: String)?
+            var index = events.startIndex
+            JSONWriter.appendLines(for: events, consent: consent, lineFormat: nil, disclosure: batch.disclosure ?? .all,
+                                   to: &bytes) { header, end in
+                defer { index += 1 }
+                ends.append(end)
+                // The header the encoder read (validated as `decoded()` validates it).
+                guard let header else {
+                    subjects.append(template.render(type: "undecodable", category: 0, source: ""))
+                    return
+                }
+                let frame = events[index].frame
                 let sourceRange = WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)
                 if let last, last.type == header.type, last.category == header.category,
-                   stored.frame[sourceRange].elementsEqual(last.source) {
-                    subject = last.subject
+                   Self.same(frame, sourceRange, last.source) {
+                    subjects.append(last.subject)
                 } else {
-                    let source = Array(stored.frame[sourceRange])
-                    subject = template.render(type: header.type.description, category: header.category,
-                                              source: String(decoding: source, as: UTF8.self))
+                    let source = Array(frame[sourceRange])
+                    let subject = template.render(type: header.type.description, category: header.category,
+                                                  source: String(decoding: source, as: UTF8.self))
+                    subjects.append(subject)
                     last = (header.type, header.category, source, subject)
                 }
-            } else {
-                subject = template.render(type: "undecodable", category: 0, source: "")
             }
-            return (subject, body)
+            (self.bytes, self.ends, self.subjects) = (bytes, ends, subjects)
+        }
+
+        /// Whether `frame[range]` holds the bytes of `bytes` (one comparison, not a generic
+        /// element by element walk).
+        private static func same(_ frame: [UInt8], _ range: Range<Int>, _ bytes: [UInt8]) -> Bool {
+            guard range.count == bytes.count else { return false }
+            if bytes.isEmpty { return true }
+            return frame.withUnsafeBytes { frame in
+                bytes.withUnsafeBytes { memcmp(frame.baseAddress! + range.lowerBound, $0.baseAddress!, bytes.count) == 0 }
+            }
+        }
+
+        /// How many events.
+        var count: Int { ends.count }
+
+        /// The bodies of the events of `range` joined by newlines (no newline after the last).
+        func bodies(_ range: Range<Int>) -> ArraySlice<UInt8> {
+            let start = range.lowerBound == 0 ? 0 : ends[range.lowerBound - 1]
+            return bytes[start..<(ends[range.upperBound - 1] - 1)]
+        }
+
+        /// The size of each event's body.
+        var sizes: [Int] {
+            var start = 0
+            return ends.map { end in
+                defer { start = end }
+                return end - 1 - start
+            }
         }
     }
 

@@ -48,9 +48,11 @@ extension JSONWriter {
 
     /// The members of ``storedEventObject(_:consent:)`` (or its whole line, `framing`) appended
     /// to `out` in one reserved run of bytes; `first` is the open object's state. `memo`, when
-    /// set, keeps the last origin written for the next event of the same batch.
+    /// set, keeps the last origin written for the next event of the same batch. Returns the
+    /// event's header, `nil` for an undecodable frame.
+    @discardableResult
     static func append(_ stored: StoredEvent, consent: [UInt8]?, disclosure: Disclosure, framing: Framing,
-                       memo: inout OriginMemo?, to out: inout [UInt8], first: inout Bool) {
+                       memo: inout OriginMemo?, to out: inout [UInt8], first: inout Bool) -> EventHeader? {
         func open(_ json: inout JSONOutput) {
             switch framing {
             case .members: return
@@ -82,7 +84,7 @@ extension JSONWriter {
                 json.raw("true")
                 close(&json)
             }
-            return
+            return nil
         }
         stored.frame.withUnsafeBytes { frame in
             var offset = WireEvent.fixedHeaderSize
@@ -183,6 +185,7 @@ extension JSONWriter {
                 close(&json)
             }
         }
+        return header
     }
 
     /// More than the keys, numbers, ids and literals of one stored event's members take (about
@@ -380,6 +383,24 @@ extension JSONWriter {
         var memo: OriginMemo?
         append(stored, consent: consent, disclosure: disclosure, framing: .line(lineFormat: lineFormat), memo: &memo,
                to: &out, first: &first)
+    }
+
+    /// ``appendLine(for:consent:lineFormat:disclosure:to:)`` of each of `events`, in order,
+    /// calling `written` after each line with the event's header (`nil` for an undecodable
+    /// frame, as written) and the count of `out` (the line's newline included): the lines of one
+    /// buffer that a sink sends in pieces (the JetStream sink's messages), without an array per
+    /// event or a second read of the header. The origin written for one event is copied for the
+    /// next of the same sender.
+    package static func appendLines(for events: ArraySlice<StoredEvent>, consent: [UInt8]?, lineFormat: UInt64?,
+                                    disclosure: Disclosure, to out: inout [UInt8],
+                                    written: (_ header: EventHeader?, _ end: Int) -> Void) {
+        var first = true
+        var memo: OriginMemo? = OriginMemo()
+        for stored in events {
+            let header = append(stored, consent: consent, disclosure: disclosure, framing: .line(lineFormat: lineFormat),
+                                memo: &memo, to: &out, first: &first)
+            written(header, out.count)
+        }
     }
 
     /// ``appendLine(for:consent:lineFormat:disclosure:to:)`` of each of `events`, in order.

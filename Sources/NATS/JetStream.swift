@@ -170,7 +170,7 @@ public final class JetStreamContext: @unchecked Sendable {
         _ message: JetStreamMessage, batch: PublishBatch, index: Int, ackWait: Duration, deadline: ContinuousClock.Instant
     ) throws(NATSError) {
         var msg: OpaquePointer?
-        try message.payload.withUnsafeBufferPointer { (payload) throws(NATSError) in
+        try message.body.withUnsafeBufferPointer { (payload) throws(NATSError) in
             try payload.withMemoryRebound(to: CChar.self) { (chars) throws(NATSError) in
                 try natsCall("natsMsg_Create(\(message.subject))") {
                     natsMsg_Create(&msg, message.subject, nil, chars.baseAddress, Int32(chars.count))
@@ -337,7 +337,13 @@ public struct JetStreamMessage: Sendable, Hashable {
     /// The subject.
     public var subject: String
     /// The body.
-    public var payload: [UInt8]
+    public var payload: [UInt8] {
+        get { Array(body) }
+        set { body = newValue[...] }
+    }
+    /// The body, possibly a piece of a larger buffer shared by several messages (nats.c copies
+    /// it when the message is published).
+    public var body: ArraySlice<UInt8>
     /// Headers, in order (a key may repeat).
     public var headers: [(String, String)] {
         get { headerPairs.map { ($0.key, $0.value) } }
@@ -360,8 +366,13 @@ public struct JetStreamMessage: Sendable, Hashable {
 
     /// Creates a message.
     public init(subject: String, payload: [UInt8], headers: [(String, String)] = [], messageID: String? = nil) {
+        self.init(subject: subject, body: payload[...], headers: headers, messageID: messageID)
+    }
+
+    /// Creates a message whose body is `body`.
+    public init(subject: String, body: ArraySlice<UInt8>, headers: [(String, String)] = [], messageID: String? = nil) {
         self.subject = subject
-        self.payload = payload
+        self.body = body
         self.messageID = messageID
         headerPairs = headers.map { HeaderPair(key: $0.0, value: $0.1) }
     }
