@@ -182,7 +182,10 @@ public final class JetStreamSink: Sink {
             for result in await pending.acknowledgements(timeout: ackWait + .seconds(1)) {
                 messages += 1
                 switch result {
-                case .success(let ack): if ack.duplicate { duplicates += 1 }
+                case .success(let ack):
+                    if ack.duplicate { duplicates += 1 }
+                    // Each message acknowledged: a kill here leaves a batch partly in the stream.
+                    try Self.reach("jetstream.acked")
                 case .failure(let error): failures.append(error)
                 }
             }

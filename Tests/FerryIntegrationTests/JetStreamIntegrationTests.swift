@@ -239,8 +239,12 @@ struct JetStreamIntegrationTests {
         let server = try NATSServerProcess(in: dir, start: false)
         defer { server.cleanup() }
         let agent = try AgentProcess(in: dir, extraArguments: try Self.configArguments(
-            dir, servers: server.urls, batchMaxEvents: 35, eventsPerMessage: eventsPerMessage))
+            dir, servers: server.urls, batchMaxEvents: 35, eventsPerMessage: eventsPerMessage), start: false)
         defer { agent.cleanup() }
+        // Progress, not time: ferryd kills itself when the 22nd message is acknowledged, the second
+        // of the sixth batch's four (10 + 10 + 10 + 5 events), so the stream holds part of a batch.
+        let killAt = 22
+        try agent.start(extraEnvironment: ["FERRY_CRASH_AT": "jetstream.acked:\(killAt)"])
         try await agent.waitUntilReady()
         try await Self.emit(total, prefix: "combined", agent: agent)
         try await eventually("all \(total) events queued, delivery retrying") {
@@ -249,17 +253,13 @@ struct JetStreamIntegrationTests {
         }
         try server.start(node: 0)
         try await server.waitUntilReady()
-        // Progress, not time: kill -9 once a tenth of the messages is in the stream.
-        let killAfter = UInt64(total / eventsPerMessage / 10)
-        let seen = try await waitForValue("\(killAfter) messages in the stream", timeout: .seconds(30), pollInterval: .milliseconds(1)) {
-            () -> UInt64? in
-            let messages = try await server.streamInfo("FERRY")?.messages ?? 0
-            return messages >= killAfter ? messages : nil
-        }
-        #expect(agent.kill9() == .signaled(SIGKILL), "ferryd was still running when killed")
+        try await eventually("ferryd to kill itself at jetstream.acked:\(killAt)", timeout: .seconds(30)) { agent.process?.exitStatus != nil }
+        #expect(agent.process?.exitStatus == .signaled(SIGKILL), "\(agent.logs.suffix(2000))")
+        let messages = try await server.streamInfo("FERRY")?.messages ?? 0
         let atKill = try await Self.streamEvents(server).count
-        #expect(seen < UInt64(total / eventsPerMessage), "delivery finished before the kill could land")
-        #expect(atKill > 0 && atKill < total, "the kill did not land mid-delivery: \(atKill) of \(total) events in the stream at the kill")
+        // The first five batches whole, and of the sixth at least its first two messages.
+        #expect(messages >= UInt64(killAt) && messages <= 24, "\(messages) messages in the stream at the kill")
+        #expect(atKill >= 5 * 35 + 20 && atKill <= 6 * 35, "the kill did not land mid-delivery: \(atKill) of \(total) events in the stream")
 
         try agent.start()
         try await agent.waitUntilReady()
