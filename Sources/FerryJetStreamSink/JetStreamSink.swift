@@ -184,7 +184,9 @@ public final class JetStreamSink: Sink {
                 switch result {
                 case .success(let ack):
                     if ack.duplicate { duplicates += 1 }
-                    // Each message acknowledged: a kill here leaves a batch partly in the stream.
+                    // Once per acknowledged message. The acknowledgements are read a chunk (up to
+                    // `chunkSize` messages) at a time, so the n-th is reached when its whole chunk is
+                    // acknowledged; the batch's later chunks may still be in flight.
                     try Self.reach("jetstream.acked")
                 case .failure(let error): failures.append(error)
                 }

@@ -233,37 +233,37 @@ struct JetStreamIntegrationTests {
 
     @Test("several events per message: ferryd killed -9 mid-delivery (some but not all messages in the stream) and restarted: nothing lost, nothing twice")
     func combinedAgentKilled() async throws {
-        let total = 2000, eventsPerMessage = 10
+        // Two batches of 1 500 events, 150 messages each: the sink publishes a batch's messages in
+        // chunks of 128 and reads their acknowledgements chunk by chunk.
+        let total = 3000, eventsPerMessage = 10, batchEvents = 1500
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let server = try NATSServerProcess(in: dir, start: false)
+        let server = try NATSServerProcess(in: dir)
         defer { server.cleanup() }
+        try await server.waitUntilReady()
+        // Delivery waits for `ferry start`, so the first batch is the first 1 500 of the queue.
         let agent = try AgentProcess(in: dir, extraArguments: try Self.configArguments(
-            dir, servers: server.urls, batchMaxEvents: 35, eventsPerMessage: eventsPerMessage), start: false)
+            dir, servers: server.urls, batchMaxEvents: batchEvents, eventsPerMessage: eventsPerMessage, autoStart: false),
+            start: false)
         defer { agent.cleanup() }
-        // Progress, not time: ferryd kills itself when the 22nd message is acknowledged, the second
-        // of the sixth batch's four (10 + 10 + 10 + 5 events), so the stream holds part of a batch.
-        let killAt = 22
-        try agent.start(extraEnvironment: ["FERRY_CRASH_AT": "jetstream.acked:\(killAt)"])
+        // Progress, not time: ferryd kills itself once the first batch's first chunk (128 of its
+        // 150 messages) is acknowledged; its last 22 messages may or may not be stored by then,
+        // the second batch is not published.
+        try agent.start(extraEnvironment: ["FERRY_CRASH_AT": "jetstream.acked:1"])
         try await agent.waitUntilReady()
         try await Self.emit(total, prefix: "combined", agent: agent)
-        try await eventually("all \(total) events queued, delivery retrying") {
-            let status = try await agent.status()
-            return status.deliveryState == "retrying" && status.queuedEvents == total
-        }
-        try server.start(node: 0)
-        try await server.waitUntilReady()
-        try await eventually("ferryd to kill itself at jetstream.acked:\(killAt)", timeout: .seconds(30)) { agent.process?.exitStatus != nil }
+        try await Self.startDelivery(agent)
+        try await eventually("ferryd to kill itself at jetstream.acked:1", timeout: .seconds(30)) { agent.process?.exitStatus != nil }
         #expect(agent.process?.exitStatus == .signaled(SIGKILL), "\(agent.logs.suffix(2000))")
         let messages = try await server.streamInfo("FERRY")?.messages ?? 0
         let atKill = try await Self.streamEvents(server).count
-        // The first five batches whole, and of the sixth at least its first two messages.
-        #expect(messages >= UInt64(killAt) && messages <= 24, "\(messages) messages in the stream at the kill")
-        #expect(atKill >= 5 * 35 + 20 && atKill <= 6 * 35, "the kill did not land mid-delivery: \(atKill) of \(total) events in the stream")
+        #expect(messages >= 128 && messages <= 150, "\(messages) messages in the stream at the kill")
+        #expect(atKill >= 1280 && atKill <= batchEvents, "the kill did not land mid-delivery: \(atKill) of \(total) events in the stream")
+        print("[measure] jetstream combinedAgentKilled: \(messages) of the first batch's 150 messages in the stream at the kill")
 
         try agent.start()
         try await agent.waitUntilReady()
+        try await Self.startDelivery(agent)
         try await Self.expectEventsExactlyOnce(Self.names("combined", 1...total), in: server, agent: agent)
-        print("[measure] jetstream combinedAgentKilled: kill -9 with \(atKill) of \(total) events in the stream")
     }
 }

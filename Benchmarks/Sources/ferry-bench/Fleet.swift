@@ -285,7 +285,8 @@ extension Driver {
         let rss = cluster.largestRSSKiB()
         let final = samples.last ?? (0, 0, 0)
         let done = samples.first { $0.messages == final.messages }?.t ?? .nan
-        let events = perMessage == 1 ? final.messages : ((try? cluster.countEvents()) ?? -1)
+        // A stream that cannot be read back gives no event count (NaN figures), never a negative one.
+        let events = perMessage == 1 ? Double(final.messages) : ((try? cluster.countEvents()).map(Double.init) ?? .nan)
         // The rate between 10% and 90% of the final count: without the agents' connecting at
         // the start (each connects on its first delivery) and the last stragglers.
         let low = samples.first { $0.messages * 10 >= final.messages }, high = samples.first { $0.messages * 10 >= final.messages * 9 }
@@ -293,7 +294,7 @@ extension Driver {
         if let low, let high, high.t > low.t {
             middle = (Double(high.messages - low.messages) / (high.t - low.t), Double(high.bytes - low.bytes) / (high.t - low.t))
         }
-        let perMessageEvents = Double(events) / Double(max(1, final.messages))
+        let perMessageEvents = events / Double(max(1, final.messages))
         let row: [String: Any] = [
             "events_offered": total, "events_stored": events, "messages_stored": final.messages, "bytes_stored": final.bytes,
             "seconds": done, "drained": drained, "events_per_second": middle.messages * perMessageEvents,
@@ -304,7 +305,7 @@ extension Driver {
             "max_agent_backlog": maxBacklog, "server_rss_kib_before": rss0, "server_rss_kib": rss,
             "server_cpu_seconds_each": each, "agents_cpu_seconds": agentsCPU, "agents_cpu_us_per_event": agentsCPU * 1e6 / Double(events),
         ]
-        note("fleet capacity, \(shape.agents) agents × \(backlog) events, \(perMessage)/message: \(events) events in \(final.messages) messages in \(String(format: "%.1f", done)) s — between 10% and 90% of them \(whole(middle.messages * perMessageEvents)) events/s, \(whole(middle.messages)) messages/s at the cluster (\(whole(Double(events) / done)) events/s over the whole run)\(drained ? "" : " (not drained)")")
+        note("fleet capacity, \(shape.agents) agents × \(backlog) events, \(perMessage)/message: \(whole(events)) events in \(final.messages) messages in \(String(format: "%.1f", done)) s — between 10% and 90% of them \(whole(middle.messages * perMessageEvents)) events/s, \(whole(middle.messages)) messages/s at the cluster (\(whole(Double(events) / done)) events/s over the whole run)\(drained ? "" : " (not drained)")")
         return row
     }
 
@@ -362,8 +363,8 @@ extension Driver {
         while seconds(since: drainStart) < 60, !fleetBacklogs(agents).allSatisfy({ $0 == 0 }) { sleepMicroseconds(500_000) }
         let drainSeconds = seconds(since: drainStart)
         let final = cluster.streamState()
-        let events = (perMessage == 1 ? final.messages : ((try? cluster.countEvents()) ?? -1)) - warmup * shape.agents
-        let eventsPerMessage = final.messages > state0.messages ? Double(events) / Double(final.messages - state0.messages) : .nan
+        let events = (perMessage == 1 ? Double(final.messages) : ((try? cluster.countEvents()).map(Double.init) ?? .nan)) - Double(warmup * shape.agents)
+        let eventsPerMessage = final.messages > state0.messages ? events / Double(final.messages - state0.messages) : .nan
         let messages = state1.messages - state0.messages, bytes = state1.bytes - state0.bytes
         let tail = samples.suffix(max(1, samples.count / 3))
         let lateBacklog = tail.compactMap { $0["max_backlog"] as? Int }.max() ?? -1
@@ -379,7 +380,7 @@ extension Driver {
             "events_stored": events, "messages_stored": final.messages - state0.messages, "warmup_events_per_agent": warmup,
             "warmup_seconds": warmupSeconds, "samples": samples,
         ]
-        note("fleet steady, \(shape.agents) agents × \(whole(shape.rate))/s, \(perMessage)/message, wait \(maxWait) ms: accepted \(whole(Double(accepted) / shape.seconds))/s; cluster \(whole(Double(messages) / window)) messages/s ≈ \(whole(Double(messages) * eventsPerMessage / window)) events/s, \(String(format: "%.1f", cpu * 1e6 / Double(max(1, messages)))) µs server CPU/message, agents \(String(format: "%.2f", agentsCPU / window)) cores; largest agent backlog \(lateBacklog) in the last third; stored \(events) of \(accepted) events after \(String(format: "%.1f", drainSeconds)) s of drain")
+        note("fleet steady, \(shape.agents) agents × \(whole(shape.rate))/s, \(perMessage)/message, wait \(maxWait) ms: accepted \(whole(Double(accepted) / shape.seconds))/s; cluster \(whole(Double(messages) / window)) messages/s ≈ \(whole(Double(messages) * eventsPerMessage / window)) events/s, \(String(format: "%.1f", cpu * 1e6 / Double(max(1, messages)))) µs server CPU/message, agents \(String(format: "%.2f", agentsCPU / window)) cores; largest agent backlog \(lateBacklog) in the last third; stored \(whole(events)) of \(accepted) events after \(String(format: "%.1f", drainSeconds)) s of drain")
         return row
     }
 }

@@ -89,8 +89,8 @@ func checkCurrentNATS(_ executable: String) throws -> [String: Any] {
     let server = try LocalProcess.natsServer(executable, port: port, store: store, syncAlways: true, monitorPort: monitor)
     defer { server.stop() }
     var varz = ""
-    for _ in 0..<40 where varz.isEmpty {
-        varz = capture("/usr/bin/env", ["curl", "-s", "http://127.0.0.1:\(monitor)/varz"]) ?? ""
+    for _ in 0..<200 where varz.isEmpty {
+        varz = httpGet(port: monitor, path: "/varz").map { String(decoding: $0, as: UTF8.self) } ?? ""
         if varz.isEmpty { sleepMicroseconds(50_000) }
     }
     let config = ((try? JSONSerialization.jsonObject(with: Data(varz.utf8))) as? [String: Any])

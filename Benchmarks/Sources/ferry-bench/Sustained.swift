@@ -100,16 +100,21 @@ extension Driver {
                                                            sink: dir + "/sink", config: path, log: dir + ".log")
         defer { agent.stop() }
         let processes = 4
-        let children = try (0..<processes).map { i in
-            try Child(me, ["track-latency", "--runtime", dir + "/rt", "--rate", "\(rate / Double(processes))",
-                           "--seconds", "\(liveSeconds)", "--size", "256", "--source", "sustain-\(i)"])
+        var children: [Child] = []
+        // A client left running by a failed start would load every later probe.
+        defer { for child in children where child.process.isRunning { child.signal(SIGKILL); child.wait() } }
+        for i in 0..<processes {
+            children.append(try Child(me, ["track-latency", "--runtime", dir + "/rt", "--rate", "\(rate / Double(processes))",
+                                           "--seconds", "\(liveSeconds)", "--size", "256", "--source", "sustain-\(i)"]))
         }
         for child in children { try child.expectReady() }
         for child in children { child.go() }
         var samples: [[String: Any]] = []
         var stoppedEarly = false
         let began = nowNanoseconds()
-        while seconds(since: began) < liveSeconds {
+        // Samples only while the clients offer load (they stop `liveSeconds` after `go`): a sample
+        // after that would count idle time in the accepted rate and let the backlogs drain.
+        while seconds(since: began) + 1 < liveSeconds {
             sleepMicroseconds(1_000_000)
             // Stamped at the middle of the request: a slow reply under load does not skew the rates.
             let asked = seconds(since: began)
