@@ -47,8 +47,11 @@ let package = Package(
             pkgConfig: "zlib",
             providers: [.apt(["zlib1g-dev"]), .brew(["zlib"])]
         ),
+        // Who is at the other end of a local connection (the kernel's credentials): one type
+        // shared by ZeroMQ, the agent core and the HTTP API, so none depends on another for it.
+        .target(name: "FerryPeer"),
         // Safe Swift wrapper: context, sockets, multipart messages, poll, errors.
-        .target(name: "ZeroMQ", dependencies: ["CZeroMQ"]),
+        .target(name: "ZeroMQ", dependencies: ["CZeroMQ", "FerryPeer"]),
         // C module: nats.c from the system (Debian: libnats-dev).
         .systemLibrary(
             name: "CNATS",
@@ -93,7 +96,7 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryProtocol", "FerryStorage", "FerryThreads", "FerryMetricSamples",
+                "ZeroMQ", "FerryPeer", "FerryProtocol", "FerryStorage", "FerryThreads",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -142,12 +145,12 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        // The local Segment-compatible HTTP API (SwiftNIO, zlib): an ingest path the agent starts
-        // through its IngestListener extension point, on a Unix socket and optionally TCP.
+        // The local Segment-compatible HTTP API (SwiftNIO, zlib): an ingest path registered as
+        // kind "http" (IngestPathKind), on a Unix socket and optionally TCP.
         .target(
             name: "FerryHTTPIngest",
             dependencies: [
-                "FerryAgent", "FerryProtocol", "FerryStorage", "ZeroMQ", "CZlib",
+                "FerryAgent", "FerryPeer", "FerryProtocol", "FerryStorage", "CZlib",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -201,7 +204,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ"]),
+        .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "FerryPeer"]),
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit", "FerryIntegrationKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol", "FerryMetricSamples"]),
         .testTarget(name: "FerryThreadsTests", dependencies: ["FerryThreads"]),
@@ -212,7 +215,7 @@ let package = Package(
         .testTarget(
             name: "FerryAgentTests",
             dependencies: [
-                "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryMetrics",
+                "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryPeer", "FerryMetrics",
                 // The configuration tests load files with every sink type ferryd links.
                 "FerryHTTPSink", "FerryJetStreamSink",
                 "FerryTestKit", "FerryIntegrationKit",
@@ -276,12 +279,7 @@ for target in package.targets where target.type != .system && target.name != "CF
     var settings = target.swiftSettings ?? []
     settings.append(.enableUpcomingFeature("ExistentialAny"))
     // A file uses members (extension methods, conformances) only of modules it imports itself,
-    // so a module's imports stop leaking into its users' files (as hummingbird does). Not yet for
-    // the agent core and its tests and the metrics tests, rewritten on other branches of issue 20
-    // at the same time (their files use CoreMetrics members without importing it): turn it on
-    // there after the merge.
-    if !["FerryAgent", "FerryAgentTests", "FerryCommitTests", "FerryMetricsTests"].contains(target.name) {
-        settings.append(.enableUpcomingFeature("MemberImportVisibility"))
-    }
+    // so a module's imports stop leaking into its users' files (as hummingbird does).
+    settings.append(.enableUpcomingFeature("MemberImportVisibility"))
     target.swiftSettings = settings
 }

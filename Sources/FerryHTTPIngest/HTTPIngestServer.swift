@@ -2,13 +2,13 @@
 import Glibc
 #endif
 import FerryAgent
+import FerryPeer
 import FerryProtocol
 import Logging
 import NIOCore
 import NIOHTTP1
 import NIOPosix
 import Synchronization
-import ZeroMQ
 
 /// The local Segment-compatible HTTP API on one listener: a Unix socket in the runtime directory
 /// or a TCP address. An ``IngestListener``: the agent starts it once its commit pipeline runs
@@ -409,16 +409,6 @@ private final class IngestHandler: ChannelInboundHandler {
         case .success(let value): admitted = value
         }
         let gateway = context.gateway
-        if gateway.isStopping {
-            respond(.refusal(503, "shutting_down", "the agent is stopping; retry later", retryAfter: IngestVerdict.retryAfterBusy),
-                    keepAlive: false, channelContext)
-            return
-        }
-        if gateway.isBusy {
-            respond(.refusal(503, "busy", "the agent has more waiting to be stored than it takes in at once; retry shortly",
-                             retryAfter: IngestVerdict.retryAfterBusy), keepAlive: keepAlive, channelContext)
-            return
-        }
         let loop = channelContext.eventLoop
         busy = true
         let bound = NIOLoopBound((self, channelContext), eventLoop: loop)
@@ -428,28 +418,13 @@ private final class IngestHandler: ChannelInboundHandler {
         let receivedAt = current.receivedAt
         let identity = self.identity ?? loop.makeSucceededFuture(Identity(credentials: nil, origin: []))
         identity.flatMap { identity -> EventLoopFuture<Response> in
-            // Who may send is the kernel's word, checked before the body is looked at.
-            guard gateway.allows(identity.credentials) else {
-                return loop.makeSucceededFuture(Response(
-                    response: .refusal(403, "access_denied", gateway.refusal(identity.credentials)), outcomes: [],
-                    uid: identity.credentials?.uid))
-            }
-            let peer = SegmentRequest.Peer(uid: identity.credentials?.uid,
-                                           pid: UInt32(bitPattern: identity.credentials?.pid ?? 0))
-            let generator = EventIDGenerator()
-            return pool.runIfActive(eventLoop: loop) {
-                SegmentRequest.messages(body: body, admitted: admitted, authorization: authorization, peer: peer,
-                                        writeKeys: writeKeys, categories: gateway.categories,
-                                        typeCategories: gateway.typeCategories, now: WallClock.unixMilliseconds(),
-                                        newID: { generator.next() })
-            }.flatMap { prepared -> EventLoopFuture<Response> in
-                switch prepared {
-                case .failure(let refusal):
-                    return loop.makeSucceededFuture(Response(response: refusal.response, outcomes: [], uid: peer.uid))
-                case .success(let messages):
-                    return Self.submit(messages, identity: identity, gateway: gateway, receivedAt: receivedAt, loop: loop)
-                }
-            }
+            // One crossing into the agent: admitted (stopping, back-pressure, then the access
+            // policy: the kernel's word, checked before the body is looked at), then parsed here,
+            // in the pool, and submitted; the answer comes back once.
+            pool.runIfActive(eventLoop: loop) {
+                Self.submit(body: body, admitted: admitted, authorization: authorization, writeKeys: writeKeys, identity: identity,
+                            gateway: gateway, receivedAt: receivedAt, loop: loop)
+            }.flatMap { $0 }
         }.whenComplete { result in
             let (handler, channelContext) = bound.value
             handler.busy = false
@@ -458,11 +433,11 @@ private final class IngestHandler: ChannelInboundHandler {
                 for label in IngestPathMetrics.outcomes {
                     gateway.metrics.events(label, outcome.outcomes.count { $0.outcome.label == label })
                 }
-                if outcome.response.status >= 400 {
+                if outcome.published && outcome.response.status >= 400 {
                     gateway.publishRefusal(status: outcome.response.status, code: outcome.response.code ?? "",
                                            message: String(decoding: outcome.response.body, as: UTF8.self), uid: outcome.uid)
                 }
-                handler.respond(outcome.response, keepAlive: keepAlive, channelContext)
+                handler.respond(outcome.response, keepAlive: keepAlive && outcome.keepAlive, channelContext)
             case .failure(let error):
                 handler.context.logger.error("HTTP API request failed", metadata: ["error": "\(error)"])
                 handler.respond(.refusal(503, "unavailable", "the agent could not take the request; retry later",
@@ -475,44 +450,82 @@ private final class IngestHandler: ChannelInboundHandler {
         var response: IngestResponse
         var outcomes: [(messageID: String?, outcome: EventOutcome)]
         var uid: UInt32?
+        /// Whether a refusal is published on the bus (not for "stopping" and "busy").
+        var published = true
+        /// Whether the connection may stay open after it.
+        var keepAlive = true
     }
 
-    /// Submits the request's events and answers once the commit stage has answered every one.
+    /// Submits a request's events (in the pool: the body is parsed here) and answers once the
+    /// commit stage has answered every one.
     private static func submit(
-        _ messages: [SegmentRequest.Message], identity: Identity, gateway: IngestGateway, receivedAt: UInt64,
-        loop: any EventLoop
+        body: [UInt8], admitted: IngestVerdict.Admitted, authorization: String?, writeKeys: [String: String],
+        identity: Identity, gateway: IngestGateway,
+        receivedAt: UInt64, loop: any EventLoop
     ) -> EventLoopFuture<Response> {
-        let frames: [IngestGateway.Frame] = messages.map { message in
-            switch message {
-            case .event(let event):
-                if event.deniedCategory != nil { return .blocked(event.id, .consentDenied) }
-                return .event(event.frame)
-            case .refused(let refusal): return .refused(refusal.id, refusal.reason)
-            }
-        }
+        let uid = identity.credentials?.uid
+        let peer = SegmentRequest.Peer(uid: uid, pid: UInt32(bitPattern: identity.credentials?.pid ?? 0))
+        let generator = EventIDGenerator()
+        var messages: [SegmentRequest.Message] = []
+        var refusal: IngestRefusal?
         let promise = loop.makePromise(of: IngestAnswer.self)
-        guard gateway.submit(frames, uid: identity.credentials?.uid, origin: identity.origin, receivedAt: receivedAt,
-                             completion: { promise.succeed($0) }) else {
-            promise.fail(AgentError(code: .socket, message: "the agent is stopping"))
-            return loop.makeSucceededFuture(Response(
-                response: .refusal(503, "shutting_down", "the agent is stopping; retry later", retryAfter: IngestVerdict.retryAfterBusy),
-                outcomes: [], uid: identity.credentials?.uid))
-        }
-        return promise.futureResult.map { answer in
-            gateway.publish(answer)
-            let outcomes = zip(messages, answer.entries).map { message, entry -> (messageID: String?, outcome: EventOutcome) in
-                switch message {
-                case .refused(let refusal):
-                    return (refusal.messageID, .refused(code: refusal.code, message: refusal.message))
-                case .event(let event):
-                    if let denied = event.deniedCategory {
-                        return (event.messageID, .blocked("category_preferences:\(denied)"))
+        let admission = gateway.submit(peer: identity.credentials, origin: identity.origin, receivedAt: receivedAt) {
+            switch SegmentRequest.messages(body: body, admitted: admitted, authorization: authorization, peer: peer,
+                                           writeKeys: writeKeys, categories: gateway.categories,
+                                           typeCategories: gateway.typeCategories, now: WallClock.unixMilliseconds(),
+                                           newID: { generator.next() }) {
+            case .failure(let failure):
+                refusal = failure
+                return nil
+            case .success(let prepared):
+                messages = prepared
+                return prepared.map { message in
+                    switch message {
+                    case .event(let event):
+                        if let denied = event.deniedCategory {
+                            return .blocked(frame: event.frame, ack: .consentDenied, reason: "category_preferences:\(denied)")
+                        }
+                        return .event(event.frame)
+                    case .refused(let refusal): return .refused(refusal.id, refusal.reason)
                     }
-                    return (event.messageID, EventOutcome(entry))
                 }
             }
-            return Response(response: IngestVerdict.response(outcomes), outcomes: outcomes, uid: identity.credentials?.uid)
+        } completion: { promise.succeed($0) }
+        let immediate: Response
+        switch admission {
+        case .submitted:
+            let messages = messages
+            return promise.futureResult.map { answer in
+                let outcomes = zip(messages, answer.entries).map { message, entry -> (messageID: String?, outcome: EventOutcome) in
+                    switch message {
+                    case .refused(let refusal):
+                        return (refusal.messageID, .refused(code: refusal.code, message: refusal.message))
+                    case .event(let event):
+                        if let denied = event.deniedCategory {
+                            return (event.messageID, .blocked("category_preferences:\(denied)"))
+                        }
+                        return (event.messageID, EventOutcome(entry))
+                    }
+                }
+                return Response(response: IngestVerdict.response(outcomes), outcomes: outcomes, uid: uid)
+            }
+        case .withdrawn:
+            immediate = Response(response: (refusal ?? IngestRefusal(400, "invalid_request", "the request was refused")).response,
+                                 outcomes: [], uid: uid)
+        case .stopping:
+            immediate = Response(response: .refusal(503, "shutting_down", "the agent is stopping; retry later",
+                                                    retryAfter: IngestVerdict.retryAfterBusy),
+                                 outcomes: [], uid: uid, published: false, keepAlive: false)
+        case .busy:
+            immediate = Response(response: .refusal(503, "busy", "the agent has more waiting to be stored than it takes in at once; retry shortly",
+                                                    retryAfter: IngestVerdict.retryAfterBusy),
+                                 outcomes: [], uid: uid, published: false)
+        case .denied(let reason):
+            immediate = Response(response: .refusal(403, "access_denied", reason), outcomes: [], uid: uid)
         }
+        // Never completed by the agent: completed here, so no promise is left pending.
+        promise.fail(AgentError(code: .socket, message: "the request was not submitted"))
+        return loop.makeSucceededFuture(immediate)
     }
 
     /// Gives back the body bytes this connection holds.

@@ -245,10 +245,10 @@ enum HTTPBatchBody {
         }
         func ferryMembers(_ ferry: inout JSONWriter) {
             ferry.field("source", event.source)
-            if disclosure.process {
-                ferry.field("pid", UInt64(event.pid))
-                ferry.field("seq", event.sequence)
-            }
+            // Left out when not known: pid 0 (a TCP sender of the HTTP API), seq 0 (events of
+            // the HTTP API have no client sequence).
+            if disclosure.process && event.pid != 0 { ferry.field("pid", UInt64(event.pid)) }
+            if disclosure.process && event.sequence != 0 { ferry.field("seq", event.sequence) }
             ferry.field("accepted_at", stored.acceptedAt)
             if event.messageID != nil { ferry.field("id", event.id) }
             if event.category != 0 { ferry.field("category", UInt64(event.category)) }

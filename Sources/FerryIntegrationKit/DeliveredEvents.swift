@@ -58,11 +58,12 @@ public func deliveredEvents(in directory: String) throws -> [DeliveredEvent] {
         func int(_ key: String) -> Int? { (object[key] as? NSNumber)?.intValue }
         guard let id = object["id"] as? String, let type = object["type"] as? String,
               let name = object["name"] as? String, let source = object["source"] as? String,
-              let pid = int("pid"), let seq = int("seq"), let timestamp = int("timestamp"),
+              let timestamp = int("timestamp"),
               let acceptedAt = int("accepted_at") else {
             throw FerryTestKitError("file sink line lacks a required field: \(line.prefix(300))")
         }
-        return DeliveredEvent(id: id, type: type, name: name, source: source, pid: pid, seq: seq,
+        // `pid` and `seq` are left out when not known (events of the HTTP API): 0 here.
+        return DeliveredEvent(id: id, type: type, name: name, source: source, pid: int("pid") ?? 0, seq: int("seq") ?? 0,
                               timestamp: timestamp, acceptedAt: acceptedAt, line: line)
     }
 }

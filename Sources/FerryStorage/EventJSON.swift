@@ -129,9 +129,13 @@ extension JSONWriter {
                 json.string(utf8: name)
                 json.key("source")
                 json.string(utf8: source)
-                if disclosure.process {
+                // Left out when not known: pid 0 (a TCP sender of the HTTP API), seq 0 (no
+                // client sequence: events of the HTTP API; clients number theirs from 1).
+                if disclosure.process && header.pid != 0 {
                     json.key("pid")
                     json.integer(UInt64(header.pid))
+                }
+                if disclosure.process && header.sequence != 0 {
                     json.key("seq")
                     json.integer(header.sequence)
                 }

@@ -112,8 +112,10 @@ package struct JSONWriter {
         field("type", event.type.description)
         field("name", event.name)
         field("source", event.source)
-        field("pid", UInt64(event.pid))
-        field("seq", event.sequence)
+        // Left out when not known: pid 0 (no process has it: a TCP sender of the HTTP API) and
+        // seq 0 (no client sequence: events of the HTTP API; clients number theirs from 1).
+        if event.pid != 0 { field("pid", UInt64(event.pid)) }
+        if event.sequence != 0 { field("seq", event.sequence) }
         field("timestamp", event.timestamp)
         if let session = event.session { field("session", session) }
     }

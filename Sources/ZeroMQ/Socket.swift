@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import CZeroMQ
+import FerryPeer
 
 /// The ZeroMQ socket types Ferry uses.
 public enum ZMQSocketType: Sendable {
@@ -248,22 +249,9 @@ public final class ZMQSocket {
 }
 
 
-/// Who is at the other end of a Unix-domain (IPC) connection, as the kernel reports it.
-public struct PeerCredentials: Sendable, Hashable {
-    /// The peer's process id.
-    public var pid: Int32
-    /// The peer's effective user id.
-    public var uid: UInt32
-    /// The peer's effective group id.
-    public var gid: UInt32
-
-    /// Creates credentials.
-    public init(pid: Int32, uid: UInt32, gid: UInt32) {
-        self.pid = pid
-        self.uid = uid
-        self.gid = gid
-    }
-
+/// Reading the credentials libzmq records for an IPC connection (``PeerCredentials`` is
+/// FerryPeer's, shared with the modules that check them).
+extension PeerCredentials {
     /// Parses libzmq's `Peer-Address` message property of an IPC connection: the peer's
     /// address, then `:uid:gid:pid` as the kernel reported them (`SO_PEERCRED`) when the
     /// connection was made. `nil` when the property carries no credentials (other transports,

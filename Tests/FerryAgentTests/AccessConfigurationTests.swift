@@ -1,5 +1,7 @@
 @testable import FerryAgent
+import FerryPeer
 import FerryProtocol
+import FerryTestKit
 import Foundation
 import ZeroMQ
 import Testing
@@ -19,6 +21,18 @@ struct AccessConfigurationTests {
         // Directories given in the file win over the mode's.
         let placed = try ConfigurationTests.load(#"{"mode": "system", "runtimeDirectory": "/tmp/fa-rt", "dataDirectory": "/tmp/fa-d"}"#)
         #expect(placed.runtimeDirectory == "/tmp/fa-rt" && placed.dataDirectory == "/tmp/fa-d")
+    }
+
+    @Test("a refusal names the peer's pid only when the kernel gave one: a TCP peer's is unknown, not \"pid 0\"")
+    func refusalLeavesOutAnUnknownPID() {
+        var policy = AccessPolicy.defaults(for: .system)
+        policy.ingest = AccessPolicy.Rule(users: ["root"])
+        let access = AccessControl(policy: policy, logger: quietLogger)
+        let tcp = access.refusal(.ingest, PeerCredentials(pid: 0, uid: 4_000_123, gid: 4_000_124))
+        #expect(tcp.contains("uid 4000123 (gid 4000124) may not send events"), "\(tcp)")
+        #expect(!tcp.contains("pid "), "\(tcp)")
+        let unix = access.refusal(.ingest, PeerCredentials(pid: 77, uid: 4_000_123, gid: 4_000_124))
+        #expect(unix.contains("uid 4000123 (gid 4000124, pid 77) may not send events"), "\(unix)")
     }
 
     @Test("a scope given replaces the mode's default rule entirely; others keep theirs")

@@ -12,7 +12,7 @@ struct AgentEndToEndTests {
         let scratch = try ScratchDirectory(short: true)
         defer { scratch.remove() }
         let configuration = agentConfiguration(scratch, maxEventBytes: 2048)
-        let running = try await RunningAgent(configuration)
+        let running = try await InProcessAgent(configuration)
 
         let good = Events.frames(5)
         let a = Events.make(10).encoded(), b = Events.make(11).encoded()
@@ -97,7 +97,7 @@ struct AgentEndToEndTests {
         let scratch = try ScratchDirectory(short: true)
         defer { scratch.remove() }
         let configuration = agentConfiguration(scratch)
-        let running = try await RunningAgent(configuration)
+        let running = try await InProcessAgent(configuration)
 
         var good = Events.make(1)
         good.anonymousID = "anon-7"
@@ -143,13 +143,13 @@ struct AgentEndToEndTests {
         let sinkDirectory = configuration.fileSinkDirectory
         let first = Events.frames(20)
 
-        let agent1 = try await RunningAgent(configuration)
+        let agent1 = try await InProcessAgent(configuration)
         let replies1 = try await exchange(runtimeDirectory: configuration.runtimeDirectory, [[eventsHeader(1)] + first])
         #expect(replies1.first?.entries?.allSatisfy { $0.status == .accepted } == true)
         try await waitUntil("the first events delivered") { try sinkLines(sinkDirectory).count == first.count }
         try await agent1.stop()
 
-        let agent2 = try await RunningAgent(configuration)
+        let agent2 = try await InProcessAgent(configuration)
         #expect(agent2.agent.recoveryReport?.records == first.count)
         #expect(agent2.agent.recoveryReport?.isClean == true)
         let second = Events.frames(5)
@@ -171,7 +171,7 @@ struct AgentEndToEndTests {
         let configuration = agentConfiguration(scratch, log: LogConfiguration(segmentMaxBytes: 4096))
         let first = Events.frames(60, padding: 100)
 
-        let agent1 = try await RunningAgent(configuration)
+        let agent1 = try await InProcessAgent(configuration)
         let replies1 = try await exchange(runtimeDirectory: configuration.runtimeDirectory, [[eventsHeader(1)] + first])
         #expect(replies1.first?.entries?.allSatisfy { $0.status == .accepted } == true)
         try await agent1.stop()
@@ -183,7 +183,7 @@ struct AgentEndToEndTests {
         #expect(snapshot.covered == LogPosition(segment: UInt64(last.split(separator: "/").last!.dropLast(4))!, offset: fileSize(last)))
         #expect(snapshot.entries.map(\.id) == first.map(Events.id(of:)))
 
-        let agent2 = try await RunningAgent(configuration)
+        let agent2 = try await InProcessAgent(configuration)
         let second = Events.frames(2)
         let replies2 = try await exchange(runtimeDirectory: configuration.runtimeDirectory,
                                           [[eventsHeader(2)] + Array(first.prefix(2)) + second])
@@ -196,9 +196,9 @@ struct AgentEndToEndTests {
         let scratch = try ScratchDirectory(short: true)
         defer { scratch.remove() }
         let configuration = agentConfiguration(scratch)
-        let running = try await RunningAgent(configuration)
+        let running = try await InProcessAgent(configuration)
         do {
-            let second = try await RunningAgent(configuration)
+            let second = try await InProcessAgent(configuration)
             Issue.record("a second agent started")
             try await second.stop()
         } catch let error as AgentError {

@@ -27,7 +27,7 @@ func multiSinkConfiguration(
     return configuration
 }
 
-extension RunningAgent {
+extension InProcessAgent {
     /// The status entry of sink `name`.
     func sinkStatus(_ name: String) -> StatusReply.Sink? {
         agent.status()?.sinks.first { $0.name == name }
@@ -57,7 +57,7 @@ struct DeliveryTests {
             scriptedSinkConfiguration("healthy", scratch), scriptedSinkConfiguration("failing", scratch),
             scriptedSinkConfiguration("slow", scratch),
         ])
-        let running = try await RunningAgent(configuration, sinks: ["healthy": healthy, "failing": failing, "slow": slow])
+        let running = try await InProcessAgent(configuration, sinks: ["healthy": healthy, "failing": failing, "slow": slow])
         let frames = Events.frames(20)
         for (index, chunk) in stride(from: 0, to: frames.count, by: 5).map({ Array(frames[$0..<($0 + 5)]) }).enumerated() {
             try await running.send(chunk, requestID: UInt32(index + 1))
@@ -98,7 +98,7 @@ struct DeliveryTests {
         let configuration = multiSinkConfiguration(
             scratch, [scriptedSinkConfiguration("fast", scratch), scriptedSinkConfiguration("late", scratch)], segmentMaxBytes: 4096)
         let segments = configuration.dataDirectory + "/segments"
-        let running = try await RunningAgent(configuration, sinks: ["fast": fast, "late": late])
+        let running = try await InProcessAgent(configuration, sinks: ["fast": fast, "late": late])
         let frames = Events.frames(60, padding: 200)
         for (index, chunk) in stride(from: 0, to: frames.count, by: 10).map({ Array(frames[$0..<($0 + 10)]) }).enumerated() {
             try await running.send(chunk, requestID: UInt32(index + 1))
@@ -132,7 +132,7 @@ struct DeliveryTests {
         let configuration = multiSinkConfiguration(scratch, [scriptedSinkConfiguration("a", scratch), scriptedSinkConfiguration("b", scratch)])
         let a1 = ScriptedSink(name: "a"), b1 = ScriptedSink(name: "b", mode: .fail(.unavailable))
         let first = Events.frames(10)
-        let agent1 = try await RunningAgent(configuration, sinks: ["a": a1, "b": b1])
+        let agent1 = try await InProcessAgent(configuration, sinks: ["a": a1, "b": b1])
         try await agent1.send(first)
         try await waitUntil("sink a has the first events") { a1.events.count == first.count }
         try await agent1.stop()
@@ -141,7 +141,7 @@ struct DeliveryTests {
         #expect(cursors == ["a.cursor", "b.cursor"])
 
         let a2 = ScriptedSink(name: "a"), b2 = ScriptedSink(name: "b")
-        let agent2 = try await RunningAgent(configuration, sinks: ["a": a2, "b": b2])
+        let agent2 = try await InProcessAgent(configuration, sinks: ["a": a2, "b": b2])
         let second = Events.frames(5)
         try await agent2.send(second)
         try await waitUntil("sink b has everything") { b2.events.count == first.count + second.count }
@@ -159,7 +159,7 @@ struct DeliveryTests {
         let configuration = multiSinkConfiguration(scratch, [scriptedSinkConfiguration(
             "upstream", scratch, retry: .init(initialMilliseconds: 1, maxMilliseconds: 5),
             circuit: .init(failureThreshold: 3, openMilliseconds: 300))])
-        let running = try await RunningAgent(configuration, sinks: ["upstream": sink])
+        let running = try await InProcessAgent(configuration, sinks: ["upstream": sink])
         let environment = ["FERRY_RUNTIME_DIR": configuration.runtimeDirectory]
         let tail = try BusTail(environment: environment, outputDirectory: scratch.path)
         defer { tail.cleanup() }
@@ -216,7 +216,7 @@ struct DeliveryTests {
         defer { scratch.remove() }
         let sink = ScriptedSink(name: "collector", mode: .fail(.badRequest))
         let configuration = multiSinkConfiguration(scratch, [scriptedSinkConfiguration("collector", scratch)])
-        let running = try await RunningAgent(configuration, sinks: ["collector": sink])
+        let running = try await InProcessAgent(configuration, sinks: ["collector": sink])
         let bad = Events.frames(5)
         try await running.send(bad)
         let store = DeadLetterStore(dataDirectory: configuration.dataDirectory)
@@ -263,7 +263,7 @@ struct DeliveryTests {
         let sink = ScriptedSink(name: "flaky", mode: .fail(.unavailable))
         let configuration = multiSinkConfiguration(scratch, [scriptedSinkConfiguration(
             "flaky", scratch, retry: .init(initialMilliseconds: 5, maxMilliseconds: 20, maxElapsedMilliseconds: 150))])
-        let running = try await RunningAgent(configuration, sinks: ["flaky": sink])
+        let running = try await InProcessAgent(configuration, sinks: ["flaky": sink])
         let frames = Events.frames(3)
         try await running.send(frames)
         let store = DeadLetterStore(dataDirectory: configuration.dataDirectory)
@@ -283,7 +283,7 @@ struct DeliveryTests {
         defer { scratch.remove() }
         let sink = ScriptedSink(name: "collector", mode: .fail(.badRequest))
         let configuration = multiSinkConfiguration(scratch, [scriptedSinkConfiguration("collector", scratch)])
-        let running = try await RunningAgent(configuration, sinks: ["collector": sink])
+        let running = try await InProcessAgent(configuration, sinks: ["collector": sink])
         let frames = Events.frames(4)
         try await running.send(frames)
         let store = DeadLetterStore(dataDirectory: configuration.dataDirectory)
@@ -329,7 +329,7 @@ struct DeliveryTests {
             // Would wait a minute for a partial batch: only full batches can arrive within the test.
             scriptedSinkConfiguration("patient", scratch, batch: .init(maxEvents: 5, maxBytes: 1 << 20, maxWaitMilliseconds: 60_000)),
         ])
-        let running = try await RunningAgent(configuration, sinks: ["waiting": waiting, "patient": patient])
+        let running = try await InProcessAgent(configuration, sinks: ["waiting": waiting, "patient": patient])
         let frames = Events.frames(3)
         // Three messages on one connection, each acked before the next goes.
         let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory,

@@ -19,8 +19,10 @@ final class PipelineHarness: Sendable {
     let pipeline: CommitPipeline
     let counters = AgentMetrics(backend: PrometheusBackend().agentBackend)
     let configuration: AgentConfiguration
-    /// What the pipeline hands the socket thread: acks and bus messages (this harness drains it).
-    private let mailbox: SocketMailbox
+    /// What the pipeline hands the socket thread: acks and bus messages (this harness drains them).
+    private let wakeup: SocketWakeup
+    private let acks: AckQueue
+    private let bus: EventBus
     private let pending = Locked<[CommittedBatch]>([])
     let droppedOnBus = Locked<[EventID]>([])
     private let nextRequest = Atomic<UInt32>(1)
@@ -32,37 +34,34 @@ final class PipelineHarness: Sendable {
         var report = RecoveryReport()
         log = try SegmentedLog(directory: scratch.appending("segments"), configuration: logConfiguration, cursor: nil,
                                logger: quietLogger, recovered: &report) { _, _ in }
-        mailbox = try SocketMailbox()
+        wakeup = try SocketWakeup()
+        acks = AckQueue(wakeup: wakeup)
+        bus = EventBus(wakeup: wakeup)
         // As a subscriber to `dropped` would: the pipeline publishes dropped events only then.
-        mailbox.updateSubscription(Array("dropped".utf8), subscribe: true)
-        pipeline = CommitPipeline(log: log, configuration: configuration, counters: counters, mailbox: mailbox,
+        bus.updateSubscription(Array("dropped".utf8), subscribe: true)
+        pipeline = CommitPipeline(log: log, configuration: configuration, counters: counters, bus: bus,
                                   committedSignals: [], logger: quietLogger)
         let (_, worker, seeded) = try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: dedup,
-                                                             mailbox: mailbox, logger: quietLogger)
+                                                             bus: bus, logger: quietLogger)
         try pipeline.start(dedup: seeded, sessions: AgentStartup.emptySessionTable(configuration.dedup), consent: worker.take())
     }
 
-    /// Moves what the mailbox holds into `pending` (acks) and `droppedOnBus`, waiting up to
-    /// `timeout` on its wake-up pipe when it is empty.
-    private static func drain(_ mailbox: SocketMailbox, into pending: Locked<[CommittedBatch]>, dropped: Locked<[EventID]>,
-                              timeout: Int32) {
-        var items = mailbox.take()
-        if items.isEmpty {
-            var descriptor = pollfd(fd: mailbox.wake.readEnd, events: Int16(POLLIN), revents: 0)
+    /// Moves what the queues hold into `pending` (acks) and `droppedOnBus`, waiting up to
+    /// `timeout` on their wake-up pipe when the acks are empty.
+    private static func drain(_ acks: AckQueue, _ bus: EventBus, _ wakeup: SocketWakeup, into pending: Locked<[CommittedBatch]>,
+                              dropped: Locked<[EventID]>, timeout: Int32) {
+        var answers = acks.take()
+        if answers.isEmpty {
+            var descriptor = pollfd(fd: wakeup.pipe.readEnd, events: Int16(POLLIN), revents: 0)
             _ = poll(&descriptor, 1, timeout)
-            mailbox.wake.drain()
-            items = mailbox.take()
+            wakeup.pipe.drain()
+            answers = acks.take()
         }
-        for item in items {
-            switch item {
-            case .committed(let batches):
-                pending.withLock { $0 += batches }
-            case .publish(.dropped, let json):
-                let object = try? JSONSerialization.jsonObject(with: Data(json)) as? [String: Any]
-                if let text = object?["id"] as? String, let id = EventID(text) { dropped.withLock { $0.append(id) } }
-            default:
-                break
-            }
+        for batches in answers { pending.withLock { $0 += batches } }
+        bus.take { topic, json in
+            guard topic == .dropped else { return }
+            let object = try? JSONSerialization.jsonObject(with: Data(json)) as? [String: Any]
+            if let text = object?["id"] as? String, let id = EventID(text) { dropped.withLock { $0.append(id) } }
         }
     }
 
@@ -70,8 +69,8 @@ final class PipelineHarness: Sendable {
     func submit(_ frames: [[UInt8]]) async throws -> [AckEntry] {
         let request = nextRequest.add(1, ordering: .relaxed).oldValue
         let items: [IngestBatch.Item] = try frames.map { .event(try EventHeader($0), frame: $0) }
-        #expect(pipeline.submit(IngestBatch(replyTo: mailbox, route: AckRoute(peer: [1, 2, 3], requestID: request), items: items)))
-        let mailbox = self.mailbox, pending = self.pending, dropped = droppedOnBus
+        #expect(pipeline.submit(IngestBatch(replyTo: acks, route: AckRoute(peer: [1, 2, 3], requestID: request), items: items)))
+        let acks = self.acks, bus = self.bus, wakeup = self.wakeup, pending = self.pending, dropped = droppedOnBus
         let batch = try await offPool { () throws -> CommittedBatch in
             let deadline = ContinuousClock.now + .seconds(20)
             while ContinuousClock.now < deadline {
@@ -79,7 +78,7 @@ final class PipelineHarness: Sendable {
                     guard let index = list.firstIndex(where: { $0.route.requestID == request }) else { return nil }
                     return list.remove(at: index)
                 }) { return hit }
-                Self.drain(mailbox, into: pending, dropped: dropped, timeout: 200)
+                Self.drain(acks, bus, wakeup, into: pending, dropped: dropped, timeout: 200)
             }
             throw TestFailure("no commit result for request \(request)")
         }

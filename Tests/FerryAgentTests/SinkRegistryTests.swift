@@ -115,7 +115,7 @@ struct SinkRegistryTests {
             .init(name: "mem", settings: MemorySinkSettings(store: store)),
             .init(name: "file", settings: .file(directory: scratch.appending("out"))),
         ]
-        let running = try await RunningAgent(configuration)
+        let running = try await InProcessAgent(configuration)
         let frames = Events.frames(20)
         let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory, [[eventsHeader(1)] + frames])
         #expect(replies == [.ack(requestID: 1, entries: frames.map { AckEntry(id: Events.id(of: $0), status: .accepted) })])

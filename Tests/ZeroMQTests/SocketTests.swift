@@ -1,3 +1,4 @@
+import FerryPeer
 import Foundation
 import Testing
 @testable import ZeroMQ

@@ -3,11 +3,11 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryPeer
 import FerryProtocol
 import FerryThreads
 import Logging
 import Synchronization
-import ZeroMQ
 
 /// The agent's access policy, resolved against the user and group databases, and the checks the
 /// socket threads make against the kernel's credentials of each connection.
@@ -97,7 +97,10 @@ final class AccessControl: Sendable {
     /// Why `peer` may not use `scope`, for the refusal it gets.
     func refusal(_ scope: Scope, _ peer: PeerCredentials?) -> String {
         let rule = resolved.withLock { $0[scope]?.text } ?? "nobody"
-        let who = peer.map { "uid \($0.uid) (gid \($0.gid), pid \($0.pid))" } ?? "a peer without kernel credentials"
+        // A pid the kernel did not give (a TCP peer's) is left out, not shown as 0.
+        let who = peer.map { peer in
+            "uid \(peer.uid) (gid \(peer.gid)" + (peer.knownPID.map { ", pid \($0))" } ?? ")")
+        } ?? "a peer without kernel credentials"
         let what = switch scope {
         case .ingest: "send events"
         case .control: "make this request"

@@ -3,9 +3,9 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryPeer
 import FerryStorage
 import Synchronization
-import ZeroMQ
 
 /// Builds each connection's ``EventOrigin`` from the kernel's credentials of the connection and
 /// `/proc/<pid>`, once per connection, and keeps it for the connection's later messages.

@@ -1,4 +1,6 @@
+import CoreMetrics
 import FerryProtocol
+import FerryStorage
 
 /// Brings the gauges of the agent's state (queue, held events, sink backlogs) up to date, just
 /// before the exposition is rendered: they are set when someone looks, not as events flow.
@@ -17,9 +19,7 @@ struct AgentGauges: Sendable {
             age = now >= at ? Double(now - at) / 1000 : 0
         }
         metrics.queueOldestAge.record(age)
-        let held = running.consent.snapshot().heldEvents
-        metrics.eventsHeld.record(held)
-        metrics.eventsHeldBefore.record(held)
+        metrics.eventsHeld.record(running.consent.snapshot().heldEvents)
         for delivery in running.deliveries {
             delivery.metrics.backlog.record(log.backlog[delivery.name] ?? 0)
         }

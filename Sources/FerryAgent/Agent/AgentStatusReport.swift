@@ -5,6 +5,7 @@ import Darwin
 #endif
 import FerryProtocol
 import FerryStorage
+import Synchronization
 
 /// The `status` reply (`ferry status`): the log's figures, the counters of the metric store
 /// (read directly, never parsed back from the exposition), each sink's delivery state and

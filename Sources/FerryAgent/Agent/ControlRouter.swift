@@ -1,6 +1,6 @@
+import FerryPeer
 import FerryProtocol
 import FerryStorage
-import ZeroMQ
 
 /// Routes one control request (JSON in, JSON out; the types are FerryProtocol's
 /// ``ControlRequest`` and replies): checks the caller's rights, answers the ops that read

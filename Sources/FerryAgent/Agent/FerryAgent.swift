@@ -195,14 +195,15 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let log = recovered.log, report = recovered.report
         AgentStartup.logRecovery(report, logger: logger)
 
-        // Everything that publishes or acks is built with the mailbox, before the threads that
-        // use it start: the bus and the acks need no late binding.
-        let mailbox = try SocketMailbox()
-        defer { mailbox.close() }
+        // Everything that publishes or acks is built with its queue to the socket thread, before
+        // the threads that use it start: the bus and the acks need no late binding.
+        let wakeup = try SocketWakeup()
+        defer { wakeup.close() }
+        let bus = EventBus(wakeup: wakeup)
         // Consent: the persisted state (or the configured start), once-key marks, the held area.
         let recoveredDedup = recovered.dedup
         let (engine, workerBox, dedup) = try await io.run { () throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) in
-            try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, mailbox: mailbox, logger: logger)
+            try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, bus: bus, logger: logger)
         }
         let auditLog = AuditLog(path: configuration.dataDirectory + "/consent/audit.log")
 
@@ -236,31 +237,15 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
                 blocked: { events, reason in
                     let live = events.filter { !$0.isErased }
                     counters.blockedAtSend.increment(by: live.count)
-                    guard mailbox.wants(.blocked) else { return }
-                    let now = WallClock.unixMilliseconds()
-                    for event in live {
-                        if let json = BusMessage.event(topic: .blocked, frame: event.frame, at: now, reason: reason, sink: sinkName) {
-                            mailbox.publish(.blocked, json)
-                        }
-                    }
+                    bus.publishEvents(.blocked, live, at: WallClock.unixMilliseconds(), reason: reason, sink: sinkName)
                 },
-                circuitChanged: { change in
-                    guard mailbox.wants(.circuit) else { return }
-                    mailbox.publish(.circuit, BusMessage.circuit(change))
-                }
+                circuitChanged: { change in bus.publishCircuit(change) }
             ) { batch in
-                guard mailbox.wants(.delivered) else { return }
-                let now = WallClock.unixMilliseconds()
-                for event in batch.events {
-                    if let json = BusMessage.event(topic: .delivered, frame: event.frame, at: now, sink: sinkName,
-                                                   origin: EventOrigin(metadata: event.metadata)) {
-                        mailbox.publish(.delivered, json)
-                    }
-                }
+                bus.publishEvents(.delivered, batch.events, at: WallClock.unixMilliseconds(), sink: sinkName, origins: true)
             }
         }
         let pipeline = CommitPipeline(
-            log: log, configuration: configuration, counters: counters, mailbox: mailbox,
+            log: log, configuration: configuration, counters: counters, bus: bus,
             committedSignals: deliveries.map(\.wakeup), faults: .planted, logger: logger)
         // The access policy, resolved against the user and group databases here (never on a
         // socket thread) and refreshed in the background.
@@ -276,10 +261,12 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let controlThread = BlockingExecutor(name: "ferry-control")
         let control = makeControlRouter()
         defer { controlThread.shutdown() }
+        // The stages every ingest path's requests go through: admission, the commit, the bus, the ack.
+        let stages = IngestStages(configuration: configuration, commit: pipeline, access: access, bus: bus, metrics: counters)
         let context = try ZMQContext()
         let sockets = AgentSockets(
-            context: context, configuration: configuration, pipeline: pipeline, mailbox: mailbox, counters: counters,
-            logger: logger, controlThread: controlThread, access: access
+            context: context, configuration: configuration, stages: stages, wakeup: wakeup, acks: AckQueue(wakeup: wakeup),
+            replies: ControlReplyQueue(wakeup: wakeup), counters: counters, logger: logger, controlThread: controlThread
         ) { [control] request, peer, reply in
             control.handle(request, peer: peer, reply: reply)
         }
@@ -293,8 +280,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         var started: [any IngestListener] = []
         for listener in listeners {
             do {
-                let gateway = IngestGateway(path: listener.name, configuration: configuration, pipeline: pipeline,
-                                            access: access, mailbox: mailbox, counters: counters)
+                let gateway = IngestGateway(path: listener.name, stages: stages, metrics: counters.ingestPath(listener.name))
                 try await listener.start(gateway)
                 started.append(listener)
             } catch {
@@ -334,6 +320,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         }
         logger.info("ferryd stopping")
         sockets.stopIntake()
+        stages.stopIntake()
         for listener in started { listener.stopIntake() }
         await pipeline.stop()
         for listener in started { await listener.stop() }

@@ -1,5 +1,6 @@
 import FerryProtocol
 import FerryStorage
+import Logging
 
 /// The retention side of the commit thread: making room under drop-oldest, deleting delivered
 /// segments.
@@ -18,13 +19,14 @@ extension CommitPipeline {
                 // snapshots' position, the end of the committed log, says.
                 try persistSnapshots(dedup, covering: writer.committedEnd)
                 let victim = writer.oldestSealedSegment
-                if let victim, mailbox.wants(.dropped) {
+                if let victim, bus.wants(.dropped) {
                     // Tell the bus which events go, before their bytes do (rare path: only when
                     // the cap is hit under drop-oldest and someone listens).
                     let start = LogPosition(segment: victim.index, offset: SegmentedLog.segmentHeaderSize)
                     let cursor = log.cursor
                     if let events = try? log.read(from: max(start, cursor), maxEvents: victim.verified ? victim.records : .max, maxBytes: Int(victim.size)).events {
-                        publishDropped(events.filter { $0.position.segment == victim.index })
+                        bus.publishEvents(.dropped, events.filter { $0.position.segment == victim.index },
+                                          at: WallClock.unixMilliseconds(), reason: "retention")
                     }
                 }
                 guard let lost = try writer.dropOldestSegment() else { return false }
@@ -36,15 +38,6 @@ extension CommitPipeline {
             }
         }
         return true
-    }
-
-    private func publishDropped(_ events: [StoredEvent]) {
-        let now = WallClock.unixMilliseconds()
-        for event in events {
-            if let json = BusMessage.event(topic: .dropped, frame: event.frame, at: now, reason: "retention") {
-                mailbox.publish(.dropped, json)
-            }
-        }
     }
 
     /// Deletes the segments every sink has delivered (never the active one), after persisting the

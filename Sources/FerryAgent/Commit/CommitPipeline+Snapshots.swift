@@ -1,5 +1,6 @@
 import FerryProtocol
 import FerryStorage
+import Logging
 
 /// The dedup state's snapshot files and the session table's loss reports.
 extension CommitPipeline {
@@ -42,9 +43,7 @@ extension CommitPipeline {
             logger.warning("client events lost", metadata: [
                 "source": "\(loss.source)", "session": "\(loss.session)", "events": "\(events)",
             ])
-            if mailbox.wants(.lost) {
-                mailbox.publish(.lost, BusMessage.lost(loss, at: now))
-            }
+            bus.publishLost(loss, at: now)
         }
     }
 }

@@ -1,3 +1,4 @@
+import CoreMetrics
 import FerryProtocol
 import FerryStorage
 import FerryThreads
@@ -21,8 +22,9 @@ struct IngestBatch: Sendable {
     enum Item: Sendable {
         /// A well-formed event (its validated fixed header and frame).
         case event(EventHeader, frame: [UInt8])
-        /// An event refused during validation, with its ack entry.
-        case refused(AckEntry, frame: [UInt8])
+        /// An event refused before the commit stage (validation, or a consent decision the
+        /// ingest path made), with its ack entry and, for a consent refusal, its bus note.
+        case refused(AckEntry, frame: [UInt8], note: CommittedBatch.Note? = nil)
     }
 }
 
@@ -89,14 +91,14 @@ final class CommitPipeline: Sendable {
     private let inbox = ThreadInbox<CommitWork>()
     private let thread: Mutex<DedicatedThread?> = Mutex(nil)
     let log: SegmentedLog
-    let counters: AgentCounters
+    let counters: AgentMetrics
     let logger: Logger
     let configuration: AgentConfiguration
     /// Test-only deviations (planted bugs), fixed at construction.
     private let faults: CommitFaults
 
     /// Where bus publications (`lost`, `dropped`) go; acks go to each batch's destination.
-    let mailbox: SocketMailbox
+    let bus: EventBus
     /// Signalled after each group that stored something (the delivery loops wait on them).
     private let committedSignals: [AsyncSignal]
 
@@ -104,10 +106,10 @@ final class CommitPipeline: Sendable {
     /// consent change (which may unpause delivery or have queued an event). `faults` are for the
     /// power-cut tests (``CommitFaults/planted``); `.none` otherwise.
     init(
-        log: SegmentedLog, configuration: AgentConfiguration, counters: AgentCounters, mailbox: SocketMailbox,
+        log: SegmentedLog, configuration: AgentConfiguration, counters: AgentMetrics, bus: EventBus,
         committedSignals: [AsyncSignal], faults: CommitFaults = .none, logger: Logger
     ) {
-        self.mailbox = mailbox
+        self.bus = bus
         self.committedSignals = committedSignals
         self.log = log
         self.configuration = configuration
@@ -142,7 +144,7 @@ final class CommitPipeline: Sendable {
     static func weight(of batch: IngestBatch) -> Int {
         batch.items.reduce(0) { total, item in
             switch item {
-            case .event(_, let frame), .refused(_, let frame): total + frame.count + 64
+            case .event(_, let frame), .refused(_, let frame, _): total + frame.count + 64
             }
         }
     }
@@ -284,8 +286,8 @@ final class CommitPipeline: Sendable {
             var answer = CommittedBatch(answering: batch, acceptedAt: now)
             for item in batch.items {
                 switch item {
-                case .refused(let entry, let frame):
-                    answer.append(entry, frame: frame)
+                case .refused(let entry, let frame, let note):
+                    answer.append(entry, frame: frame, note: note)
                 case .event(let header, let frame):
                     judge(header, frame: frame, origin: batch.origin, uid: batch.uid, book: &book, machine: &machine,
                           now: now, into: &answer)
@@ -304,7 +306,7 @@ final class CommitPipeline: Sendable {
             logger.error("could not persist once-key marks", metadata: ["error": "\(error)"])
         }
         // Tallied in locals, added once per group: no shared write per event.
-        var tally = AgentCounters.GroupTally()
+        var tally = AgentMetrics.GroupTally()
         tally.rejected = Array(repeating: 0, count: RejectReason.allCases.count)
         // By index: `for result in results` copied each whole answer.
         for b in results.indices {

@@ -51,14 +51,14 @@ final class ConsentWorker {
     /// expiry reads the held area only when something has actually expired.
     private var oldestHeldAt: UInt64?
     /// Where the `consent` and `purged` bus messages go.
-    private let mailbox: SocketMailbox
+    private let bus: EventBus
     /// A change that happened (its journal is on disk) whose effects are not all done yet.
     private(set) var pending: ConsentJournal?
 
     init(engine: ConsentEngine, heldLog: SegmentedLog, onceKeys: OnceKeyStore, mainLog: SegmentedLog,
          stateFile: ConsentStateFile, auditLog: AuditLog, journalFile: ConsentJournalFile, deadLetters: DeadLetterStore,
-         pending: ConsentJournal?, mailbox: SocketMailbox, logger: Logger) throws {
-        self.mailbox = mailbox
+         pending: ConsentJournal?, bus: EventBus, logger: Logger) throws {
+        self.bus = bus
         self.engine = engine
         self.heldLog = heldLog
         self.onceKeys = onceKeys
@@ -404,16 +404,11 @@ final class ConsentWorker {
     /// Publishes a finished change on the `consent` and `purged` topics.
     private func announce(_ journal: ConsentJournal) {
         if let entry = journal.entry {
-            mailbox.publish(.consent, Self.jsonBytes([
-                "topic": "consent", "change": journal.change, "old": journal.old, "new": journal.new,
-                "at": Int(entry.at), "seq": entry.seq,
-            ]))
+            bus.publishConsent(change: journal.change, old: journal.old, new: journal.new, at: Int(entry.at), seq: entry.seq)
         }
         if let report = journal.purged {
-            mailbox.publish(.purged, Self.jsonBytes([
-                "topic": "purged", "queued": report.queued, "held": report.held, "total": report.total, "reason": journal.change,
-                "at": Int(journal.entry.map { UInt64($0.at) } ?? WallClock.unixMilliseconds()),
-            ]))
+            bus.publishPurged(queued: report.queued, held: report.held, total: report.total, reason: journal.change,
+                              at: Int(journal.entry.map { UInt64($0.at) } ?? WallClock.unixMilliseconds()))
             if journal.entry != nil {
                 logger.notice("purged events", metadata: ["reason": "\(journal.change)", "queued": "\(report.queued)",
                                                           "held": "\(report.held)", "dead_letters": "\(journal.deadLetters.count)"])

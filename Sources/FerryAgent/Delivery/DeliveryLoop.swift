@@ -1,3 +1,4 @@
+import CoreMetrics
 import FerryProtocol
 import FerryStorage
 import FerryThreads

@@ -3,6 +3,8 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import CoreMetrics
+import FerryPeer
 import FerryProtocol
 import FerryStorage
 import FerryThreads
@@ -20,21 +22,18 @@ import ZeroMQ
 ///   the agent's handler, which may reply later (a dead-letter replay waits on a sink) without
 ///   holding up other requests.
 ///
-/// Other threads talk to it through its ``SocketMailbox`` (acks, publications, control replies)
-/// and the mailbox's wake-up pipe, never by touching a socket. Control requests are answered on
-/// the agent's control thread, so a request that reads files never holds up the sockets.
+/// It is the ZeroMQ ingest path: it owns the protocol (frames, headers, error replies, acks) and
+/// hands every message through the ``IngestStages`` every path shares (admission, limits, the
+/// commit, the bus). Other threads talk to it through its queues — the ``AckQueue``, the
+/// ``EventBus``, the ``ControlReplyQueue`` — and their ``SocketWakeup``, never by touching a
+/// socket. Control requests are answered on the agent's control thread, so a request that reads
+/// files never holds up the sockets.
 final class AgentSockets: Sendable {
     /// The most event frames in one message.
     static let maxEventsPerMessage = 4096
     /// Inbound frames above this size drop the connection in libzmq (hostile-peer bound); between
     /// `maxEventBytes` and this, an event is rejected `too_large` with an ack.
     static let hardFrameLimit: Int64 = 16 << 20
-    /// Stop reading the ingest socket while this many batches wait for the commit thread.
-    static let maxCommitBacklog = 256
-    /// … or while the waiting batches hold this many bytes (memory stays bounded under a flood
-    /// of large batches; the clients wait in their outboxes). Two groups' worth
-    /// (``CommitPipeline/maxGroupBytes``): one being written while the next gathers.
-    static let maxCommitBacklogBytes = 4 << 20
     /// Unread messages libzmq queues per client connection: beyond them a client's batches wait
     /// in the kernel's socket buffer and its own outbox, not in agent memory. (libzmq holds a
     /// little more than this: the message being decoded, and reads acknowledged in steps.) Not 1:
@@ -46,16 +45,18 @@ final class AgentSockets: Sendable {
 
     private let context: ZMQContext
     private let configuration: AgentConfiguration
-    private let pipeline: CommitPipeline
+    private let stages: IngestStages
     private let counters: AgentMetrics
     private let logger: Logger
-    private let mailbox: SocketMailbox
+    private let wakeup: SocketWakeup
+    private let acks: AckQueue
+    private let bus: EventBus
+    private let replies: ControlReplyQueue
     private let controlThread: BlockingExecutor
     private let stopping = Atomic<Bool>(false)
     private let intakeStopped = Atomic<Bool>(false)
     private let thread = Mutex<DedicatedThread?>(nil)
     private let control: ControlHandler
-    private let access: AccessControl
     private let origins = OriginResolver()
 
     /// Answers one control request: the request frame, the caller's kernel credentials, and a
@@ -65,15 +66,17 @@ final class AgentSockets: Sendable {
     /// `control` answers a request by calling its reply function once, at once or later; it is
     /// called on `controlThread`, never on the socket thread.
     init(
-        context: ZMQContext, configuration: AgentConfiguration, pipeline: CommitPipeline, mailbox: SocketMailbox,
-        counters: AgentMetrics, logger: Logger, controlThread: BlockingExecutor, access: AccessControl,
+        context: ZMQContext, configuration: AgentConfiguration, stages: IngestStages, wakeup: SocketWakeup, acks: AckQueue,
+        replies: ControlReplyQueue, counters: AgentMetrics, logger: Logger, controlThread: BlockingExecutor,
         control: @escaping ControlHandler
     ) {
-        self.access = access
         self.context = context
         self.configuration = configuration
-        self.pipeline = pipeline
-        self.mailbox = mailbox
+        self.stages = stages
+        self.wakeup = wakeup
+        self.acks = acks
+        bus = stages.bus
+        self.replies = replies
         self.counters = counters
         self.logger = logger
         self.controlThread = controlThread
@@ -108,19 +111,17 @@ final class AgentSockets: Sendable {
     /// events stay in their outboxes and are re-sent to the next agent.
     func stopIntake() {
         intakeStopped.store(true, ordering: .releasing)
-        mailbox.wake.wake()
+        wakeup.wake()
     }
 
     /// Stops reading new messages, sends the acks of everything already committed and closes the
     /// sockets. Call after the commit pipeline has been stopped (so its last acks are queued).
     func stop() async {
         stopping.store(true, ordering: .releasing)
-        mailbox.wake.wake()
+        wakeup.wake()
         if let thread = thread.withLock({ $0 }) { await thread.joinAsync() }
-        mailbox.close()
+        wakeup.close()
     }
-
-    private func wants(_ topic: BusTopic) -> Bool { mailbox.wants(topic) }
 
     // MARK: The socket thread
 
@@ -209,10 +210,9 @@ final class AgentSockets: Sendable {
     private func serve(_ sockets: Sockets) {
         var stoppingSeen = false
         while true {
-            let acceptInput = !stoppingSeen && !intakeStopped.load(ordering: .acquiring)
-                && pipeline.backlog < Self.maxCommitBacklog && pipeline.backlogBytes < Self.maxCommitBacklogBytes
+            let acceptInput = !stoppingSeen && !intakeStopped.load(ordering: .acquiring) && !stages.isBusy
             var items: [ZMQPollItem] = [
-                .fileDescriptor(mailbox.wake.readEnd, .readable),
+                .fileDescriptor(wakeup.pipe.readEnd, .readable),
                 .socket(sockets.events, .readable),
                 .socket(sockets.control, .readable),
                 .socket(sockets.monitor, .readable),
@@ -227,7 +227,7 @@ final class AgentSockets: Sendable {
                 logger.error("poll failed", metadata: ["error": "\(error)"])
                 continue
             }
-            if ready[0].contains(.readable) { mailbox.wake.drain() }
+            if ready[0].contains(.readable) { wakeup.pipe.drain() }
             sendOutbound(sockets)
             if ready[1].contains(.readable) { readSubscriptions(sockets.events) }
             if ready[2].contains(.readable) { answerControl(sockets.control) }
@@ -244,16 +244,15 @@ final class AgentSockets: Sendable {
         }
     }
 
+    /// Sends what other threads queued: acks (each answered batch's outcomes then join the bus
+    /// queue), bus messages, control replies.
     private func sendOutbound(_ sockets: Sockets) {
-        for item in mailbox.take() {
-            switch item {
-            case .committed(let batches):
-                for batch in batches { reply(batch, sockets) }
-            case .publish(let topic, let json):
-                send(sockets.events, [Array(topic.rawValue.utf8), json])
-            case .controlReply(let envelope, let body):
-                send(sockets.control, envelope + [body])
-            }
+        for batches in acks.take() {
+            for batch in batches { reply(batch, sockets) }
+        }
+        bus.take { topic, json in send(sockets.events, [Array(topic.rawValue.utf8), json]) }
+        for reply in replies.take() {
+            send(sockets.control, reply.envelope + [reply.body])
         }
     }
 
@@ -274,34 +273,7 @@ final class AgentSockets: Sendable {
         } catch {
             logger.debug("send failed", metadata: ["error": "\(error)"])
         }
-        if batch.receivedAt > 0 {
-            // Per message, not per event: one clock read and one histogram record.
-            counters.ackLatency.recordNanoseconds(Int64(clamping: MonotonicClock.nanoseconds() &- batch.receivedAt))
-        }
-        let wantsAccepted = wants(.accepted), wantsRejected = wants(.rejected)
-        let wantsConsent = !batch.notes.isEmpty && (wants(.blocked) || wants(.suppressed) || wants(.held))
-        guard wantsAccepted || wantsRejected || wantsConsent else { return }
-        let origin = batch.origin.withUnsafeBytes { EventOrigin(metadata: RecordMetadata(decoding: $0)) }
-        for (index, (entry, frame)) in zip(batch.entries, batch.frames).enumerated() {
-            if let note = batch.notes[index] {
-                if wants(note.topic), let json = BusMessage.event(topic: note.topic, frame: frame, at: batch.acceptedAt, reason: note.reason, origin: origin) {
-                    send(sockets.events, [Array(note.topic.rawValue.utf8), json])
-                }
-                continue
-            }
-            switch entry.status {
-            case .accepted where wantsAccepted:
-                if let json = BusMessage.event(topic: .accepted, frame: frame, at: batch.acceptedAt, origin: origin) {
-                    send(sockets.events, [Array("accepted".utf8), json])
-                }
-            case .rejected where wantsRejected:
-                if let json = BusMessage.event(topic: .rejected, frame: frame, at: batch.acceptedAt,
-                                               reason: entry.reason.description, origin: origin) {
-                    send(sockets.events, [Array("rejected".utf8), json])
-                }
-            default: break
-            }
-        }
+        stages.answered(batch)
     }
 
     /// A byte buffer owned by the socket thread (not `Sendable`; it never leaves the thread).
@@ -341,7 +313,7 @@ final class AgentSockets: Sendable {
     private func readSubscriptions(_ socket: ZMQSocket) {
         while let message = try? socket.receive(dontWait: true) {
             guard let frame = message.first, let flag = frame.first else { continue }
-            if flag <= 1 { mailbox.updateSubscription(Array(frame.dropFirst()), subscribe: flag == 1) }
+            if flag <= 1 { bus.updateSubscription(Array(frame.dropFirst()), subscribe: flag == 1) }
         }
     }
 
@@ -353,9 +325,9 @@ final class AgentSockets: Sendable {
             guard let delimiter = message.firstIndex(where: \.isEmpty), delimiter > 0 else { continue }
             let envelope = Array(message[...delimiter])
             let body = message.count == delimiter + 2 ? message[delimiter + 1] : []
-            let control = self.control, mailbox = self.mailbox
+            let control = self.control, replies = self.replies
             controlThread.submit {
-                control(body, peer) { reply in mailbox.reply(to: envelope, reply) }
+                control(body, peer) { reply in replies.reply(to: envelope, reply) }
             }
         }
     }
@@ -376,8 +348,7 @@ final class AgentSockets: Sendable {
             guard let (message, credentials) = received else { return }
             frames += message.count
             handle(message, from: credentials, socket)
-            if pipeline.backlog >= Self.maxCommitBacklog || pipeline.backlogBytes >= Self.maxCommitBacklogBytes
-                || intakeStopped.load(ordering: .acquiring) { return }
+            if stages.isBusy || intakeStopped.load(ordering: .acquiring) { return }
         }
     }
 
@@ -414,10 +385,9 @@ final class AgentSockets: Sendable {
         }
         // Who may send is the kernel's word (the connection's credentials), checked before any
         // event is looked at: a refused sender gets an error reply and nothing is stored.
-        guard access.allows(.ingest, credentials) else {
-            counters.accessDenied.increment()
-            refuse(peer: peer, requestID: header.requestID, .accessDenied, access.refusal(.ingest, credentials), socket,
-                   version: header.version, countAsMalformed: false)
+        if case .denied(let reason) = stages.checkAccess(credentials) {
+            refuse(peer: peer, requestID: header.requestID, .accessDenied, reason, socket, version: header.version,
+                   countAsMalformed: false)
             return
         }
         let count = message.count - 2
@@ -434,33 +404,10 @@ final class AgentSockets: Sendable {
         }
         var items: [IngestBatch.Item] = []
         items.reserveCapacity(count)
-        for frame in message[2...] {
-            let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
-            if frame.count > configuration.maxEventBytes {
-                items.append(.refused(AckEntry(id: id, status: .rejected, reason: .tooLarge), frame: Array(frame.prefix(WireEvent.fixedHeaderSize))))
-                continue
-            }
-            do {
-                let event = try EventHeader(frame)
-                // The extension block is protocol 2: a version 1 sender cannot have meant it.
-                guard header.version >= 2 || !event.flags.contains(.extended) else {
-                    items.append(.refused(AckEntry(id: id, status: .rejected, reason: .malformed), frame: frame))
-                    continue
-                }
-                // An event flag this agent does not know may carry a promise it cannot keep
-                // (as `localOnly` does): refused like an unknown critical extension.
-                guard event.flags.isSubset(of: .known) else {
-                    items.append(.refused(AckEntry(id: id, status: .rejected, reason: .unsupportedField), frame: frame))
-                    continue
-                }
-                items.append(.event(event, frame: frame))
-            } catch {
-                items.append(.refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: frame))
-            }
-        }
+        for frame in message[2...] { items.append(stages.item(frame, version: header.version)) }
         let origin = origins.metadata(connection: peer, peer: credentials)
         let route = AckRoute(peer: peer, requestID: header.requestID, version: header.version)
-        if !pipeline.submit(IngestBatch(replyTo: mailbox, route: route, origin: origin, uid: credentials?.uid, items: items,
+        if !stages.submit(IngestBatch(replyTo: acks, route: route, origin: origin, uid: credentials?.uid, items: items,
                                         receivedAt: receivedAt)) {
             refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket,
                    version: header.version)

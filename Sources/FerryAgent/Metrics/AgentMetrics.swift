@@ -1,5 +1,4 @@
 import CoreMetrics
-import FerryMetricSamples
 import FerryProtocol
 import Synchronization
 
@@ -132,8 +131,6 @@ public final class AgentMetrics: Sendable {
 
     /// `ferry_held_events`: events in the held area now.
     let eventsHeld: Gauge
-    /// `ferry_events_held`: the same, under its earlier name (deprecated, removed in the next release).
-    let eventsHeldBefore: Gauge
     /// `ferry_queue_events`: events not yet delivered to every sink.
     let queueEvents: Gauge
     /// `ferry_queue_bytes`: bytes of the log's segments.
@@ -203,7 +200,6 @@ public final class AgentMetrics: Sendable {
         commitEvents = CountedRecorder(.commitEvents, factory: factory)
         fsync = Timer(label: MetricDescriptor.fsync.name, factory: factory)
         eventsHeld = gauge(.eventsHeld)
-        eventsHeldBefore = gauge(.eventsHeldBefore)
         queueEvents = gauge(.queueEvents)
         queueBytes = gauge(.queueBytes)
         queueOldestAge = gauge(.queueOldestAge)
@@ -313,36 +309,7 @@ public final class AgentMetrics: Sendable {
         guard let sink = sinks.withLock({ $0[name] }) else { return (0, 0, 0) }
         return (sink.delivered.value, sink.retried.value, sink.deadLettered.value)
     }
-
-    // MARK: Deprecated: reading the exposition back
-
-    /// The current samples of the backend's exposition.
-    @available(*, deprecated, message: "status reads the store (snapshot); parse backend.exposition() with FerryMetricSamples.MetricSamples")
-    public var samples: MetricSamples { MetricSamples(parsing: backend.exposition()) }
-
-    /// The `ferry status` counters as earlier versions read them back from an exposition's
-    /// samples (each a metric or a sum of one over its labels).
-    @available(*, deprecated, message: "read the store: AgentMetrics.snapshot")
-    public static func statusCounters(_ samples: MetricSamples) -> [String: Int] {
-        func total(_ descriptor: MetricDescriptor) -> Int { Int(samples.sum(descriptor.name)) }
-        let rejectedByReason = samples.values(MetricDescriptor.eventsRejected.name, by: "reason")
-        let blocked = samples.values(MetricDescriptor.eventsBlocked.name, by: "stage")
-        return [
-            "accepted": total(.eventsAccepted), "duplicate": total(.eventsDuplicate),
-            "rejected": Int(rejectedByReason.values.reduce(0, +)), "rejected_full": Int(rejectedByReason["full"] ?? 0),
-            "dropped": total(.eventsDropped), "delivered": total(.sinkDelivered), "delivery_failures": total(.sinkFailures),
-            "retried": total(.sinkRetried), "dead_lettered": total(.sinkDeadLettered),
-            "malformed_messages": total(.messagesRefused), "commits": Int(samples.sum(MetricDescriptor.commitEvents.name + "_count")),
-            "blocked": Int(blocked["ingest"] ?? 0), "suppressed": total(.eventsSuppressed), "held": total(.eventsHeldTotal),
-            "blocked_at_send": Int(blocked["send"] ?? 0), "client_events_lost": total(.clientEventsLost),
-            "access_denied": total(.messagesDenied),
-        ]
-    }
 }
-
-/// The earlier name of ``AgentMetrics`` (it holds gauges and histograms too, not only counters).
-@available(*, deprecated, renamed: "AgentMetrics")
-public typealias AgentCounters = AgentMetrics
 
 /// One sink's instruments, labelled `sink`.
 final class SinkMetrics: Sendable {

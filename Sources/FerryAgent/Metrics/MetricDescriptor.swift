@@ -90,11 +90,6 @@ extension MetricDescriptor {
     /// `ferry_events_held_total`, whose OpenMetrics family name is `ferry_events_held`.
     public static let eventsHeld = MetricDescriptor(
         "ferry_held_events", .gauge, help: "Events in the held area now.")
-    /// `ferry_events_held`: the earlier name of ``eventsHeld``, exported beside it for one release.
-    /// Under OpenMetrics it is one family name with the counter `ferry_events_held_total`.
-    public static let eventsHeldBefore = MetricDescriptor(
-        "ferry_events_held", .gauge,
-        help: "Deprecated, removed in the next release: use ferry_held_events (events in the held area now).")
     /// `ferry_queue_events`.
     public static let queueEvents = MetricDescriptor(
         "ferry_queue_events", .gauge, help: "Events not yet delivered to every sink.")
@@ -157,11 +152,12 @@ extension MetricDescriptor {
     ] + deprecated
 
     /// The metrics kept one release under an earlier name, removed in the next (METRICS.md says
-    /// which replaces each).
-    public static let deprecated: [MetricDescriptor] = [eventsHeldBefore]
+    /// which replaces each). None now: the gauge `ferry_events_held` (now `ferry_held_events`)
+    /// was removed in this release.
+    public static let deprecated: [MetricDescriptor] = []
 
     /// The family name OpenMetrics gives the metric: a counter's without its `_total`. Two
-    /// metrics of the catalog never share one (the deprecated ones aside).
+    /// metrics of the catalog never share one.
     public var openMetricsFamily: String {
         kind == .counter && name.hasSuffix("_total") ? String(name.dropLast("_total".count)) : name
     }

@@ -19,7 +19,7 @@ func eventsHeader(_ requestID: UInt32, version: UInt8 = ferryProtocolVersion) ->
 }
 
 /// An in-process agent running in a task.
-final class RunningAgent: Sendable {
+final class InProcessAgent: Sendable {
     let agent: FerryAgent
     let task: Task<Void, any Error>
 

@@ -29,8 +29,8 @@ public enum BusTopic: String, Sendable, CaseIterable {
     case lost
 }
 
-/// Builds the JSON objects published on the bus. Hand-written so that publishing an event costs
-/// one small buffer and no Foundation round trip.
+/// Builds the JSON objects published on the bus (for ``EventBus``, their one publisher).
+/// Hand-written so that publishing an event costs one small buffer and no Foundation round trip.
 enum BusMessage {
     static func event(
         topic: BusTopic, frame: [UInt8], at: UInt64, reason: String? = nil, sink: String? = nil, origin: EventOrigin? = nil
@@ -82,5 +82,30 @@ extension BusMessage {
         if let error = change.error { json.field("error", error) }
         if let retryAt = change.retryAt { json.field("retry_at", retryAt) }
         return json.finish()
+    }
+
+    /// `{"topic":"rejected","path":…,"status":…,"code":…,"reason":…,"uid":…,"at":…}`: a request
+    /// an ingest path refused as a whole (`uid` only when known).
+    static func refusal(path: String, status: Int, code: String, reason: String, uid: UInt32?, at: UInt64) -> [UInt8] {
+        var json = JSONWriter()
+        json.field("topic", BusTopic.rejected.rawValue)
+        json.field("path", path)
+        json.field("status", UInt64(status))
+        json.field("code", code)
+        json.field("reason", reason)
+        if let uid { json.field("uid", UInt64(uid)) }
+        json.field("at", at)
+        return json.finish()
+    }
+
+    /// `{"at":…,"change":…,"new":…,"old":…,"seq":…,"topic":"consent"}` (keys sorted, as earlier
+    /// versions wrote them).
+    static func consent(change: String, old: String, new: String, at: Int, seq: Int) -> [UInt8] {
+        ConsentWorker.jsonBytes(["topic": "consent", "change": change, "old": old, "new": new, "at": at, "seq": seq])
+    }
+
+    /// `{"at":…,"held":…,"queued":…,"reason":…,"topic":"purged","total":…}` (keys sorted).
+    static func purged(queued: Int, held: Int, total: Int, reason: String, at: Int) -> [UInt8] {
+        ConsentWorker.jsonBytes(["topic": "purged", "queued": queued, "held": held, "total": total, "reason": reason, "at": at])
     }
 }

@@ -1,0 +1,140 @@
+import CoreMetrics
+import FerryPeer
+import FerryProtocol
+import FerryStorage
+import Synchronization
+
+/// The one chain of stages every ingest path hands what it received to, written once: a path
+/// (the ZeroMQ socket, the local HTTP API, any registered ``IngestPathKind``) owns only its
+/// protocol — reading requests, turning them into event frames, writing answers.
+///
+/// 1. **Admission** (``admit(_:)``): stopping, back-pressure (the commit stage's backlog), the
+///    access policy against the kernel's credentials; then the limits of each frame
+///    (``item(_:version:)``: `maxEventBytes`, a fixed header that decodes, known flags).
+/// 2. **The decision**: the ``CommitPipeline`` (dedup, consent, retention, the group commit).
+/// 3. **The bus and the ack** (``answered(_:)``): once a batch's answer is back, its outcomes go
+///    to the ``EventBus`` and its ack latency is recorded; the path's ``AckDestination`` writes
+///    the answer.
+///
+/// `Sendable`; every stage may be called from any thread and never blocks.
+final class IngestStages: Sendable {
+    /// Stop admitting (the ZeroMQ socket stops reading; other paths answer "busy") while this
+    /// many batches wait for the commit thread.
+    static let maxCommitBacklog = 256
+    /// … or while the waiting batches hold this many bytes (memory stays bounded under a flood
+    /// of large batches; the clients wait in their outboxes). Two groups' worth
+    /// (``CommitPipeline/maxGroupBytes``): one being written while the next gathers.
+    static let maxCommitBacklogBytes = 4 << 20
+
+    /// The largest event frame stored (`maxEventBytes`).
+    let maxEventBytes: Int
+    /// The consent configuration's categories by name (built-in and configured).
+    let categories: [String: UInt8]
+    /// The consent configuration's category of each event type's name.
+    let typeCategories: [String: String]
+    /// The bus every outcome is published on.
+    let bus: EventBus
+
+    private let commit: CommitPipeline
+    private let access: AccessControl
+    private let metrics: AgentMetrics
+    private let stopping = Atomic<Bool>(false)
+
+    init(configuration: AgentConfiguration, commit: CommitPipeline, access: AccessControl, bus: EventBus, metrics: AgentMetrics) {
+        maxEventBytes = configuration.maxEventBytes
+        categories = configuration.consent.categories
+        typeCategories = configuration.consent.typeCategories
+        self.commit = commit
+        self.access = access
+        self.bus = bus
+        self.metrics = metrics
+    }
+
+    // MARK: Admission
+
+    /// Why a request is not admitted.
+    enum Refusal: Equatable, Sendable {
+        /// The agent is stopping: retry later, with the next agent.
+        case stopping
+        /// The commit stage has as much waiting as ingest lets in: retry shortly.
+        case busy
+        /// The sender may not send events (`access.ingest`); the text names the policy.
+        case denied(String)
+    }
+
+    /// Whether the agent is stopping (nothing more is admitted).
+    var isStopping: Bool { stopping.load(ordering: .acquiring) }
+
+    /// Marks every path as stopping (the agent's shutdown).
+    func stopIntake() { stopping.store(true, ordering: .releasing) }
+
+    /// Whether the commit stage has as much waiting as ingest lets in (back-pressure): the ZeroMQ
+    /// socket stops reading, another path answers retryably.
+    var isBusy: Bool {
+        commit.backlog >= Self.maxCommitBacklog || commit.backlogBytes >= Self.maxCommitBacklogBytes
+    }
+
+    /// Admits a request from `peer` (the kernel's credentials; nil when the connection has none),
+    /// or says why not: stopping, then back-pressure, then the access policy (a refusal counted
+    /// in `ferry_messages_denied_total`). Checked before any event is looked at.
+    func admit(_ peer: PeerCredentials?) -> Refusal? {
+        if isStopping { return .stopping }
+        if isBusy { return .busy }
+        return checkAccess(peer)
+    }
+
+    /// The access policy's part of ``admit(_:)`` alone (the ZeroMQ socket, which stops reading
+    /// instead of refusing when busy or stopping).
+    func checkAccess(_ peer: PeerCredentials?) -> Refusal? {
+        guard access.allows(.ingest, peer) else {
+            metrics.accessDenied.increment()
+            return .denied(access.refusal(.ingest, peer))
+        }
+        return nil
+    }
+
+    // MARK: Limits
+
+    /// One frame through the limits: stored as an event, or refused with its ack entry (too
+    /// large, a fixed header that does not decode, a flag this agent does not know, or the
+    /// extension block from a protocol 1 sender, who cannot have meant it).
+    @inline(__always)
+    func item(_ frame: [UInt8], version: UInt8) -> IngestBatch.Item {
+        let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
+        if frame.count > maxEventBytes {
+            return .refused(AckEntry(id: id, status: .rejected, reason: .tooLarge), frame: Array(frame.prefix(WireEvent.fixedHeaderSize)))
+        }
+        do {
+            let event = try EventHeader(frame)
+            // The extension block is protocol 2: a version 1 sender cannot have meant it.
+            guard version >= 2 || !event.flags.contains(.extended) else {
+                return .refused(AckEntry(id: id, status: .rejected, reason: .malformed), frame: frame)
+            }
+            // An event flag this agent does not know may carry a promise it cannot keep (as
+            // `localOnly` does): refused like an unknown critical extension.
+            guard event.flags.isSubset(of: .known) else {
+                return .refused(AckEntry(id: id, status: .rejected, reason: .unsupportedField), frame: frame)
+            }
+            return .event(event, frame: frame)
+        } catch {
+            return .refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: frame)
+        }
+    }
+
+    // MARK: The decision
+
+    /// Hands an admitted batch to the commit stage; false when it stopped taking batches.
+    func submit(_ batch: IngestBatch) -> Bool { commit.submit(batch) }
+
+    // MARK: The bus and the ack
+
+    /// A batch's answer is back (any thread; the ZeroMQ socket calls it once the ack is sent):
+    /// records its ack latency (per message, not per event: one clock read and one histogram
+    /// record) and publishes its outcomes on the bus.
+    func answered(_ batch: CommittedBatch) {
+        if batch.receivedAt > 0 {
+            metrics.ackLatency.recordNanoseconds(Int64(clamping: MonotonicClock.nanoseconds() &- batch.receivedAt))
+        }
+        bus.publishOutcomes(of: batch)
+    }
+}
