@@ -163,7 +163,7 @@ let package = Package(
         .target(
             name: "FerryDaemon",
             dependencies: [
-                "FerryAgent", "FerryProtocol", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP", "FerryHTTPIngest",
+                "FerryAgent", "FerryProtocol", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -194,7 +194,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "ferryd",
-            dependencies: ["FerryDaemon", "FerryAgent", "FerryHTTPSink", "FerryJetStreamSink"]
+            dependencies: ["FerryDaemon", "FerryAgent", "FerryHTTPSink", "FerryJetStreamSink", "FerryHTTPIngest"]
         ),
         .executableTarget(
             name: "ferry",

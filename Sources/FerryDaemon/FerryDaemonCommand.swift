@@ -8,7 +8,6 @@ import FerryAgent
 import FerryProtocol
 import Foundation
 import FerryMetrics
-import FerryHTTPIngest
 import FerryMetricsHTTP
 import FerryStorage
 import Logging
@@ -17,14 +16,15 @@ import UnixSignals
 
 /// What `ferryd` does: parses its arguments, loads the configuration, sets up logging and runs
 /// the agent as a service until SIGTERM/SIGINT, reloading on SIGHUP and telling a service
-/// manager about it (``SystemdNotifier``). The executable only names the sink kinds it links, so
-/// a build of the agent with other sinks is another `main` of a few lines:
+/// manager about it (``SystemdNotifier``). The executable only names the sink kinds and the ingest
+/// path kinds it links, so a build of the agent with other sinks or paths is another `main` of a
+/// few lines:
 ///
 /// ```swift
 /// @main
 /// enum Main {
 ///     static func main() async {
-///         await FerryDaemon.main(sinkKinds: .builtIn.registering(.http, .jetstream))
+///         await FerryDaemon.main(sinkKinds: .builtIn.registering(.http, .jetstream), ingestPathKinds: IngestPathRegistry([.http]))
 ///     }
 /// }
 /// ```
@@ -35,8 +35,11 @@ private func glibcMallopt(_ parameter: CInt, _ value: CInt) -> CInt
 #endif
 
 public enum FerryDaemon {
-    /// Runs `ferryd` with `arguments` (the process's when `nil`) and exits the process.
-    public static func main(sinkKinds: SinkRegistry, arguments: [String]? = nil) async -> Never {
+    /// Runs `ferryd` with `arguments` (the process's when `nil`) and exits the process, serving
+    /// the ingest paths of `ingestPathKinds` besides the ZeroMQ socket.
+    public static func main(
+        sinkKinds: SinkRegistry, ingestPathKinds: IngestPathRegistry = .none, arguments: [String]? = nil
+    ) async -> Never {
         #if canImport(Glibc)
         // Buffers of 256 KiB and more (scan windows, delivery reads, encoded batches) are mapped
         // and given back when freed. By default glibc raises this threshold to the largest block
@@ -58,7 +61,7 @@ public enum FerryDaemon {
             }
             let command = try FerryDaemonCommand.parseAsRoot(arguments)
             if let daemon = command as? FerryDaemonCommand {
-                try await daemon.run(sinkKinds: sinkKinds)
+                try await daemon.run(sinkKinds: sinkKinds, ingestPathKinds: ingestPathKinds)
             } else if let validate = command as? ValidateCommand {
                 try validate.run(sinkKinds: sinkKinds)
             } else {
@@ -139,7 +142,7 @@ struct FerryDaemonCommand: ParsableCommand {
         return configuration
     }
 
-    func run(sinkKinds: SinkRegistry) async throws {
+    func run(sinkKinds: SinkRegistry, ingestPathKinds: IngestPathRegistry) async throws {
         let configuration = try agentConfiguration(sinkKinds: sinkKinds)
         // Whatever ferryd creates is private until it sets a mode on purpose (the sockets' modes
         // are set right after bind).
@@ -154,15 +157,15 @@ struct FerryDaemonCommand: ParsableCommand {
         // through swift-metrics with this factory (no global bootstrap); its status counters are
         // its own state.
         let metrics = PrometheusBackend()
-        // The local HTTP API's listeners: started and stopped by the agent (IngestListener).
-        let listeners: [HTTPIngestServer]
+        // The ingest paths besides ZeroMQ (the kinds `main` registered): built from the
+        // configuration, started and stopped by the agent (IngestPath).
+        let agent: FerryAgent
         do {
-            listeners = try HTTPIngestServer.servers(for: configuration, logger: logger)
+            agent = try FerryAgent(configuration: configuration, ingestPathKinds: ingestPathKinds, metrics: metrics.agentBackend,
+                                   logger: logger)
         } catch let error as AgentError {
             throw ValidationError(error.message)
         }
-        let agent = FerryAgent(configuration: configuration, sinks: [:], listeners: listeners, metrics: metrics.agentBackend,
-                               logger: logger)
         let supervisor = Supervisor(
             agent: agent, notifier: SystemdNotifier(environment: ProcessInfo.processInfo.environment), logger: logger
         ) {

@@ -11,7 +11,7 @@ import NIOPosix
 import Synchronization
 
 /// The local Segment-compatible HTTP API on one listener: a Unix socket in the runtime directory
-/// or a TCP address. An ``IngestListener``: the agent starts it once its commit pipeline runs
+/// or a TCP address. An ``IngestPath`` of kind ``IngestPathKind/http``: the agent starts it once its commit pipeline runs
 /// and stops it with itself; every request's events go through the ``IngestGateway`` into the
 /// same group commit as ZeroMQ ingest, and a 2xx is written only once all of them are settled.
 ///
@@ -21,9 +21,9 @@ import Synchronization
 /// ```swift
 /// let server = HTTPIngestServer(address: .unix(path: runtime + "/http", mode: 0o600), writeKeys: [:],
 ///                               maxConnections: 256, logger: logger)
-/// let agent = FerryAgent(configuration: configuration, sinks: [:], listeners: [server], logger: logger)
+/// let agent = FerryAgent(configuration: configuration, sinks: [:], paths: [server], logger: logger)
 /// ```
-package final class HTTPIngestServer: IngestListener, CustomStringConvertible {
+package final class HTTPIngestServer: IngestPath, CustomStringConvertible {
     /// Where a server listens.
     package enum Address: Sendable, Equatable {
         /// A Unix socket at `path`, given file mode `mode` (the sender's credentials: `SO_PEERCRED`).
@@ -479,7 +479,7 @@ private final class IngestHandler: ChannelInboundHandler {
                 return nil
             case .success(let prepared):
                 messages = prepared
-                return prepared.map { message in
+                return prepared.map { message -> IngestGateway.Frame in
                     switch message {
                     case .event(let event):
                         if let denied = event.deniedCategory {

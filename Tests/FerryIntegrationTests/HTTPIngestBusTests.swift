@@ -83,7 +83,7 @@ struct HTTPIngestBusTests {
         }
         for message in try tail.messages(topic: "accepted") where (message["source"] as? String) == "http" {
             #expect(message["seq"] == nil, "\(message)")
-            #expect(message["pid"] as? NSNumber != 0, "\(message)")
+            #expect((message["pid"] as? NSNumber)?.intValue != 0, "\(message)")
             if message["name"] as? String == "Over TCP" { #expect(message["pid"] == nil, "\(message)") }
         }
     }

@@ -17,6 +17,8 @@ struct AgentStatusReport: Sendable {
     let startedAt: UInt64
     /// The agent's metric store.
     let metrics: AgentMetrics
+    /// The names of the ingest paths it serves besides the ZeroMQ socket.
+    let ingestPaths: [String]
 
     /// The reply for the running agent `running`, as of now.
     func reply(_ running: RunningAgent) -> StatusReply {
@@ -60,14 +62,12 @@ struct AgentStatusReport: Sendable {
                 events: running.recovery.records, corruptRegions: running.recovery.corruptRegions,
                 corruptBytes: Int(running.recovery.corruptBytes), truncatedBytes: Int(running.recovery.truncatedBytes)),
             clientEventsLost: metrics.clientEventsLostBySource,
-            ingestPaths: ingestPaths)
+            ingestPaths: ingestPathFigures)
     }
 
-    /// The figures of the HTTP API's listeners that are on (nil when none is).
-    private var ingestPaths: [String: [String: Int]]? {
-        let http = configuration.httpIngest
-        let on = (http.socket ? ["unix"] : []) + (http.listen != nil ? ["tcp"] : [])
-        guard !on.isEmpty else { return nil }
-        return metrics.ingestPathCounts.filter { on.contains($0.key) }
+    /// The figures of the ingest paths served besides the ZeroMQ socket (nil when none is).
+    private var ingestPathFigures: [String: [String: Int]]? {
+        guard !ingestPaths.isEmpty else { return nil }
+        return metrics.ingestPathCounts.filter { ingestPaths.contains($0.key) }
     }
 }

@@ -42,8 +42,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     private let logger: Logger
     /// Sink implementations that replace what their configuration describes, by sink name.
     private let sinkOverrides: [String: any Sink]
-    /// Ingest paths besides the ZeroMQ socket (``IngestListener``).
-    private let listeners: [any IngestListener]
+    /// Ingest paths besides the ZeroMQ socket (``IngestPath``), built by their kinds.
+    private let paths: [any IngestPath]
     private let startedAt = WallClock.unixMilliseconds()
     /// The running agent's parts; nil until start-up is done. Its one owner.
     private let running = Mutex<RunningAgent?>(nil)
@@ -75,17 +75,27 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         configuration: AgentConfiguration, sinks overrides: [String: any Sink], metrics: AgentMetricsBackend = .discarding,
         logger: Logger
     ) {
-        self.init(configuration: configuration, sinks: overrides, listeners: [], metrics: metrics, logger: logger)
+        self.init(configuration: configuration, sinks: overrides, paths: [], metrics: metrics, logger: logger)
     }
 
-    /// Creates an agent that also serves the ingest paths of `listeners` (the local HTTP API of
-    /// `FerryHTTPIngest`, which `ferryd` builds from ``AgentConfiguration/httpIngest``): each is
-    /// started once the commit pipeline runs and stopped with the agent (``IngestListener``).
+    /// Creates an agent that also serves the ingest paths the kinds of `ingestPathKinds` build from
+    /// `configuration` (`ferryd` registers the local HTTP API of `FerryHTTPIngest`): each is
+    /// started once the commit pipeline runs and stopped with the agent (``IngestPath``). Throws
+    /// ``AgentError`` (code `configuration`) when a kind cannot serve what the configuration asks.
+    public convenience init(
+        configuration: AgentConfiguration, sinks overrides: [String: any Sink] = [:], ingestPathKinds: IngestPathRegistry,
+        metrics: AgentMetricsBackend = .discarding, logger: Logger
+    ) throws {
+        self.init(configuration: configuration, sinks: overrides, paths: try ingestPathKinds.paths(for: configuration, logger: logger),
+                  metrics: metrics, logger: logger)
+    }
+
+    /// Creates an agent that also serves `paths` (for tests and embedding).
     package init(
-        configuration: AgentConfiguration, sinks overrides: [String: any Sink], listeners: [any IngestListener],
+        configuration: AgentConfiguration, sinks overrides: [String: any Sink], paths: [any IngestPath],
         metrics: AgentMetricsBackend = .discarding, logger: Logger
     ) {
-        self.listeners = listeners
+        self.paths = paths
         self.configuration = configuration
         live = Mutex(configuration)
         self.logger = logger
@@ -277,8 +287,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         try pipeline.start(dedup: dedup, sessions: sessions, consent: worker)
         // The other ingest paths are bound before the ZeroMQ sockets: once `status` answers,
         // every path is served.
-        var started: [any IngestListener] = []
-        for listener in listeners {
+        var started: [any IngestPath] = []
+        for listener in paths {
             do {
                 let gateway = IngestGateway(path: listener.name, stages: stages, metrics: counters.ingestPath(listener.name))
                 try await listener.start(gateway)
@@ -343,7 +353,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     }
 
     private var statusReport: AgentStatusReport {
-        AgentStatusReport(configuration: configuration, startedAt: startedAt, metrics: counters)
+        AgentStatusReport(configuration: configuration, startedAt: startedAt, metrics: counters, ingestPaths: paths.map(\.name))
     }
 
     /// The status document served to `ferry status --json`; nil until the agent runs.

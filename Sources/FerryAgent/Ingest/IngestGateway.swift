@@ -4,28 +4,8 @@ import FerryStorage
 import Logging
 import Synchronization
 
-/// An ingest path other than the ZeroMQ socket (the local HTTP API of `FerryHTTPIngest`): the
-/// extension point through which a module with its own I/O (SwiftNIO) feeds the agent, so the
-/// agent core never imports it.
-///
-/// The agent owns the listener's life: ``start(_:)`` once the commit pipeline runs (and the
-/// ZeroMQ sockets are bound), ``stopIntake()`` when shutdown begins (the listener refuses new
-/// requests from then on, retryably), ``stop()`` after the pipeline has committed and answered
-/// everything it was given. `ferryd` (FerryDaemon) builds the listeners its configuration asks for
-/// and hands them to ``FerryAgent/init(configuration:sinks:listeners:metrics:logger:)``.
-package protocol IngestListener: Sendable {
-    /// The ingest path's name, for logs, metrics and status (`http_unix`, `http_tcp`).
-    var name: String { get }
-    /// Binds and starts serving, submitting through `gateway`. Throws if it cannot bind.
-    func start(_ gateway: IngestGateway) async throws
-    /// Stops taking new work: requests from now on are answered retryably (the agent is stopping).
-    func stopIntake()
-    /// Closes the listener; called after the commit pipeline stopped, so every answer was delivered.
-    func stop() async
-}
-
 /// An ingest path's door into the agent: the ``IngestStages`` every path shares, seen from a
-/// module with its own I/O (SwiftNIO). Built by the agent for each ``IngestListener``;
+/// module with its own I/O (SwiftNIO). Built by the agent for each ``IngestPath``;
 /// `Sendable`, callable from any thread, never blocks.
 ///
 /// A request crosses it once each way: ``submit(peer:origin:receivedAt:prepare:completion:)``
