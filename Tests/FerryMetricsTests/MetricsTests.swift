@@ -1,3 +1,4 @@
+import CoreMetrics
 @testable import FerryAgent
 import FerryIntegrationKit
 import FerryMetrics
