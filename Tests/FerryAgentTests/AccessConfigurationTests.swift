@@ -1,6 +1,7 @@
 @testable import FerryAgent
 import FerryPeer
 import FerryProtocol
+import FerryStorage
 import FerryTestKit
 import Foundation
 import ZeroMQ

@@ -1,4 +1,5 @@
 @testable import FerryAgent
+import Logging
 import Testing
 
 /// The reload decision: a pure function of the configuration in effect and the new one.

@@ -8,6 +8,7 @@ import FerryMetrics
 import FerryTestKit
 @testable import FerryStorage
 import FerryProtocol
+import FerryThreads
 import Foundation
 import Synchronization
 import Testing
