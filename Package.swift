@@ -189,6 +189,14 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        // The sink contract kit: one test body for every sink (exactly once across kill -9 at
+        // each crash point, retry classification, cursor saves, dead letters and replay,
+        // disclosure, reload), run against the real ferryd and each sink's real upstream, and the
+        // fixtures of the built-in sinks. Links no sink: ferryd does. Not a product.
+        .target(
+            name: "FerrySinkContractKit",
+            dependencies: ["FerryTestKit", "FerryIntegrationKit", "NATS"]
+        ),
         .executableTarget(
             name: "ferryd",
             dependencies: ["FerryDaemon", "FerryAgent", "FerryHTTPSink", "FerryJetStreamSink"]
@@ -223,8 +231,6 @@ let package = Package(
             name: "FerryHTTPSinkTests",
             dependencies: [
                 "FerryHTTPSink", "FerryAgent", "FerryStorage", "FerryProtocol", "FerryTestKit", "FerryIntegrationKit",
-                // Its configuration tests load files with every sink type ferryd links.
-                "FerryJetStreamSink",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -232,8 +238,15 @@ let package = Package(
             name: "FerryJetStreamSinkTests",
             dependencies: [
                 "FerryJetStreamSink", "FerryAgent", "FerryStorage", "FerryProtocol", "NATS", "FerryTestKit", "FerryIntegrationKit",
-                // Its configuration tests load files with every sink type ferryd links.
-                "FerryHTTPSink",
+            ]
+        ),
+        // The sink contract for every sink (one fixture each), and the tests that need every
+        // sink type ferryd links: the one test target that links them all.
+        .testTarget(
+            name: "FerrySinkContractTests",
+            dependencies: [
+                "FerrySinkContractKit", "FerryTestKit", "FerryIntegrationKit",
+                "FerryAgent", "FerryStorage", "FerryProtocol", "FerryHTTPSink", "FerryJetStreamSink", "NATS",
             ]
         ),
         .testTarget(

@@ -316,11 +316,19 @@ final class DeliveryLoop: Sendable {
     }
 
     /// Stores the cursor after `read` with `checkpoint`, then lets the log know.
+    ///
+    /// Crash points (docs/FAULTS.md), reached by every sink: `delivery.done` once the batch is
+    /// done with (the sink acknowledged it, or it was dead-lettered) and its cursor not yet stored;
+    /// `delivery.saved` once the cursor and checkpoint are stored.
     private func advance(_ read: (events: [StoredEvent], next: LogPosition), checkpoint stored: [UInt8]?) async {
         checkpoint.withLock { $0 = stored }
         do {
             let store = cursorStore, next = read.next
-            try await io.run { try store.save(next, checkpoint: stored) }
+            try await io.run {
+                try CrashPoints.reach("delivery.done")
+                try store.save(next, checkpoint: stored)
+                try CrashPoints.reach("delivery.saved")
+            }
         } catch {
             // The sink has the batch but the cursor did not move: it will be delivered again
             // after a restart (at-least-once); the file sink's checkpoint makes that harmless.
