@@ -221,8 +221,6 @@ let package = Package(
             name: "FerryAgentTests",
             dependencies: [
                 "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryMetrics",
-                // The configuration tests load files with every sink type ferryd links.
-                "FerryHTTPSink", "FerryJetStreamSink",
                 "FerryTestKit", "FerryIntegrationKit",
                 .product(name: "Logging", package: "swift-log"),
             ]

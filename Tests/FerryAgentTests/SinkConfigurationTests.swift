@@ -1,7 +1,6 @@
 @testable import FerryAgent
 import FerryTestKit
 @testable import FerryStorage
-@testable import FerryJetStreamSink
 import Foundation
 import Testing
 
@@ -16,19 +15,6 @@ struct SinkConfigurationTests {
         #expect(config.fileSinkDirectory == "/tmp/fa-base-data/delivered")
         // Without "type" (as files written before there were other types).
         #expect(try ConfigurationTests.load(#"{"sink": {"directory": "/tmp/x"}}"#).sinks.map(\.name) == ["file"])
-    }
-
-    @Test("the README's multi-sink example (HTTP collector, JetStream, file archive) loads as written")
-    func readmeExample() throws {
-        let root = #filePath.split(separator: "/").dropLast(3).joined(separator: "/")
-        let readme = try String(contentsOfFile: "/" + root + "/README.md", encoding: .utf8)
-        let section = try #require(readme.range(of: "## Upstream delivery"))
-        let rest = readme[section.upperBound...]
-        let start = try #require(rest.range(of: "```json\n"))
-        let end = try #require(rest[start.upperBound...].range(of: "```"))
-        let config = try ConfigurationTests.load(String(rest[start.upperBound..<end.lowerBound]))
-        #expect(config.sinks.map(\.name) == ["collector", "bus", "archive"])
-        #expect(config.sinks.map(\.type) == ["http", "jetstream", "file"])
     }
 
     @Test("no sink key: the default file sink, following the file's delivery defaults")
