@@ -138,6 +138,40 @@ public enum SinkContract {
         }
     }
 
+    /// `ferryd` killed during `ferry deadletter replay`, once the sink has the letter's events and
+    /// before the checkpoint is stored and the letter deleted (`delivery.replayed`); restarted,
+    /// the letters replayed again: the upstream holds each event exactly once, no letter is left.
+    public static func replayExactlyOnceAcrossKill(_ fixture: any SinkFixture) async throws {
+        guard let fault = fixture.faults.first(where: { $0.outcome == .retried }) else {
+            throw ContractViolation("\(fixture.name): the fixture has no transient fault to keep the upstream down")
+        }
+        try await withRun(fixture, ContractRun.Settings(maxElapsedMilliseconds: 300),
+                          environment: ["FERRY_CRASH_AT": "delivery.replayed:1"]) { run in
+            try await run.upstream.inject(fault)
+            try await run.emit("p", 1...12)
+            let letters = try await waitForDeadLetters(run, events: 12)
+            try await run.upstream.clear(fault)
+            guard let first = letters.first?["id"] as? String else { throw ContractViolation("\(fixture.name): a dead letter without id") }
+            // The agent kills itself before it answers; the command is not waited for (it would
+            // wait for the answer of an agent that is gone) but stopped once the agent died.
+            let replay = try startCLI(["deadletter", "replay", first], environment: run.agent.environment,
+                                      outputDirectory: run.directory.path, label: "replay")
+            defer { replay.cleanup() }
+            try await eventually("\(fixture.name): ferryd to kill itself at delivery.replayed", timeout: .seconds(30)) {
+                run.agent.process?.exitStatus != nil
+            }
+            guard run.agent.process?.exitStatus == .signaled(SIGKILL) else {
+                throw ContractViolation("\(fixture.name): ferryd did not kill itself at delivery.replayed: \(run.agent.logs.suffix(2000))")
+            }
+            try run.agent.start()
+            try await run.agent.waitUntilReady()
+            try await run.replayDeadLetters(try await run.deadLetters())
+            try await run.expectExactlyOnce(ContractRun.names("p", 1...12))
+            let left = try await run.deadLetters()
+            guard left.isEmpty else { throw ContractViolation("\(fixture.name): replayed dead letters are left: \(left)") }
+        }
+    }
+
     /// With `disclose` withholding origin, process details and a context key, nothing of them
     /// reaches the upstream; the event itself does.
     public static func withholdsWhatDisclosureWithholds(_ fixture: any SinkFixture) async throws {

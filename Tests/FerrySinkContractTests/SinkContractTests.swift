@@ -39,6 +39,12 @@ struct SinkContractTests {
         try await SinkContract.deadLetterAndReplay(sink.fixture)
     }
 
+    @Test("kill -9 during a dead letter's replay, restart, replay again: every event once, no letter left",
+          arguments: contractSinks.map(ContractFixture.init))
+    func replayAcrossKill(_ sink: ContractFixture) async throws {
+        try await SinkContract.replayExactlyOnceAcrossKill(sink.fixture)
+    }
+
     @Test("what disclose withholds (origin, pid, seq, session, a context key) never reaches the upstream",
           arguments: contractSinks.map(ContractFixture.init))
     func disclosure(_ sink: ContractFixture) async throws {

@@ -536,8 +536,13 @@ final class DeliveryLoop: Sendable {
         }
         // The sink's state moved: store its checkpoint with the unchanged cursor before the dead
         // letter goes, so a crash in between repeats the replay rather than losing it.
+        // Crash point `delivery.replayed` (docs/FAULTS.md): the sink has the letter's events, the
+        // checkpoint is not stored, the letter not deleted.
         let cursor = log.cursor(for: name), cursorStore = self.cursorStore, kept = stored
-        try await io.run { try cursorStore.save(cursor, checkpoint: kept) }
+        try await io.run {
+            try CrashPoints.reach("delivery.replayed")
+            try cursorStore.save(cursor, checkpoint: kept)
+        }
         checkpoint.withLock { $0 = kept }
         _ = try await io.run { try store.remove(sink: name, id: id) }
         metrics.delivered.increment(by: batch.events.count)
