@@ -62,14 +62,23 @@ package struct HTTPConnectionStateMachine {
 
     /// What the machine reads of a request head.
     package struct Head: Sendable, Equatable {
+        /// The method (`POST`).
         package var method: String
+        /// The request target (`/v1/batch`).
         package var uri: String
+        /// Whether the request asks to keep the connection open (HTTP/1.1 without `Connection: close`).
         package var keepAlive: Bool
+        /// `Content-Type`.
         package var contentType: String?
+        /// `Content-Encoding`.
         package var contentEncoding: String?
+        /// `Content-Length`, when given and a number.
         package var contentLength: Int?
+        /// `Host`.
         package var host: String?
+        /// `Origin` (browsers send it).
         package var origin: String?
+        /// `Authorization` (Basic: the write key).
         package var authorization: String?
 
         /// A head; every header is optional.
@@ -92,8 +101,11 @@ package struct HTTPConnectionStateMachine {
     package struct Request: Sendable, Equatable {
         /// Its place on the connection (0, 1, …).
         package var number: Int
+        /// Its head.
         package var head: Head
+        /// What its head allows (endpoint, gzip).
         package var admitted: IngestVerdict.Admitted
+        /// The whole body, as received.
         package var body: ByteBuffer
         /// When its head was decoded (monotonic nanoseconds of the loop's clock).
         package var receivedAt: NIODeadline
@@ -147,6 +159,7 @@ package struct HTTPConnectionStateMachine {
         case closed
     }
 
+    /// The limits it decides with.
     package let configuration: Configuration
     private var phase = Phase.open
     private var receiving: Receiving?

@@ -13,6 +13,7 @@ package protocol HTTPRequestResponder: AnyObject {
 
 /// Asks a connection's handler to quiesce: answer what it has, then close (the server stops).
 package struct HTTPQuiesce: Sendable {
+    /// The event.
     package init() {}
 }
 
