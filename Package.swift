@@ -259,6 +259,9 @@ let package = Package(
             dependencies: [
                 "FerryHTTPIngest", "FerryAgent", "FerryProtocol", "FerryStorage", "FerryTestKit", "FerryIntegrationKit",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(

@@ -99,6 +99,8 @@ extension AgentConfiguration {
                 "allowNonLoopback": .bool { config.httpIngest.allowNonLoopback = $0 },
                 "writeKeys": .stringMap { config.httpIngest.writeKeys = $0 },
                 "maxConnections": .int { config.httpIngest.maxConnections = $0 },
+                "allowedHosts": .strings { config.httpIngest.allowedHosts = $0 },
+                "allowedOrigins": .strings { config.httpIngest.allowedOrigins = $0 },
             ]),
             "sink": .raw { sinkValue = $0 },
             "sinks": .raw { sinksValue = $0 },

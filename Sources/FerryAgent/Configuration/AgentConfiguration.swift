@@ -63,8 +63,14 @@ public struct AgentConfiguration: Sendable, Hashable {
         /// it cannot read.
         public func listenAddress() throws -> (host: String, port: Int)? {
             guard let listen else { return nil }
+            return try Self.address(listen, key: "metrics.listen")
+        }
+
+        /// `listen` (`host:port`, `[ipv6]:port`, `:port` or a port) as a host and a port; throws
+        /// ``AgentError`` naming the configuration `key` it came from.
+        package static func address(_ listen: String, key: String) throws -> (host: String, port: Int) {
             func fail() -> AgentError {
-                AgentError(code: .configuration, message: "metrics.listen \"\(listen)\" must be host:port, [ipv6]:port or a port")
+                AgentError(code: .configuration, message: "\(key) \"\(listen)\" must be host:port, [ipv6]:port or a port")
             }
             var host = "127.0.0.1", portText = Substring(listen)
             if listen.hasPrefix("[") {
