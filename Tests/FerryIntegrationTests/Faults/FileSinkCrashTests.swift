@@ -30,8 +30,9 @@ struct FileSinkCrashTests {
         let emitted = try await runCLI(["emit", "--stdin", "--wait", "--source", "crash-it"],
                                        stdin: TestEvents.jsonLines(count: 12, namePrefix: "e"), environment: agent.environment)
         #expect(emitted.status == .exited(0), "\(emitted)")
-        let started = try await runCLI(["start"], environment: agent.environment)
-        #expect(started.status == .exited(0), "\(started)")
+        // ferryd may kill itself before it answers `ferry start` (delivery is that fast): a
+        // missing answer is no failure; the kill below is the check that delivery started.
+        _ = try? await runCLI(["start"], environment: agent.environment, timeout: .seconds(10))
         try await eventually("ferryd to kill itself at \(point)", timeout: .seconds(30)) { agent.process?.exitStatus != nil }
         #expect(agent.process?.exitStatus == .signaled(SIGKILL), "\(agent.logs.suffix(2000))")
         let atKill = try agent.deliveredEvents().count
@@ -39,7 +40,8 @@ struct FileSinkCrashTests {
 
         try agent.start()
         try await agent.waitUntilReady()
-        _ = try await runCLI(["start"], environment: agent.environment)
+        let restarted = try await runCLI(["start"], environment: agent.environment)
+        #expect(restarted.status == .exited(0), "\(restarted)")
         try await eventually("12 lines in the sink", timeout: .seconds(30)) { (try? agent.deliveredEvents().count) == 12 }
         let names = try agent.deliveredEvents().map(\.name)
         #expect(names == (1...12).map { "e-\($0)" }, "each event once, in order: \(names)")
