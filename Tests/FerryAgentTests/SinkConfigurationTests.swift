@@ -22,7 +22,7 @@ struct SinkConfigurationTests {
         let config = try ConfigurationTests.load(#"{"delivery": {"batchMaxEvents": 7, "retryInitialMilliseconds": 3, "retryMaxMilliseconds": 9}}"#)
         #expect(config.sinks.count == 1)
         #expect(config.sinks[0].name == "file")
-        #expect(config.sinks[0].batch == .init(maxEvents: 7, maxBytes: 1 << 20, maxWaitMilliseconds: 0))
+        #expect(config.sinks[0].batch == .init(maxEvents: 7, maxBytes: 1 << 20, maxWaitMilliseconds: 200))
         #expect(config.sinks[0].retry == .init(initialMilliseconds: 3, maxMilliseconds: 9, maxElapsedMilliseconds: nil))
         #expect(config.sinks[0].circuit == .init(failureThreshold: 5, openMilliseconds: 30_000))
     }

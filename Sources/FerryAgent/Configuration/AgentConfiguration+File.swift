@@ -72,6 +72,8 @@ extension AgentConfiguration {
                 "segmentMaxBytes": .int { config.log.segmentMaxBytes = Int64($0) },
                 "retentionMaxBytes": .int { config.log.retentionMaxBytes = Int64($0) },
                 "uidSharePercent": .int { config.log.uidSharePercent = $0 },
+                "commitDelayMicroseconds": .int { config.log.commitDelayMicroseconds = $0 },
+                "commitSiblings": .int { config.log.commitSiblings = $0 },
                 "fullPolicy": .choice(LogConfiguration.FullPolicy.allCases.map(\.rawValue)) {
                     config.log.fullPolicy = LogConfiguration.FullPolicy(rawValue: $0)!
                 },

@@ -179,6 +179,10 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         guard log.segmentMaxBytes >= 4096 else { throw fail("log.segmentMaxBytes must be at least 4096") }
         if let share = log.uidSharePercent, !(1...100).contains(share) { throw fail("log.uidSharePercent must be 1 to 100") }
+        guard (0...LogConfiguration.maxCommitDelayMicroseconds).contains(log.commitDelayMicroseconds) else {
+            throw fail("log.commitDelayMicroseconds must be 0 to \(LogConfiguration.maxCommitDelayMicroseconds)")
+        }
+        guard log.commitSiblings >= 1 else { throw fail("log.commitSiblings must be at least 1") }
         // Halving the cap, not doubling the segment size: a huge segmentMaxBytes must not overflow.
         guard log.segmentMaxBytes <= log.retentionMaxBytes / 2 else {
             throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
