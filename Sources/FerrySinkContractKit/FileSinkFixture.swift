@@ -9,7 +9,8 @@ import Foundation
 /// the directory back to clear it. It has no permanent fault: a file sink never refuses events.
 public struct FileSinkFixture: SinkFixture {
     public let name = "file"
-    public let crashPoints: [String] = []
+    /// The file sink's own points (docs/FAULTS.md): a batch written to its output, and synced.
+    public let crashPoints = ["sink.file.written", "sink.file.synced"]
     public let faults = [SinkFault("output-not-a-directory", .retried)]
 
     /// The fixture.

@@ -23,8 +23,9 @@ import Foundation
 /// ```
 public enum SinkContract {
     /// The crash points every sink reaches, in the delivery loop (docs/FAULTS.md): the batch done
-    /// with (acknowledged or dead-lettered) with its cursor not yet stored, and the cursor stored.
-    public static let deliveryCrashPoints = ["delivery.done", "delivery.saved"]
+    /// with (acknowledged or dead-lettered) with its cursor not yet stored, the cursor record
+    /// written in place but not yet synced (`CursorStore`), and the cursor stored.
+    public static let deliveryCrashPoints = ["delivery.done", "cursor.written", "delivery.saved"]
 
     /// Every event delivered exactly once; the cursor stored, so a graceful restart re-sends
     /// nothing; the crash points a delivery reaches are exactly the declared ones.
