@@ -36,7 +36,7 @@ func threadDelta(_ before: [String: Double], _ after: [String: Double]) -> [Stri
 /// 10 µs/event step).
 func ownCPUSeconds() -> Double {
     var usage = rusage()
-    getrusage(RUSAGE_SELF, &usage)
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
     return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
         + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
 }
@@ -130,8 +130,8 @@ extension Driver {
             loads.append(["offered_rate": rate, "processes": processes, "seconds": cpuRunSeconds,
                           "apps_us_per_event": med("apps_us_per_event"), "ferryd_us_per_event": med("ferryd_us_per_event"),
                           "total_us_per_event": total, "p50_us": med("p50_us"), "p99_us": med("p99_us"),
-                          "apps_threads_us_per_event": middle["apps_threads_us_per_event"] ?? [:],
-                          "ferryd_threads_us_per_event": middle["ferryd_threads_us_per_event"] ?? [:], "runs": runsOfLoad])
+                          "apps_threads_us_per_event": middle["apps_threads_us_per_event"] ?? [String: Double](),
+                          "ferryd_threads_us_per_event": middle["ferryd_threads_us_per_event"] ?? [String: Double](), "runs": runsOfLoad])
             note("cpu per event at \(Int(rate))/s, K=\(processes): apps \(String(format: "%.1f", med("apps_us_per_event"))) µs, ferryd \(String(format: "%.1f", med("ferryd_us_per_event"))) µs, total \(String(format: "%.1f", total)) µs (p50 \(whole(med("p50_us"))) µs)")
         }
         summary["cpu_per_event"] = ["loads": loads, "size": 256, "delivery": "file sink, started",

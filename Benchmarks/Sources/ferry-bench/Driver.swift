@@ -51,7 +51,7 @@ struct Driver {
         natsCurrent = flags.string("nats-current", default: "").isEmpty ? nil : flags.string("nats-current", default: "")
         cpuRunSeconds = flags.double("cpu-seconds", default: quick ? 5 : 10)
         let python = flags.string("python", default: ""), pythonScript = flags.string("python-app", default: "")
-        pythonApp = python.isEmpty || pythonScript.isEmpty ? nil : (python, pythonScript)
+        pythonApp = python.isEmpty || pythonScript.isEmpty ? nil : (interpreter: python, script: pythonScript)
     }
 
     func note(_ text: String) { FileHandle.standardError.write(Data("[bench] \(text)\n".utf8)) }
