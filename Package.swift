@@ -192,6 +192,14 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        // The sink contract kit: one test body for every sink (exactly once across kill -9 at
+        // each crash point, retry classification, cursor saves, dead letters and replay,
+        // disclosure, reload), run against the real ferryd and each sink's real upstream, and the
+        // fixtures of the built-in sinks. Links no sink: ferryd does. Not a product.
+        .target(
+            name: "FerrySinkContractKit",
+            dependencies: ["FerryTestKit", "FerryIntegrationKit", "NATS"]
+        ),
         .executableTarget(
             name: "ferryd",
             dependencies: ["FerryDaemon", "FerryAgent", "FerryHTTPSink", "FerryJetStreamSink", "FerryHTTPIngest"]
@@ -216,8 +224,6 @@ let package = Package(
             name: "FerryAgentTests",
             dependencies: [
                 "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryPeer", "FerryMetrics",
-                // The configuration tests load files with every sink type ferryd links.
-                "FerryHTTPSink", "FerryJetStreamSink",
                 "FerryTestKit", "FerryIntegrationKit",
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -226,8 +232,6 @@ let package = Package(
             name: "FerryHTTPSinkTests",
             dependencies: [
                 "FerryHTTPSink", "FerryAgent", "FerryStorage", "FerryProtocol", "FerryTestKit", "FerryIntegrationKit",
-                // Its configuration tests load files with every sink type ferryd links.
-                "FerryJetStreamSink",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -235,8 +239,15 @@ let package = Package(
             name: "FerryJetStreamSinkTests",
             dependencies: [
                 "FerryJetStreamSink", "FerryAgent", "FerryStorage", "FerryProtocol", "NATS", "FerryTestKit", "FerryIntegrationKit",
-                // Its configuration tests load files with every sink type ferryd links.
-                "FerryHTTPSink",
+            ]
+        ),
+        // The sink contract for every sink (one fixture each), and the tests that need every
+        // sink type ferryd links: the one test target that links them all.
+        .testTarget(
+            name: "FerrySinkContractTests",
+            dependencies: [
+                "FerrySinkContractKit", "FerryTestKit", "FerryIntegrationKit",
+                "FerryAgent", "FerryStorage", "FerryProtocol", "FerryHTTPSink", "FerryJetStreamSink", "NATS",
             ]
         ),
         .testTarget(
@@ -251,6 +262,9 @@ let package = Package(
             dependencies: [
                 "FerryHTTPIngest", "FerryAgent", "FerryProtocol", "FerryStorage", "FerryTestKit", "FerryIntegrationKit",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
         .testTarget(

@@ -27,9 +27,9 @@ import ZeroMQ
 public final class FerryClient: Sendable {
     /// The configuration in use.
     public let configuration: FerryClientConfiguration
-    private let logger: Logger
-    private let state: Mutex<State>
-    private let wake: WakePipe
+    let logger: Logger
+    let state: Mutex<State>
+    let wake: WakePipe
     private let context: ZMQContext
     private let ids = EventIDGenerator()
     /// This client's session: with the sequence number it makes every event's intake exactly
@@ -39,19 +39,19 @@ public final class FerryClient: Sendable {
     private let thread = Mutex<DedicatedThread?>(nil)
     private let pid = UInt32(truncatingIfNeeded: getpid())
 
-    private struct Entry {
+    struct Entry {
         var index: UInt64
         var id: EventID
         var frame: [UInt8]
     }
 
-    private struct InFlight {
+    struct InFlight {
         var entries: [Entry]
         var message: [[UInt8]]
         var sentAt: ContinuousClock.Instant
     }
 
-    private struct State {
+    struct State {
         var pending: Deque<Entry> = []
         var inFlight: [UInt32: InFlight] = [:]
         var inFlightEvents = 0
@@ -66,6 +66,13 @@ public final class FerryClient: Sendable {
         var ioIdle = false
         var closed = false
 
+        /// When the oldest in-flight batch was (last) sent, if any: the next re-send is due then.
+        var oldestSentAt: ContinuousClock.Instant? {
+            var oldest: ContinuousClock.Instant?
+            for batch in inFlight.values where oldest == nil || batch.sentAt < oldest! { oldest = batch.sentAt }
+            return oldest
+        }
+
         /// The smallest outbox index not yet resolved (everything below is acked or dropped).
         var lowestUnresolved: UInt64 {
             var lowest = pending.first?.index ?? nextIndex
@@ -76,7 +83,7 @@ public final class FerryClient: Sendable {
         /// How many events the next message may carry now, or nil if none may go out: a full
         /// batch (`batchMaxEvents`, or as many as fit in `batchMaxBytes`) while the in-flight
         /// window (`maxInFlightBatches`) has room, a partial one only
-        /// while fewer than ``FerryClient/partialBatchesInFlight`` messages are in flight. Under
+        /// while fewer than `partialBatchesInFlight` messages are in flight. Under
         /// load the events that arrive meanwhile gather into one message instead of going out one
         /// message each, which would cost the agent a message apiece and queue them behind each
         /// other; an app sending rarely still sends each event at once.
@@ -89,19 +96,15 @@ public final class FerryClient: Sendable {
                 count += 1
             }
             let full = count == configuration.batchMaxEvents || count < pending.count
-            if !full && inFlight.count >= FerryClient.partialBatchesInFlight { return nil }
+            if !full && inFlight.count >= configuration.partialBatchesInFlight { return nil }
             return count
         }
     }
 
-    /// Most messages in flight while the next one would not be a full batch (see
-    /// ``FerryClientConfiguration/maxInFlightBatches``).
-    static let partialBatchesInFlight = 2
-
     /// Creates a client and starts its I/O thread. Works whether or not the agent is running.
     public init(configuration: FerryClientConfiguration = FerryClientConfiguration(), logger: Logger) throws {
         precondition(configuration.outboxCapacity > 0 && configuration.batchMaxEvents > 0 && configuration.batchMaxBytes > 0
-                     && configuration.maxInFlightBatches > 0)
+                     && configuration.maxInFlightBatches > 0 && configuration.partialBatchesInFlight > 0)
         self.configuration = configuration
         self.logger = logger
         state = Mutex(State())
@@ -372,7 +375,7 @@ public final class FerryClient: Sendable {
         }
     }
 
-    private func resumeFlushWaiters() {
+    func resumeFlushWaiters() {
         let ready = state.withLock { state -> [CheckedContinuation<Bool, Never>] in
             guard !state.flushWaiters.isEmpty else { return [] }
             let lowest = state.lowestUnresolved
@@ -420,180 +423,5 @@ public final class FerryClient: Sendable {
             context.terminate()
             wake.close()
         }
-    }
-
-    // MARK: The I/O thread
-
-    private func runIO(_ socket: ZMQSocket) {
-        let clock = ContinuousClock()
-        var sendBlocked = false
-        while true {
-            // Decide how long to sleep: until the oldest in-flight batch is due for re-sending,
-            // briefly if sending failed (agent absent), or until woken.
-            let timeout: Duration? = state.withLock { state in
-                if state.closed { return .zero }
-                if state.nextBatchSize(configuration) != nil && !sendBlocked { return .zero }
-                var wait: Duration? = sendBlocked ? .milliseconds(50) : nil
-                if let oldest = state.inFlight.values.map(\.sentAt).min() {
-                    let due = max(.zero, oldest + configuration.resendAfter - clock.now)
-                    wait = min(wait ?? due, due)
-                }
-                // While sends fail (no agent) a new event cannot go out either: it waits for the
-                // retry instead of waking this thread to fail again (and rebuild a batch) per event.
-                state.ioIdle = wait != .zero && !sendBlocked
-                return wait
-            }
-            let ready: [ZMQPollEvents]
-            do {
-                ready = try ZMQPoller.poll([.socket(socket, .readable), .fileDescriptor(wake.readEnd, .readable)],
-                                           timeout: timeout)
-            } catch {
-                if error.isContextTerminated { return }
-                logger.error("ferry client poll failed", metadata: ["error": "\(error)"])
-                continue
-            }
-            state.withLock { $0.ioIdle = false }
-            if ready[1].contains(.readable) { wake.drain() }
-            if state.withLock({ $0.closed }) { return }
-            if ready[0].contains(.readable) { readReplies(socket) }
-            sendBlocked = !resendOverdue(socket, now: clock.now)
-            if !sendBlocked { sendBlocked = !sendPending(socket, now: clock.now) }
-        }
-    }
-
-    /// Re-sends batches whose ack is overdue. Returns false if the socket refused (no agent).
-    private func resendOverdue(_ socket: ZMQSocket, now: ContinuousClock.Instant) -> Bool {
-        let overdue = state.withLock { state in
-            state.inFlight.filter { now - $0.value.sentAt >= configuration.resendAfter }
-        }
-        for (requestID, batch) in overdue.sorted(by: { $0.key < $1.key }) {
-            guard (try? socket.send(batch.message, dontWait: true)) == true else { return false }
-            state.withLock { state in
-                state.inFlight[requestID]?.sentAt = now
-                state.statistics.resentBatches += 1
-            }
-        }
-        return true
-    }
-
-    /// Sends new batches from the outbox while the in-flight window allows.
-    private func sendPending(_ socket: ZMQSocket, now: ContinuousClock.Instant) -> Bool {
-        while true {
-            // The send happens under the lock (a non-blocking copy into libzmq, microseconds), so
-            // a batch is either still pending or in flight, never in between where the overflow
-            // policy could not see it.
-            let outcome = state.withLock { state -> Bool? in
-                guard let count = state.nextBatchSize(configuration) else { return nil }
-                let requestID = state.nextRequestID
-                let version = state.protocolVersion
-                var message = [MessageHeader(version: version, kind: .events, requestID: requestID).encoded()]
-                message.reserveCapacity(count + 1)
-                for entry in state.pending.prefix(count) {
-                    message.append(version < 2 ? WireEvent.strippingExtensions(entry.frame) : entry.frame)
-                }
-                // Nobody to send to (or the pipe is full): the batch stays pending, in order.
-                guard (try? socket.send(message, dontWait: true)) == true else { return false }
-                state.nextRequestID = requestID &+ 1
-                let entries = Array(state.pending.prefix(count))
-                state.pending.removeFirst(count)
-                state.inFlight[requestID] = InFlight(entries: entries, message: message, sentAt: now)
-                state.inFlightEvents += count
-                return true
-            }
-            guard let sent = outcome else { return true }
-            if !sent { return false }
-        }
-    }
-
-    private func readReplies(_ socket: ZMQSocket) {
-        while let message = try? socket.receive(dontWait: true) {
-            guard message.count == 2, let header = try? MessageHeader(decoding: message[0]) else {
-                logger.warning("ferry client: unreadable reply from the agent")
-                continue
-            }
-            switch header.kind {
-            case .ack:
-                guard let entries = try? AckCodec.decode(message[1]) else {
-                    logger.warning("ferry client: malformed ack")
-                    continue
-                }
-                complete(requestID: header.requestID) { index in
-                    index < entries.count ? (Self.receiptStatus(entries[index]), entries[index].reason) : (.rejected(.malformed), .malformed)
-                }
-            case .error:
-                let reply = try? ErrorReply(decoding: message[1])
-                if reply?.code == .unsupportedVersion, downgrade() {
-                    logger.warning("ferry agent speaks protocol 1 only: sending without a session (re-sends are then deduplicated by id only)")
-                    continue
-                }
-                if reply?.code == .shuttingDown {
-                    // Not a verdict on the events: the agent is stopping. Keep the batch in
-                    // flight; it is re-sent (after `resendAfter`) to the next agent.
-                    logger.debug("ferry agent is shutting down; will re-send", metadata: ["request": "\(header.requestID)"])
-                    continue
-                }
-                logger.error("ferry agent refused a message", metadata: [
-                    "code": "\(reply?.code.description ?? "?")", "message": "\(reply?.message ?? "")",
-                ])
-                let code = reply?.code ?? .malformedMessage
-                complete(requestID: header.requestID) { _ in (.refusedByAgent(code), .none) }
-            case .events:
-                continue
-            }
-        }
-    }
-
-    /// Switches to protocol 1 after an older agent refused a version 2 message: the refused
-    /// batch is rebuilt without extensions and goes out again at once. Returns false if already
-    /// on protocol 1 (the refusal is then final).
-    private func downgrade() -> Bool {
-        state.withLock { state in
-            guard state.protocolVersion > 1 else { return false }
-            state.protocolVersion = 1
-            for (id, batch) in state.inFlight {
-                var message = [MessageHeader(version: 1, kind: .events, requestID: id).encoded()]
-                message += batch.entries.map { WireEvent.strippingExtensions($0.frame) }
-                state.inFlight[id]?.message = message
-                // Overdue now: the next turn of the I/O loop re-sends it.
-                state.inFlight[id]?.sentAt = batch.sentAt - configuration.resendAfter
-            }
-            return true
-        }
-    }
-
-    private static func receiptStatus(_ entry: AckEntry) -> Receipt.Status {
-        switch entry.status {
-        case .accepted: .accepted
-        case .duplicate: .duplicate
-        case .rejected: .rejected(entry.reason)
-        case .blocked: .blocked
-        case .suppressed: .suppressed
-        }
-    }
-
-    /// Resolves every event of an in-flight batch (a late ack for a batch already resolved, e.g.
-    /// after a re-send, is ignored).
-    private func complete(requestID: UInt32, status: (Int) -> (Receipt.Status, RejectReason)) {
-        let resolved = state.withLock { state -> [(Receipt, (@Sendable (Receipt) -> Void)?)]? in
-            guard let batch = state.inFlight.removeValue(forKey: requestID) else { return nil }
-            state.inFlightEvents -= batch.entries.count
-            return batch.entries.enumerated().map { offset, entry in
-                let (verdict, reason) = status(offset)
-                let receipt = Receipt(id: entry.id, status: verdict, reason: reason)
-                switch receipt.status {
-                case .accepted: state.statistics.accepted += 1
-                case .duplicate: state.statistics.duplicate += 1
-                case .suppressed: state.statistics.suppressed += 1
-                case .blocked:
-                    state.statistics.rejected += 1
-                    state.statistics.blocked += 1
-                default: state.statistics.rejected += 1
-                }
-                return (receipt, state.receipts.removeValue(forKey: entry.index))
-            }
-        }
-        guard let resolved else { return }
-        for (receipt, onReceipt) in resolved { onReceipt?(receipt) }
-        resumeFlushWaiters()
     }
 }

@@ -16,10 +16,14 @@ public struct FerryClientConfiguration: Sendable, Hashable {
     /// agent holds a few unread messages per client, so this bounds what each client can make
     /// it hold; 64 KiB keeps a message's cost per event small.
     public var batchMaxBytes: Int
-    /// Most messages sent but not yet acked. A message that is not a full batch (held back by
-    /// neither `batchMaxEvents` nor `batchMaxBytes`) goes out only while fewer than two are in
-    /// flight: under load, events gather into fewer, larger messages instead of one message each.
+    /// Most messages sent but not yet acked (full batches use the whole window).
     public var maxInFlightBatches: Int
+    /// A message that is not a full batch (held back by neither `batchMaxEvents` nor
+    /// `batchMaxBytes`) goes out only while fewer than this many messages are in flight (default
+    /// 1): the events queued meanwhile go out together, in one message, when the ack comes, so a
+    /// burst costs one wake-up and one message instead of one each per event. An app sending
+    /// rarely still sends each event at once.
+    public var partialBatchesInFlight: Int
     /// A message not acked within this time is sent again (the agent drops the duplicates).
     public var resendAfter: Duration
     /// The `anonymousId` every event carries unless the event sets its own (`Event.anonymousID`);
@@ -45,7 +49,8 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         batchMaxBytes: Int = 64 << 10,
         maxInFlightBatches: Int = 8,
         resendAfter: Duration = .seconds(2),
-        anonymousID: String = ""
+        anonymousID: String = "",
+        partialBatchesInFlight: Int = 1
     ) {
         self.source = source
         self.runtimeDirectory = runtimeDirectory
@@ -56,6 +61,7 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         self.maxInFlightBatches = maxInFlightBatches
         self.resendAfter = resendAfter
         self.anonymousID = anonymousID
+        self.partialBatchesInFlight = partialBatchesInFlight
     }
 
     /// The current process's name, from `/proc/self/comm` or `argv[0]`.

@@ -70,17 +70,95 @@ package struct JSONParser {
     private let bytes: [UInt8]
     private var at = 0
     private var depth = 0
+    /// The values nested deeper than ``maxDepth``: checked without recursion, kept out of the tree.
+    private var tooDeep: [Range<Int>] = []
 
     private init(_ bytes: [UInt8]) { self.bytes = bytes }
 
-    /// The value `bytes` holds (one value, whitespace around it allowed).
+    /// The value `bytes` holds (one value, whitespace around it allowed); nesting deeper than
+    /// ``maxDepth`` is an error.
     package static func parse(_ bytes: [UInt8]) throws(JSONParseError) -> JSONNode {
+        let (value, tooDeep) = try parseKeepingDeep(bytes)
+        if let first = tooDeep.first { throw JSONParseError(message: "nesting deeper than \(maxDepth)", offset: first.lowerBound) }
+        return value
+    }
+
+    /// The value `bytes` holds, and the byte ranges of the values nested deeper than
+    /// ``maxDepth``: they are checked to be JSON (without recursion, so the stack stays bounded)
+    /// but stand in the tree as `null`; a caller refuses whatever contains one. A body that is
+    /// not JSON anywhere is still an error.
+    package static func parseKeepingDeep(_ bytes: [UInt8]) throws(JSONParseError) -> (JSONNode, tooDeep: [Range<Int>]) {
         var parser = JSONParser(bytes)
         parser.skipSpace()
         let value = try parser.value()
         parser.skipSpace()
         guard parser.at == bytes.count else { throw parser.fail("unexpected text after the JSON value") }
-        return value
+        return (value, parser.tooDeep)
+    }
+
+    /// Skips the object or array at `at`, nested below the depth limit, checking its syntax with
+    /// an explicit stack instead of recursion; records its range and stands for it as `null`.
+    private mutating func skipTooDeep() throws(JSONParseError) -> JSONNode {
+        enum Expect { case value, valueOrClose, member, memberOrClose, commaOrClose }
+        let start = at
+        var objects: [Bool] = []
+        var expect = Expect.value
+        while true {
+            skipSpace()
+            guard at < bytes.count else { throw fail("unexpected end of the body") }
+            let byte = bytes[at]
+            switch expect {
+            case .value, .valueOrClose:
+                if expect == .valueOrClose, byte == UInt8(ascii: "]") {
+                    at += 1
+                    objects.removeLast()
+                    expect = .commaOrClose
+                } else if byte == UInt8(ascii: "{") {
+                    at += 1
+                    objects.append(true)
+                    expect = .memberOrClose
+                    continue
+                } else if byte == UInt8(ascii: "[") {
+                    at += 1
+                    objects.append(false)
+                    expect = .valueOrClose
+                    continue
+                } else {
+                    // A scalar: never recursive.
+                    _ = try value()
+                    expect = .commaOrClose
+                }
+            case .member, .memberOrClose:
+                if expect == .memberOrClose, byte == UInt8(ascii: "}") {
+                    at += 1
+                    objects.removeLast()
+                    expect = .commaOrClose
+                } else {
+                    guard byte == UInt8(ascii: "\"") else { throw fail("expected a member name") }
+                    _ = try string()
+                    skipSpace()
+                    guard at < bytes.count, bytes[at] == UInt8(ascii: ":") else { throw fail("expected ':'") }
+                    at += 1
+                    expect = .value
+                    continue
+                }
+            case .commaOrClose:
+                guard let inObject = objects.last else { break }
+                if byte == UInt8(ascii: ",") {
+                    at += 1
+                    expect = inObject ? .member : .value
+                    continue
+                }
+                guard byte == UInt8(ascii: inObject ? "}" : "]") else { throw fail(inObject ? "expected ',' or '}'" : "expected ',' or ']'") }
+                at += 1
+                objects.removeLast()
+            }
+            if objects.isEmpty {
+                tooDeep.append(start..<at)
+                return .null(start..<at)
+            }
+            expect = .commaOrClose
+        }
     }
 
     private func fail(_ message: String) -> JSONParseError { JSONParseError(message: message, offset: at) }
@@ -145,9 +223,9 @@ package struct JSONParser {
     }
 
     private mutating func object() throws(JSONParseError) -> JSONNode {
+        guard depth < Self.maxDepth else { return try skipTooDeep() }
         let start = at
         depth += 1
-        guard depth <= Self.maxDepth else { throw fail("nesting deeper than \(Self.maxDepth)") }
         defer { depth -= 1 }
         at += 1
         var members: [(key: String, value: JSONNode)] = []
@@ -178,9 +256,9 @@ package struct JSONParser {
     }
 
     private mutating func array() throws(JSONParseError) -> JSONNode {
+        guard depth < Self.maxDepth else { return try skipTooDeep() }
         let start = at
         depth += 1
-        guard depth <= Self.maxDepth else { throw fail("nesting deeper than \(Self.maxDepth)") }
         defer { depth -= 1 }
         at += 1
         var elements: [JSONNode] = []

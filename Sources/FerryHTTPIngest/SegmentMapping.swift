@@ -134,6 +134,22 @@ package enum SegmentMapping {
         return EventID(high: high, low: low)
     }
 
+    /// The refusal of `message`, which nests deeper than ``JSONParser/maxDepth`` at byte
+    /// `offset` of `body`: `invalid_json` in its result, under its `messageId` when it has a
+    /// readable one (the rest of the request is still stored).
+    package static func tooDeep(_ message: JSONNode, in body: [UInt8], at offset: Int, sender: SegmentSender) -> SegmentRefusal {
+        var messageID: String?
+        switch message["messageId"] {
+        case .string(let text, _)?: messageID = text
+        case .number(let range)?: messageID = String(decoding: body[range], as: UTF8.self)
+        default: break
+        }
+        if let given = messageID, given.isEmpty || given.count > maxMessageIDCharacters { messageID = nil }
+        let id = messageID.map { eventID(uid: sender.uid, writeKey: sender.writeKey, messageID: $0) } ?? .zero
+        return SegmentRefusal(id: id, messageID: messageID, reason: .malformed, code: "invalid_json",
+                              message: "the message nests deeper than \(JSONParser.maxDepth) levels (at byte \(offset))")
+    }
+
     /// Maps one message of `body` (parsed into `message`) sent to `endpoint` by `sender`.
     /// `categories` are the consent categories by name, `typeCategories` the category of each
     /// type; `now` (Unix ms) stamps a message without a timestamp; `newID` makes an id for a
@@ -212,11 +228,14 @@ package enum SegmentMapping {
             return refuse(.invalidField, "invalid_field", "\(key) is longer than \(EventExtension.maxIdentifierBytes) bytes")
         }
         // Properties: `properties`, or `traits` for identify and group (either is taken when the
-        // other is absent: libraries differ).
-        let propertiesKeys = type == .identify || type == .group ? ["traits", "properties"] : ["properties", "traits"]
+        // other is absent: libraries differ). An identify or group without `traits` takes
+        // `context.traits`, as RudderStack's data plane does (its field mapping reads "traits"
+        // from `traits`, else `context.traits`): rudder-sdk-python sends identify's traits there only.
+        let propertiesKeys = type == .identify || type == .group ? ["traits", "context.traits", "properties"] : ["properties", "traits"]
         var properties: Range<Int>?
         for key in propertiesKeys {
-            guard let value = message[key] else { continue }
+            let found = key == "context.traits" ? message["context"]?["traits"] : message[key]
+            guard let value = found else { continue }
             if case .null = value { continue }
             guard case .object = value else { return refuse(.invalidField, "invalid_field", "\(key) must be an object, not \(value.kind)") }
             properties = value.range

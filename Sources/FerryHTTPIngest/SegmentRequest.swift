@@ -55,9 +55,9 @@ package enum SegmentRequest {
         guard body.withUnsafeBytes({ UTF8Validation.isValid($0) }) else {
             return .failure(IngestRefusal(400, "invalid_utf8", "the body is not valid UTF-8"))
         }
-        let root: JSONNode
+        let root: JSONNode, tooDeep: [Range<Int>]
         do {
-            root = try JSONParser.parse(body)
+            (root, tooDeep) = try JSONParser.parseKeepingDeep(body)
         } catch {
             return .failure(IngestRefusal(400, "invalid_json", "the body is not valid JSON: \(error)"))
         }
@@ -67,14 +67,23 @@ package enum SegmentRequest {
         case .failure(let refusal):
             return .failure(IngestRefusal(refusal.reason == .tooLarge ? 413 : 400, refusal.code, refusal.message))
         }
+        // Nesting past the limit inside a message refuses that message only (below); anywhere
+        // else (the batch's own members) the body as a whole.
+        if let outside = tooDeep.first(where: { deep in !elements.contains { $0.range.contains(deep.lowerBound) } }) {
+            return .failure(IngestRefusal(400, "invalid_json",
+                                          "the body is not valid JSON: nesting deeper than \(JSONParser.maxDepth) at byte \(outside.lowerBound)"))
+        }
         let writeKey = SegmentMapping.writeKey(body: root, authorization: authorization)
         let sender = SegmentSender(uid: peer.uid, pid: peer.pid, writeKey: writeKey,
                                    source: writeKeys[writeKey] ?? AgentConfiguration.HTTPIngest.defaultSource)
-        return .success(elements.map { element in
+        return .success(elements.map { element -> Message in
+            if let deep = tooDeep.first(where: { element.range.contains($0.lowerBound) }) {
+                return .refused(SegmentMapping.tooDeep(element, in: body, at: deep.lowerBound, sender: sender))
+            }
             switch SegmentMapping.event(element, in: body, endpoint: admitted.endpoint, sender: sender, categories: categories,
                                         typeCategories: typeCategories, now: now, newID: newID) {
-            case .success(let event): .event(event)
-            case .failure(let refusal): .refused(refusal)
+            case .success(let event): return .event(event)
+            case .failure(let refusal): return .refused(refusal)
             }
         })
     }

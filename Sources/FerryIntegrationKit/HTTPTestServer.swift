@@ -128,11 +128,13 @@ public final class HTTPTestServer: Sendable {
         state.withLock { $0.queue += responses }
     }
 
-    /// Starts a server answering with `handler` (default: ``Response/ok``).
-    public static func start(handler: @escaping Handler = { _ in .ok }) async throws -> HTTPTestServer {
+    /// Starts a server answering with `handler` (default: ``Response/ok``), on `port` (`0`: an
+    /// ephemeral one; a port given again after ``shutdown()`` brings a server back at the same URL,
+    /// as after an upstream's outage).
+    public static func start(port: Int = 0, handler: @escaping Handler = { _ in .ok }) async throws -> HTTPTestServer {
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
-            .bind(host: "127.0.0.1", port: 0) { channel in
+            .bind(host: "127.0.0.1", port: port) { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.configureHTTPServerPipeline(withErrorHandling: true)
                     return try NIOAsyncChannel<HTTPServerRequestPart, HTTPServerResponsePart>(wrappingChannelSynchronously: channel)

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import FerryProtocol
 
 /// Persists a sink's delivery cursor and checkpoint atomically.
@@ -14,8 +19,18 @@ public struct CursorStore: Sendable {
         path = dataDirectory + "/cursors/" + sink + ".cursor"
     }
 
-    /// The stored cursor and checkpoint; `nil` if none. Throws `corrupt` for a damaged file.
+    /// The stored cursor and checkpoint; `nil` if none. Throws `corrupt` for a damaged file. A file
+    /// that fails its checksum is read once more before it is called damaged: a reader in another
+    /// process may have caught an in-place save (``save(_:checkpoint:)``) half copied.
     public func load() throws -> (position: LogPosition, checkpoint: [UInt8]?)? {
+        do {
+            return try loadOnce()
+        } catch let error as StorageError where error.code == .corrupt {
+            return try loadOnce()
+        }
+    }
+
+    private func loadOnce() throws -> (position: LogPosition, checkpoint: [UInt8]?)? {
         guard let bytes = try FileIO.readFile(path) else { return nil }
         guard bytes.count >= 28, Array(bytes[0..<4]) == Array("FCUR".utf8) else {
             throw StorageError(code: .corrupt, message: "cursor file \(path) has a bad header")
@@ -29,7 +44,19 @@ public struct CursorStore: Sendable {
         return (position, length == 0 ? nil : Array(bytes[24..<(24 + length)]))
     }
 
-    /// Stores the cursor and checkpoint (temp file, fsync, rename, fsync of the directory).
+    /// The largest record saved in place: one sector, which a disk writes whole or not at all
+    /// (PostgreSQL relies on the same for `pg_control`).
+    static let inPlaceMaxBytes = 512
+
+    /// Stores the cursor and checkpoint durably, replacing the previous ones as one step.
+    ///
+    /// When the file exists with exactly the new record's size (the usual case: a sink's
+    /// checkpoint keeps its size) and the record fits in one sector (``inPlaceMaxBytes``), the
+    /// record is overwritten in place and `fdatasync`'d: one write and one sync, no directory
+    /// change. Otherwise (first save, a size change) the file is replaced atomically (temp file,
+    /// fsync, rename, fsync of the directory). Either way a crash leaves the old record or the new
+    /// one; a torn sector, which the checksum would catch, is the one case the in-place path adds
+    /// (reported as damage: delivery then starts over from the oldest segment, repeating events).
     public func save(_ position: LogPosition, checkpoint: [UInt8]?) throws {
         var bytes = Array("FCUR".utf8)
         appendLE(position.segment, to: &bytes)
@@ -37,7 +64,20 @@ public struct CursorStore: Sendable {
         appendLE(UInt32(checkpoint?.count ?? 0), to: &bytes)
         bytes += checkpoint ?? []
         appendLE(CRC32C.checksum(bytes), to: &bytes)
+        if try overwriteInPlace(bytes) { return }
         try FileIO.writeAtomically(bytes, to: path)
+    }
+
+    /// Overwrites the file with `bytes` and syncs it, if it exists with their size and they fit
+    /// in one sector; false (nothing written) otherwise.
+    private func overwriteInPlace(_ bytes: [UInt8]) throws -> Bool {
+        guard bytes.count <= Self.inPlaceMaxBytes, let fd = try? FileIO.open(path, O_WRONLY) else { return false }
+        defer { close(fd) }
+        guard try FileIO.fileSize(fd, path: path) == Int64(bytes.count) else { return false }
+        try bytes.withUnsafeBytes { raw in try FileIO.pwriteAll(fd, raw, at: 0, path: path) }
+        try CrashPoints.reach("cursor.written")
+        try FileIO.fdatasync(fd, path: path)
+        return true
     }
 
     /// Whether `name` can name a sink's files (its cursor and dead-letter directory): 1-64

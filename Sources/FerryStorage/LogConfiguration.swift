@@ -10,6 +10,21 @@ public struct LogConfiguration: Sendable, Hashable {
     /// one user's flood cannot fill the queue for everyone (answered `full` for that uid alone).
     /// `nil`: the agent's mode decides (50 for a system agent, 100 — no limit — per user).
     public var uidSharePercent: Int?
+    /// The longest the commit thread waits for more batches before it syncs a group, in µs, and
+    /// only while at least ``commitSiblings`` other senders are active (PostgreSQL's
+    /// `commit_delay`); 0 never waits. docs/ARCHITECTURE.md, "Commit thread".
+    public var commitDelayMicroseconds: Int
+    /// The fewest other active senders for the commit thread to wait (PostgreSQL's
+    /// `commit_siblings`); at least 1, so a lone client is never delayed.
+    public var commitSiblings: Int
+    /// The default ``commitDelayMicroseconds``: off, as PostgreSQL's `commit_delay` — measured at
+    /// 100, 1 000 and 10 000 events/s it saved no CPU (docs/BENCHMARKS.md, "Round 4 work in
+    /// progress"); a host with many concurrent clients may turn it on.
+    public static let defaultCommitDelayMicroseconds = 0
+    /// The default ``commitSiblings``.
+    public static let defaultCommitSiblings = 1
+    /// The largest ``commitDelayMicroseconds`` accepted.
+    public static let maxCommitDelayMicroseconds = 100_000
 
     /// What to do when the queue is full.
     public enum FullPolicy: String, Sendable, Hashable, Codable, CaseIterable {
@@ -21,11 +36,14 @@ public struct LogConfiguration: Sendable, Hashable {
 
     /// Creates a configuration; the defaults suit a desktop or small server.
     public init(segmentMaxBytes: Int64 = 16 << 20, retentionMaxBytes: Int64 = 1 << 30, fullPolicy: FullPolicy = .reject,
-                uidSharePercent: Int? = nil) {
+                uidSharePercent: Int? = nil, commitDelayMicroseconds: Int = LogConfiguration.defaultCommitDelayMicroseconds,
+                commitSiblings: Int = LogConfiguration.defaultCommitSiblings) {
         self.segmentMaxBytes = segmentMaxBytes
         self.retentionMaxBytes = retentionMaxBytes
         self.fullPolicy = fullPolicy
         self.uidSharePercent = uidSharePercent
+        self.commitDelayMicroseconds = commitDelayMicroseconds
+        self.commitSiblings = commitSiblings
     }
 }
 

@@ -1,8 +1,6 @@
 @testable import FerryAgent
 import FerryTestKit
 @testable import FerryStorage
-@testable import FerryHTTPSink
-@testable import FerryJetStreamSink
 import FerryProtocol
 import Foundation
 import Testing
@@ -15,9 +13,10 @@ struct ConfigurationTests {
         defer { scratch.remove() }
         let path = scratch.appending("ferryd.json")
         try writeBytes(Array(json.utf8), to: path)
-        // The sink types ferryd links.
+        // The agent core's sink types (the file sink); files naming every type ferryd links are
+        // loaded in FerrySinkContractTests, the one test target that links every sink.
         return try AgentConfiguration.load(fromFile: path, base: AgentConfiguration(runtimeDirectory: "/tmp/fa-base", dataDirectory: "/tmp/fa-base-data"),
-                                           sinkKinds: .builtIn.registering(.http, .jetstream))
+                                           sinkKinds: .builtIn)
     }
 
     /// The configuration error `json` produces.

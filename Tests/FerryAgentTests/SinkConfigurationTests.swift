@@ -1,7 +1,6 @@
 @testable import FerryAgent
 import FerryTestKit
 @testable import FerryStorage
-@testable import FerryJetStreamSink
 import Foundation
 import Testing
 
@@ -18,25 +17,12 @@ struct SinkConfigurationTests {
         #expect(try ConfigurationTests.load(#"{"sink": {"directory": "/tmp/x"}}"#).sinks.map(\.name) == ["file"])
     }
 
-    @Test("the README's multi-sink example (HTTP collector, JetStream, file archive) loads as written")
-    func readmeExample() throws {
-        let root = #filePath.split(separator: "/").dropLast(3).joined(separator: "/")
-        let readme = try String(contentsOfFile: "/" + root + "/README.md", encoding: .utf8)
-        let section = try #require(readme.range(of: "## Upstream delivery"))
-        let rest = readme[section.upperBound...]
-        let start = try #require(rest.range(of: "```json\n"))
-        let end = try #require(rest[start.upperBound...].range(of: "```"))
-        let config = try ConfigurationTests.load(String(rest[start.upperBound..<end.lowerBound]))
-        #expect(config.sinks.map(\.name) == ["collector", "bus", "archive"])
-        #expect(config.sinks.map(\.type) == ["http", "jetstream", "file"])
-    }
-
     @Test("no sink key: the default file sink, following the file's delivery defaults")
     func defaultSink() throws {
         let config = try ConfigurationTests.load(#"{"delivery": {"batchMaxEvents": 7, "retryInitialMilliseconds": 3, "retryMaxMilliseconds": 9}}"#)
         #expect(config.sinks.count == 1)
         #expect(config.sinks[0].name == "file")
-        #expect(config.sinks[0].batch == .init(maxEvents: 7, maxBytes: 1 << 20, maxWaitMilliseconds: 0))
+        #expect(config.sinks[0].batch == .init(maxEvents: 7, maxBytes: 1 << 20, maxWaitMilliseconds: 200))
         #expect(config.sinks[0].retry == .init(initialMilliseconds: 3, maxMilliseconds: 9, maxElapsedMilliseconds: nil))
         #expect(config.sinks[0].circuit == .init(failureThreshold: 5, openMilliseconds: 30_000))
     }

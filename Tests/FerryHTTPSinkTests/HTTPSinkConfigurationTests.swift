@@ -3,7 +3,6 @@ import Foundation
 import FerryTestKit
 @testable import FerryStorage
 @testable import FerryHTTPSink
-import FerryJetStreamSink  // the configurations load with every sink type ferryd links
 import Testing
 
 @Suite("HTTP sink configuration and Retry-After")
@@ -13,7 +12,7 @@ struct HTTPSinkConfigurationTests {
         defer { scratch.remove() }
         let path = scratch.appending("ferryd.json")
         try writeBytes(Array(json.utf8), to: path)
-        return try AgentConfiguration.load(fromFile: path, sinkKinds: .builtIn.registering(.http, .jetstream))
+        return try AgentConfiguration.load(fromFile: path, sinkKinds: .builtIn.registering(.http))
     }
 
     static func error(_ json: String) -> String {

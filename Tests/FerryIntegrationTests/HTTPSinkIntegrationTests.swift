@@ -71,33 +71,8 @@ struct HTTPSinkIntegrationTests {
         await server.shutdown()
     }
 
-    @Test("a collector answering 503 then 200 gets everything, once per id")
-    func unavailableThenOK() async throws {
-        let dir = try TemporaryDirectory()
-        defer { dir.remove() }
-        let server = try await HTTPTestServer.start()
-        server.enqueue(.status(503, headers: ["Retry-After": "0"], body: "warming up"), .status(503, body: "still warming up"))
-        let agent = try AgentProcess(in: dir, extraArguments: try Self.configure(dir, url: server.url(), token: "t"))
-        defer { agent.cleanup() }
-        try await agent.waitUntilReady()
-        try await Self.emit(40, prefix: "retry", agent: agent)
-        try await eventually("the agent to count 40 delivered") {
-            let status = try await agent.status()
-            return status.counters["delivered"] == 40 && status.queuedEvents == 0
-        }
-        let requests = server.requests
-        #expect(requests.count >= 3, "two 503s then at least one success")
-        // Answered with 2xx: every request after the two 503s.
-        let acknowledged = Array(requests.dropFirst(2))
-        #expect(Self.names(acknowledged) == (1...40).map { "retry-\($0)" })
-        // The retried batch is the same batch: same key, same ids.
-        #expect(requests[0].header("Idempotency-Key") == requests[1].header("Idempotency-Key"))
-        #expect(requests[0].batchEventIDs == requests[1].batchEventIDs)
-        #expect(requests[2].header("Idempotency-Key") == requests[0].header("Idempotency-Key"))
-        #expect(requests[2].batchEventIDs == requests[0].batchEventIDs)
-        try await agent.terminate()
-        await server.shutdown()
-    }
+    // A collector answering 503 then 200 (retried, the same key and ids, every event once): the
+    // sink contract's `survives` for `http-envelope` and `http-segment` (FerrySinkContractTests).
 
     @Test("kill -9 of ferryd while a request is in flight, restart: every event arrives; the re-sent batch keeps its key and ids")
     func killedInFlight() async throws {

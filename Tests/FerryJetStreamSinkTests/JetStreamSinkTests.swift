@@ -1,5 +1,4 @@
 @testable import FerryAgent
-import FerryHTTPSink  // the configurations load with every sink type ferryd links
 import FerryIntegrationKit
 @testable import FerryStorage
 @testable import FerryJetStreamSink
@@ -54,7 +53,7 @@ struct JetStreamSinkConfigurationTests {
         let path = dir.appending("ferryd.json")
         try Data(json.utf8).write(to: URL(fileURLWithPath: path))
         return try AgentConfiguration.load(fromFile: path, base: AgentConfiguration(runtimeDirectory: "/tmp/fj-base", dataDirectory: "/tmp/fj-data"),
-                                           sinkKinds: .builtIn.registering(.http, .jetstream))
+                                           sinkKinds: .builtIn.registering(.jetstream))
     }
 
     static func error(_ json: String) -> String {
@@ -88,7 +87,7 @@ struct JetStreamSinkConfigurationTests {
     func exampleFile() throws {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
         let config = try AgentConfiguration.load(fromFile: root.path + "/daemon/ferryd.jetstream.example.json",
-                                                 sinkKinds: .builtIn.registering(.http, .jetstream))
+                                                 sinkKinds: .builtIn.registering(.jetstream))
         guard let jetstream = config.sinks.first?.settings(as: JetStreamSinkConfiguration.self) else {
             Issue.record("not a jetstream sink: \(String(describing: config.sinks))")
             return
@@ -108,7 +107,7 @@ struct JetStreamSinkConfigurationTests {
         (#"{"sink": {"type": "jetstream", "replicas": 2}}"#, "replicas must be 1, 3 or 5"),
         (#"{"sink": {"type": "jetstream", "subjectTemplate": "a.{kind}"}}"#, "unknown placeholder {kind}"),
         (#"{"sink": {"type": "jetstream", "subjectTemplate": "other.{type}"}}"#, "do not capture every subject"),
-        (#"{"sink": {"type": "kafka"}}"#, "sink.type: expected one of: file, http, jetstream"),
+        (#"{"sink": {"type": "kafka"}}"#, "sink.type: expected one of: file, jetstream"),
         (#"{"sink": {"type": "file", "stream": "X"}}"#, "sink.stream: unknown key"),
     ])
     func parseErrors(json: String, expected: String) {

@@ -259,13 +259,14 @@ struct FerryClientTests {
 struct FerryClientReplyTests {
     static func makeClient(
         runtimeDirectory: String, source: String, batchMaxEvents: Int = 256, batchMaxBytes: Int = 64 << 10,
-        resendAfter: Duration = .milliseconds(200)
+        resendAfter: Duration = .milliseconds(200), partialBatchesInFlight: Int = 1
     ) throws -> FerryClient {
         var logger = Logger(label: "ferry-tests")
         logger.logLevel = .critical
         return try FerryClient(
             configuration: .init(source: source, runtimeDirectory: runtimeDirectory, batchMaxEvents: batchMaxEvents,
-                                 batchMaxBytes: batchMaxBytes, resendAfter: resendAfter),
+                                 batchMaxBytes: batchMaxBytes, resendAfter: resendAfter,
+                                 partialBatchesInFlight: partialBatchesInFlight),
             logger: logger)
     }
 
@@ -287,7 +288,36 @@ struct FerryClientReplyTests {
         await client.shutdown()
     }
 
-    @Test("while two messages are in flight, events that are not a full batch wait and then go out together in one message")
+    @Test("by default, while one message is in flight, the events queued meanwhile wait and then go out together in one message")
+    func partialBatchesWaitWhileOneIsInFlight() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        // Silent until released: the first message stays in flight (re-sent every 100 ms).
+        let released = Atomic<Bool>(false)
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in
+            released.load(ordering: .acquiring) ? FakeIngestAgent.ack(header, events) : nil
+        }
+        defer { fake.stop() }
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "gather-one", resendAfter: .milliseconds(100))
+        let first = client.enqueue(Event(name: "first"))
+        try await eventually("the first event's message arrives") { fake.messageCount >= 1 }
+        let later = (0..<8).map { client.enqueue(Event(name: "later-\($0)")) }
+        // Re-sends of the first message keep arriving meanwhile; the later events never go out
+        // on their own: they wait for its ack.
+        try await eventually("the first message is re-sent (the client had time to send the later events)") {
+            fake.receivedIDs.filter { $0 == [first] }.count >= 2
+        }
+        #expect(fake.receivedIDs.allSatisfy { $0 == [first] }, "\(fake.receivedIDs)")
+        released.store(true, ordering: .releasing)
+        try await withTimeout(.seconds(20), "flush") { try await client.flush(timeout: .seconds(20)) }
+        let messages = fake.receivedIDs
+        #expect(messages.allSatisfy { $0 == [first] || $0 == later }, "\(messages)")
+        #expect(messages.filter { $0 == later }.count == 1)
+        #expect(client.statistics.accepted == 9)
+        await client.shutdown()
+    }
+
+    @Test("with partialBatchesInFlight 2, while two messages are in flight, events that are not a full batch wait and then go out together in one message")
     func partialBatchesWaitWhileTwoAreInFlight() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
@@ -297,7 +327,8 @@ struct FerryClientReplyTests {
             released.load(ordering: .acquiring) ? FakeIngestAgent.ack(header, events) : nil
         }
         defer { fake.stop() }
-        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "gather", resendAfter: .milliseconds(100))
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "gather", resendAfter: .milliseconds(100),
+                                         partialBatchesInFlight: 2)
         let first = client.enqueue(Event(name: "first"))
         try await eventually("the first event's message arrives") { fake.messageCount >= 1 }
         let second = client.enqueue(Event(name: "second"))
@@ -322,7 +353,7 @@ struct FerryClientReplyTests {
         let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, _, _ in nil }
         defer { fake.stop() }
         let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "window", batchMaxEvents: 4,
-                                         resendAfter: .seconds(600))
+                                         resendAfter: .seconds(600), partialBatchesInFlight: 2)
         _ = client.enqueue(Event(name: "one"))
         try await eventually("the first message arrives") { fake.messageCount == 1 }
         _ = client.enqueue(Event(name: "two"))

@@ -29,6 +29,12 @@ struct Driver {
     /// second JetStream peer of the ingest cells and the fleet's cluster; nil: only Debian's 2.9,
     /// and the fleet is skipped.
     let natsCurrent: String?
+    /// Seconds of each load of the CPU-per-event rows (`--cpu-seconds`; 10, the method;
+    /// 5 with `--quick`).
+    let cpuRunSeconds: Double
+    /// The Python row's interpreter (with pyzmq and segment-analytics-python) and app script
+    /// (`--python`, `--python-app`; scripts/bench passes both); nil: the row is not measured.
+    let pythonApp: (interpreter: String, script: String)?
 
     init(_ flags: Flags) throws {
         ferryd = try flags.string("ferryd")
@@ -43,6 +49,9 @@ struct Driver {
         nginx = flags.string("nginx", default: "/usr/sbin/nginx")
         liveSeconds = flags.double("live-seconds", default: quick ? 10 : 60)
         natsCurrent = flags.string("nats-current", default: "").isEmpty ? nil : flags.string("nats-current", default: "")
+        cpuRunSeconds = flags.double("cpu-seconds", default: quick ? 5 : 10)
+        let python = flags.string("python", default: ""), pythonScript = flags.string("python-app", default: "")
+        pythonApp = python.isEmpty || pythonScript.isEmpty ? nil : (interpreter: python, script: pythonScript)
     }
 
     func note(_ text: String) { FileHandle.standardError.write(Data("[bench] \(text)\n".utf8)) }
@@ -66,6 +75,7 @@ struct Driver {
         if wanted("recovery") { try recoveryAndMemory() }
         if wanted("delivery") { try delivery() }
         if wanted("fleet") { try fleet() }
+        if wanted("cpu") { try cpuPerEvent() }
         if let clientCost { summary["client_cost"] = parseClientCost(path: clientCost) }
         summary["wall_seconds"] = Date().timeIntervalSince(started)
         summary["targets"] = Targets(summary).rows()

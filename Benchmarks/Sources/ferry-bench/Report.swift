@@ -84,6 +84,7 @@ struct Report {
             }
         }
         out.append(contentsOf: fleetMarkdown())
+        out.append(contentsOf: cpuMarkdown())
         out.append("\nWall time: \(n(summary["wall_seconds"])) s")
         return out.joined(separator: "\n")
     }

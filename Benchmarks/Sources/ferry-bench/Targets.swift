@@ -154,6 +154,8 @@ struct Targets {
         let hwm = (summary["memory"] as? [[String: Any]] ?? []).compactMap { d($0["hwm_kib"]) }.max()
         rows.append(row("6.vmhwm", "VmHWM, 16 clients × 1 KiB, any backlog ÷ 64 MiB",
                         measured: "\(hwm.map { String(format: "%.1f", $0 / 1024) } ?? "–") MiB", ratio: hwm.map { $0 / 65536 }, .below(1)))
+        // 7. CPU per event across the load range and the Python row (issue 30, CPUPerEvent.swift).
+        rows += cpuRows()
         return rows
     }
 }

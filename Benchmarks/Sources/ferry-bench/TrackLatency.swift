@@ -72,6 +72,8 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
     let histogram = HistogramBox()
     tightenTimerSlack()
     ChildProtocol.ready()
+    // This process's CPU from here until its last event is acked (the CPU-per-event rows).
+    let cpu0 = ownCPUSeconds(), threads0 = threadCPUSeconds(pid: getpid())
     let start = nowNanoseconds()
     let end = start + UInt64(duration * 1e9)
     var sent = 0
@@ -110,10 +112,11 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
         let deadline = nowNanoseconds() + 10_000_000_000
         while client.statistics.pending > 0 && nowNanoseconds() < deadline { sleepMicroseconds(1000) }
     }
+    let cpu = ownCPUSeconds() - cpu0, threads = threadDelta(threads0, threadCPUSeconds(pid: getpid()))
     let statistics = client.statistics
     let elapsed = Double(end - start) / 1e9
     let merged = histogram.state.withLock { $0 }
-    ChildProtocol.finish(["accepted": statistics.accepted, "rejected": statistics.rejected, "sent": sent,
+    ChildProtocol.finish(["cpu_seconds": cpu, "threads_cpu_seconds": threads, "accepted": statistics.accepted, "rejected": statistics.rejected, "sent": sent,
                           "offered_rate": rate, "seconds": elapsed, "rate": Double(statistics.accepted) / elapsed,
                           "latencies": merged.count, "histogram": merged.encoded])
     await client.shutdown()

@@ -88,7 +88,7 @@ enum CommitWork: Sendable {
 /// performs its actions (the appends, the holds, the writes) and hands each batch's answer to its
 /// ``AckDestination``.
 final class CommitPipeline: Sendable {
-    private let inbox = ThreadInbox<CommitWork>()
+    let inbox = ThreadInbox<CommitWork>()
     private let thread: Mutex<DedicatedThread?> = Mutex(nil)
     let log: SegmentedLog
     let counters: AgentMetrics
@@ -221,7 +221,9 @@ final class CommitPipeline: Sendable {
         let writer = book.writer, consent = book.consent
         var machine = StateMachine(limits: limits)
         var lastLossCheck: UInt64 = 0
-        while let work = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
+        var delay = CommitDelay(delayMicroseconds: configuration.log.commitDelayMicroseconds, siblings: configuration.log.commitSiblings)
+        while let first = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
+            let work = gatherSiblings(first, delay: &delay)
             let taken = work.count { if case .events = $0 { true } else { false } }
             if taken > 0 { pendingBatches.subtract(taken, ordering: .relaxed) }
             let now = WallClock.unixMilliseconds()

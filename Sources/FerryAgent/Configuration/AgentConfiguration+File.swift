@@ -72,6 +72,8 @@ extension AgentConfiguration {
                 "segmentMaxBytes": .int { config.log.segmentMaxBytes = Int64($0) },
                 "retentionMaxBytes": .int { config.log.retentionMaxBytes = Int64($0) },
                 "uidSharePercent": .int { config.log.uidSharePercent = $0 },
+                "commitDelayMicroseconds": .int { config.log.commitDelayMicroseconds = $0 },
+                "commitSiblings": .int { config.log.commitSiblings = $0 },
                 "fullPolicy": .choice(LogConfiguration.FullPolicy.allCases.map(\.rawValue)) {
                     config.log.fullPolicy = LogConfiguration.FullPolicy(rawValue: $0)!
                 },
@@ -99,6 +101,8 @@ extension AgentConfiguration {
                 "allowNonLoopback": .bool { config.httpIngest.allowNonLoopback = $0 },
                 "writeKeys": .stringMap { config.httpIngest.writeKeys = $0 },
                 "maxConnections": .int { config.httpIngest.maxConnections = $0 },
+                "allowedHosts": .strings { config.httpIngest.allowedHosts = $0 },
+                "allowedOrigins": .strings { config.httpIngest.allowedOrigins = $0 },
             ]),
             "sink": .raw { sinkValue = $0 },
             "sinks": .raw { sinksValue = $0 },

@@ -63,8 +63,14 @@ public struct AgentConfiguration: Sendable, Hashable {
         /// it cannot read.
         public func listenAddress() throws -> (host: String, port: Int)? {
             guard let listen else { return nil }
+            return try Self.address(listen, key: "metrics.listen")
+        }
+
+        /// `listen` (`host:port`, `[ipv6]:port`, `:port` or a port) as a host and a port; throws
+        /// ``AgentError`` naming the configuration `key` it came from.
+        package static func address(_ listen: String, key: String) throws -> (host: String, port: Int) {
             func fail() -> AgentError {
-                AgentError(code: .configuration, message: "metrics.listen \"\(listen)\" must be host:port, [ipv6]:port or a port")
+                AgentError(code: .configuration, message: "\(key) \"\(listen)\" must be host:port, [ipv6]:port or a port")
             }
             var host = "127.0.0.1", portText = Substring(listen)
             if listen.hasPrefix("[") {
@@ -173,6 +179,10 @@ public struct AgentConfiguration: Sendable, Hashable {
         }
         guard log.segmentMaxBytes >= 4096 else { throw fail("log.segmentMaxBytes must be at least 4096") }
         if let share = log.uidSharePercent, !(1...100).contains(share) { throw fail("log.uidSharePercent must be 1 to 100") }
+        guard (0...LogConfiguration.maxCommitDelayMicroseconds).contains(log.commitDelayMicroseconds) else {
+            throw fail("log.commitDelayMicroseconds must be 0 to \(LogConfiguration.maxCommitDelayMicroseconds)")
+        }
+        guard log.commitSiblings >= 1 else { throw fail("log.commitSiblings must be at least 1") }
         // Halving the cap, not doubling the segment size: a huge segmentMaxBytes must not overflow.
         guard log.segmentMaxBytes <= log.retentionMaxBytes / 2 else {
             throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")

@@ -18,6 +18,15 @@ extension AgentConfiguration {
         /// The most connections each listener keeps open; more are answered 503 and closed.
         /// Default 256 (the unit's `LimitNOFILE` covers two listeners at this figure).
         public var maxConnections: Int
+        /// Names the TCP listener answers to besides its own (`127.0.0.1`, `localhost`, `[::1]`
+        /// and the host of ``listen``), as a request's `Host` header gives them (`"ferry.local"`,
+        /// `"[fd00::1]"`; a port is not part of the name). A request naming any other host is
+        /// answered 421 (DNS rebinding). Default none; the Unix socket does not check `Host`.
+        public var allowedHosts: [String]
+        /// Web origins (`scheme://host[:port]`, as browsers send them in `Origin`) whose pages may
+        /// send events. A request that carries an `Origin` not listed is answered 403 on every
+        /// listener; one without an `Origin` (every server library) is not affected. Default none.
+        public var allowedOrigins: [String]
 
         /// The source name of events sent without a mapped write key.
         public static let defaultSource = "http"
@@ -27,12 +36,15 @@ extension AgentConfiguration {
 
         /// Creates the HTTP API's configuration; every argument has a default.
         public init(socket: Bool = true, listen: String? = nil, allowNonLoopback: Bool = false,
-                    writeKeys: [String: String] = [:], maxConnections: Int = 256) {
+                    writeKeys: [String: String] = [:], maxConnections: Int = 256, allowedHosts: [String] = [],
+                    allowedOrigins: [String] = []) {
             self.socket = socket
             self.listen = listen
             self.allowNonLoopback = allowNonLoopback
             self.writeKeys = writeKeys
             self.maxConnections = maxConnections
+            self.allowedHosts = allowedHosts
+            self.allowedOrigins = allowedOrigins
         }
 
         /// Whether any listener is on.
@@ -42,7 +54,7 @@ extension AgentConfiguration {
         /// it cannot read, or a non-loopback one without ``allowNonLoopback``.
         public func listenAddress() throws -> (host: String, port: Int)? {
             guard let listen else { return nil }
-            guard let address = try Metrics(listen: listen).listenAddress() else { return nil }
+            let address = try Metrics.address(listen, key: "http.listen")
             let loopback = address.host == "localhost" || address.host == "::1" || address.host.hasPrefix("127.")
             guard loopback || allowNonLoopback else {
                 throw AgentError(code: .configuration, message: "http.listen \"\(listen)\" is not a loopback address; "
@@ -58,6 +70,29 @@ extension AgentConfiguration {
                 throw fail("http.writeKeys: keys and source names must be non-empty (names at most 255 bytes)")
             }
             _ = try listenAddress()
+            for host in allowedHosts where !Self.isHostName(host) {
+                throw fail("http.allowedHosts: \"\(host)\" is not a host name (a name, an IPv4 address or a bracketed IPv6 address, without a port)")
+            }
+            for origin in allowedOrigins where !Self.isOrigin(origin) {
+                throw fail("http.allowedOrigins: \"\(origin)\" is not an origin (scheme://host or scheme://host:port, no path)")
+            }
+        }
+
+        /// Whether `text` is a host as a `Host` header names it, without its port.
+        static func isHostName(_ text: String) -> Bool {
+            guard !text.isEmpty, text.utf8.count <= 255 else { return false }
+            if text.hasPrefix("[") { return text.hasSuffix("]") && text.count > 2 && !text.dropFirst().dropLast().contains("]") }
+            return text.allSatisfy { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "." || $0 == "_" }
+        }
+
+        /// Whether `text` is a web origin: `scheme://host` with an optional port, nothing after.
+        static func isOrigin(_ text: String) -> Bool {
+            guard let separator = text.range(of: "://") else { return false }
+            let scheme = text[..<separator.lowerBound], authority = text[separator.upperBound...]
+            guard !scheme.isEmpty, scheme.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == "." }),
+                  !authority.isEmpty, !authority.contains("/"), !authority.contains("?"), !authority.contains("#"),
+                  !authority.contains("@"), !authority.contains(" ") else { return false }
+            return true
         }
     }
 

@@ -59,17 +59,22 @@ extension AgentConfiguration {
             settings as? Settings
         }
 
-        /// Batching: a batch is sent when it holds `maxEvents` events or about `maxBytes` bytes, or
-        /// when its oldest event has waited `maxWaitMilliseconds` since it was accepted.
+        /// Batching: a batch is sent at once when it holds `maxEvents` events or about `maxBytes`
+        /// bytes; a partial batch once `maxWaitMilliseconds` have passed since the sink's previous
+        /// delivery or since its oldest event was accepted, whichever is first (docs/DELIVERY.md,
+        /// "Batching").
         public struct Batch: Sendable, Hashable {
             /// Most events per batch.
             public var maxEvents: Int
             /// About the most bytes per batch (a single larger event still goes alone).
             public var maxBytes: Int
-            /// How long to wait for a fuller batch before sending a partial one (0: send at once).
+            /// The longest an event waits for a fuller batch (0: every batch goes at once).
             public var maxWaitMilliseconds: Int
+            /// The default ``maxWaitMilliseconds``: a trickle of events is delivered five times a
+            /// second, not once per commit (docs/BENCHMARKS.md, "Round 4 work in progress").
+            public static let defaultMaxWaitMilliseconds = 200
             /// Creates a batch policy.
-            public init(maxEvents: Int = 1000, maxBytes: Int = 1 << 20, maxWaitMilliseconds: Int = 0) {
+            public init(maxEvents: Int = 1000, maxBytes: Int = 1 << 20, maxWaitMilliseconds: Int = Batch.defaultMaxWaitMilliseconds) {
                 self.maxEvents = maxEvents
                 self.maxBytes = maxBytes
                 self.maxWaitMilliseconds = maxWaitMilliseconds

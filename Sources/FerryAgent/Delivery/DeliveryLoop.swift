@@ -120,7 +120,9 @@ struct CircuitBreaker {
 /// One sink's delivery: reads the log from the sink's own cursor, hands batches to the sink, and
 /// advances the cursor only after the sink acknowledged a batch (or the batch was dead-lettered).
 ///
-/// A batch is sent once it is full or its oldest event has waited `batch.maxWaitMilliseconds`.
+/// A full batch is sent at once; a partial one once `batch.maxWaitMilliseconds` have passed since
+/// the sink's previous delivery or since its oldest event was accepted, whichever is first
+/// (``DeliveryPacing``): a trickle of events is delivered in one batch per wait, not one per commit.
 /// Failures are retried with exponential backoff and full jitter (or the sink's `retry(after:)`);
 /// after `circuit.failureThreshold` consecutive failures the circuit opens and no attempt is made
 /// for `circuit.openMilliseconds`, then one probe decides. A permanent error, or a batch still
@@ -230,8 +232,11 @@ final class DeliveryLoop: Sendable {
                 request.continuation.resume(throwing: AgentError(code: .delivery, message: "the agent is stopping"))
             }
         }
+        // When to send what was read (``DeliveryPacing``); the loop only applies its decisions.
+        var pacing = DeliveryPacing(batch: configuration.batch, startedAt: WallClock.unixMilliseconds())
         while !Task.isCancelled {
             await serveReplays()
+            pacing.batch = configuration.batch
             // Paused (delivery not started, or no feature enabled): wait for the consent change
             // without reading; reading a full batch at every commit made a paused sink's cost grow
             // with its backlog (callgrind: most of ferryd's instructions at one event per message).
@@ -254,7 +259,7 @@ final class DeliveryLoop: Sendable {
                 await wakeup.wait()
                 continue
             }
-            guard let full = await fill(read) else { return }
+            guard let full = await fill(read, pacing: pacing) else { return }
             switch await deliverWithRetry(DeliveryBatch(events: full.events)) {
             case .cancelled:
                 return
@@ -265,8 +270,9 @@ final class DeliveryLoop: Sendable {
             case .delivered(let sent, let stored):
                 let kept = sent.events.isEmpty ? checkpoint.withLock { $0 } : stored
                 await advance(full, checkpoint: kept)
-                guard !sent.events.isEmpty else { continue }
                 let now = WallClock.unixMilliseconds()
+                pacing.delivered(at: now)
+                guard !sent.events.isEmpty else { continue }
                 metrics.delivered.increment(by: sent.events.count)
                 for event in sent.events {
                     metrics.deliveryLatency.recordMilliseconds(now >= event.acceptedAt ? now - event.acceptedAt : 0)
@@ -279,6 +285,7 @@ final class DeliveryLoop: Sendable {
                 published(sent)
             case .deadLettered:
                 await advance(full, checkpoint: checkpoint.withLock { $0 })
+                pacing.delivered(at: WallClock.unixMilliseconds())
             }
         }
     }
@@ -288,27 +295,34 @@ final class DeliveryLoop: Sendable {
         return try await io.run { try log.read(from: position, maxEvents: maxEvents, maxBytes: maxBytes) }
     }
 
-    /// Waits (on commit signals, with a deadline: no polling) until the batch is full or its
-    /// oldest event has waited `maxWaitMilliseconds`. `nil` when cancelled.
-    private func fill(_ first: (events: [StoredEvent], next: LogPosition)) async -> (events: [StoredEvent], next: LogPosition)? {
-        let batch = configuration.batch
+    /// Waits until `pacing` says to send what was read: a full batch at once, a partial one at its
+    /// deadline (``DeliveryPacing``). The wait sleeps until the deadline; a commit ends it early
+    /// only when what it committed could fill the batch (a look at the log's end, no read), so a
+    /// trickle costs one read per delivery, not one per commit. `nil` when cancelled.
+    private func fill(_ first: (events: [StoredEvent], next: LogPosition),
+                      pacing: DeliveryPacing) async -> (events: [StoredEvent], next: LogPosition)? {
+        let batch = pacing.batch
         var read = first
-        var bytes = read.events.reduce(0) { $0 + $1.size }
-        guard batch.maxWaitMilliseconds > 0, let oldest = read.events.first else { return read }
-        let deadline = oldest.acceptedAt + UInt64(batch.maxWaitMilliseconds)
-        while read.events.count < batch.maxEvents && bytes < batch.maxBytes {
+        while let pending = DeliveryPacing.Pending(read.events),
+              case .wait(let deadline) = pacing.decide(pending, now: WallClock.unixMilliseconds()) {
             let now = WallClock.unixMilliseconds()
-            guard now < deadline else { break }
-            await wakeup.wait(timeout: .milliseconds(Int(deadline - now)))
+            let log = self.log, next = read.next
+            await wakeup.wait(timeout: .milliseconds(Int(min(deadline > now ? deadline - now : 0, UInt64(Int.max))))) {
+                pacing.shouldRead(pending, committedBytesAhead: Self.bytesAhead(of: next, end: log.endPosition))
+            }
             if Task.isCancelled { return nil }
+            // Nothing committed since the last read, or too little to fill the batch before its
+            // deadline (a signal from before the wait): decide again (at the deadline: deliver).
+            let ahead = Self.bytesAhead(of: read.next, end: log.endPosition)
+            if ahead == 0 { continue }
+            if WallClock.unixMilliseconds() < deadline && !pacing.shouldRead(pending, committedBytesAhead: ahead) { continue }
             do {
-                let more = try await readBatch(from: read.next, maxEvents: batch.maxEvents - read.events.count,
-                                               maxBytes: max(1, batch.maxBytes - bytes))
+                let more = try await readBatch(from: read.next, maxEvents: batch.maxEvents - pending.events,
+                                               maxBytes: max(1, batch.maxBytes - pending.bytes))
                 // A single event larger than what is left waits for the next batch.
-                if bytes + more.events.reduce(0, { $0 + $1.size }) > batch.maxBytes && more.events.count == 1 { break }
+                if pending.bytes + more.events.reduce(0, { $0 + $1.size }) > batch.maxBytes && more.events.count == 1 { break }
                 read.events += more.events
                 read.next = more.next
-                bytes += more.events.reduce(0) { $0 + $1.size }
             } catch {
                 break
             }
@@ -316,12 +330,27 @@ final class DeliveryLoop: Sendable {
         return read
     }
 
+    /// Bytes committed in `position`'s segment after it, up to the log's `end`; `nil` when the
+    /// log has moved on to a later segment (unknown: read to find out).
+    static func bytesAhead(of position: LogPosition, end: LogPosition) -> Int? {
+        guard end.segment == position.segment else { return end.segment < position.segment ? 0 : nil }
+        return end.offset > position.offset ? Int(end.offset - position.offset) : 0
+    }
+
     /// Stores the cursor after `read` with `checkpoint`, then lets the log know.
+    ///
+    /// Crash points (docs/FAULTS.md), reached by every sink: `delivery.done` once the batch is
+    /// done with (the sink acknowledged it, or it was dead-lettered) and its cursor not yet stored;
+    /// `delivery.saved` once the cursor and checkpoint are stored.
     private func advance(_ read: (events: [StoredEvent], next: LogPosition), checkpoint stored: [UInt8]?) async {
         checkpoint.withLock { $0 = stored }
         do {
             let store = cursorStore, next = read.next
-            try await io.run { try store.save(next, checkpoint: stored) }
+            try await io.run {
+                try CrashPoints.reach("delivery.done")
+                try store.save(next, checkpoint: stored)
+                try CrashPoints.reach("delivery.saved")
+            }
         } catch {
             // The sink has the batch but the cursor did not move: it will be delivered again
             // after a restart (at-least-once); the file sink's checkpoint makes that harmless.
@@ -529,8 +558,13 @@ final class DeliveryLoop: Sendable {
         }
         // The sink's state moved: store its checkpoint with the unchanged cursor before the dead
         // letter goes, so a crash in between repeats the replay rather than losing it.
+        // Crash point `delivery.replayed` (docs/FAULTS.md): the sink has the letter's events, the
+        // checkpoint is not stored, the letter not deleted.
         let cursor = log.cursor(for: name), cursorStore = self.cursorStore, kept = stored
-        try await io.run { try cursorStore.save(cursor, checkpoint: kept) }
+        try await io.run {
+            try CrashPoints.reach("delivery.replayed")
+            try cursorStore.save(cursor, checkpoint: kept)
+        }
         checkpoint.withLock { $0 = kept }
         _ = try await io.run { try store.remove(sink: name, id: id) }
         metrics.delivered.increment(by: batch.events.count)

@@ -13,9 +13,14 @@ import Synchronization
 ///
 /// Files are named `events-<20-digit sequence>.jsonl` and rolled at a size limit. Every line is
 /// one event in line format ``lineFormat`` (docs/PROTOCOL.md, "File sink lines"). Each batch is
-/// appended and fsync'd; its checkpoint (file and length) is stored atomically with the delivery
-/// cursor, and on start the current file is cut back to the checkpoint, so a crash between the
-/// write and the cursor update never leaves a line twice: delivery to this sink is exactly-once.
+/// appended and `fdatasync`'d; its checkpoint (file and length) is then stored atomically with the
+/// delivery cursor (one in-place write and `fdatasync`, ``CursorStore/save(_:checkpoint:)``), and
+/// on start the current file is cut back to the checkpoint, so a crash between the write and the
+/// cursor update never leaves a line twice: delivery to this sink is exactly-once. A reader sees a
+/// batch's lines from its write on; only lines past the stored checkpoint (the batch in hand when
+/// the agent stopped) can be cut back at the next start, and are then written again. Batches are
+/// paced by the delivery loop (``DeliveryPacing``): a trickle of events costs one write and two
+/// syncs per `batch.maxWaitMilliseconds`, not per event.
 public final class FileSink: Sink {
     public let name: String
     /// The directory the files are written to.
@@ -125,8 +130,10 @@ public final class FileSink: Sink {
                 let fd = try FileIO.open(path, O_WRONLY | O_CREAT)
                 defer { close(fd) }
                 try payload.withUnsafeBytes { raw in try FileIO.pwriteAll(fd, raw, at: current.length, path: path) }
+                try CrashPoints.reach("sink.file.written")
                 try FileIO.fdatasync(fd, path: path)
                 if current.length == 0 { try FileIO.syncDirectory(directory) }
+                try CrashPoints.reach("sink.file.synced")
             } catch {
                 throw SinkError(.retry(after: nil), "file sink: \(error)")
             }

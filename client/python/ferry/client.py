@@ -8,6 +8,7 @@ import itertools
 import logging
 import math
 import os
+import select
 import sys
 import threading
 import time
@@ -214,7 +215,8 @@ class Client:
                  outbox_capacity: int = 10_000,
                  overflow_policy: Union[OverflowPolicy, str] = OverflowPolicy.DROP_OLDEST,
                  batch_max_events: int = 256, batch_max_bytes: int = 65536, max_in_flight_batches: int = 8,
-                 resend_after: float = 2.0, exit_flush_timeout: float = 5.0) -> None:
+                 resend_after: float = 2.0, exit_flush_timeout: float = 5.0,
+                 partial_batches_in_flight: int = 1) -> None:
         """Creates a client and starts its I/O thread; works whether or not the agent runs.
 
         - `source`: the name events are stamped with (default: the program's name).
@@ -225,8 +227,10 @@ class Client:
           drop beyond it (`"drop-oldest"`, the default, or `"drop-newest"`).
         - `batch_max_events` (1-4096), `batch_max_bytes`, `max_in_flight_batches`: events and
           bytes of event frames per message (a larger single event still goes alone), messages
-          sent but not yet acked (a message that is not a full batch goes out only while fewer
-          than two are in flight, so under load events gather into fewer messages).
+          sent but not yet acked. A message that is not a full batch goes out only while fewer
+          than `partial_batches_in_flight` messages (default 1) are in flight: the events queued
+          meanwhile go out together, in one message, when the ack comes (an app sending rarely
+          still sends each event at once).
         - `resend_after`: seconds without an ack before a message is sent again.
         - `exit_flush_timeout`: how long leaving a `with` block waits for the acks.
         """
@@ -242,6 +246,8 @@ class Client:
             raise ValueError("max_in_flight_batches must be a positive int")
         if not resend_after > 0:
             raise ValueError("resend_after must be positive")
+        if not isinstance(partial_batches_in_flight, int) or partial_batches_in_flight < 1:
+            raise ValueError("partial_batches_in_flight must be a positive int")
         self.runtime_dir = runtime_dir or default_runtime_dir()
         self.endpoint = ingest_endpoint(self.runtime_dir)
         self.outbox_capacity = outbox_capacity
@@ -249,6 +255,7 @@ class Client:
         self.batch_max_events = batch_max_events
         self.batch_max_bytes = batch_max_bytes
         self.max_in_flight_batches = max_in_flight_batches
+        self.partial_batches_in_flight = partial_batches_in_flight
         self.resend_after = float(resend_after)
         self.exit_flush_timeout = exit_flush_timeout
         self._closed = False
@@ -304,12 +311,10 @@ class Client:
             self._sequence += 1
             sequence, session, pid = self._sequence, self._session, self._pid
         event_id = self._ids.next()
-        frame = wire.WireEvent(
-            id=event_id, timestamp=int(time.time() * 1000), sequence=sequence, pid=pid, type=event.type,
-            source=self.source, name=event.name, user_id=event.user_id, once_key=event.once_key,
-            properties=properties, category=category, flags=flags, session=session,
-            anonymous_id=event.anonymous_id, group_id=event.group_id, previous_id=event.previous_id,
-            context=context).encode()
+        frame = wire.encode_event(
+            event_id, int(time.time() * 1000), sequence, pid, event.type, self.source, event.name, event.user_id,
+            event.once_key, properties, category, flags, session, event.anonymous_id, event.group_id,
+            event.previous_id, context)
         return self._enqueue_frame(event_id, frame, on_receipt)
 
     def _enqueue_frame(self, event_id: bytes, frame: bytes, on_receipt: Optional[_ReceiptCallback]) -> uuid.UUID:
@@ -545,9 +550,14 @@ class Client:
             return
         self._socket = sock
         ready.set()
-        poller = zmq.Poller()
-        poller.register(sock, zmq.POLLIN)
-        poller.register(wake_r, zmq.POLLIN)
+        # One poll(2) on libzmq's notification descriptor (ZMQ_FD) and the wake pipe: zmq_poll
+        # would poll twice when nothing is ready and ask the socket's mailbox after each pass.
+        # The descriptor signals changes only, so ZMQ_EVENTS is read before each wait (a reply
+        # already waiting) and after it signals (whether a reply came).
+        notify = sock.getsockopt(zmq.FD)
+        waiter = select.poll()
+        waiter.register(notify, select.POLLIN)
+        waiter.register(wake_r, select.POLLIN)
         send_blocked = False
         try:
             while True:
@@ -555,23 +565,33 @@ class Client:
                     if self._closed:
                         break
                     timeout = self._io_timeout(send_blocked)
+                    # track() writes the wake pipe only while this is set: one write and one
+                    # wake-up per burst of events, not one per event.
                     self._io_idle = timeout != 0
-                ready_sockets = dict(poller.poll(None if timeout is None else math.ceil(timeout * 1000)))
+                reply = woken = False
+                if sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+                    reply = True
+                else:
+                    for fd, _ in waiter.poll(None if timeout is None else math.ceil(timeout * 1000)):
+                        if fd == wake_r:
+                            woken = True
+                        else:
+                            reply = bool(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN)
+                now = time.monotonic()
                 with self._lock:
                     self._io_idle = False
                     if self._closed:
                         break
-                if wake_r in ready_sockets:
+                    overdue = any(now - batch.sent_at >= self.resend_after for batch in self._in_flight.values())
+                if woken:
                     try:
-                        while os.read(wake_r, 4096):
-                            pass
+                        os.read(wake_r, 4096)  # one byte per wake-up, written only while idle
                     except (BlockingIOError, OSError):
                         pass
                 try:
-                    if sock in ready_sockets:
+                    if reply:
                         self._read_replies(sock)
-                    now = time.monotonic()
-                    send_blocked = not self._resend_overdue(sock, now)
+                    send_blocked = overdue and not self._resend_overdue(sock, now)
                     if not send_blocked:
                         send_blocked = not self._send_pending(sock, now)
                 except zmq.ContextTerminated:
@@ -612,13 +632,10 @@ class Client:
                 self._stats.resent_batches += 1
         return True
 
-    #: Most messages in flight while the next one would not be a full batch.
-    PARTIAL_BATCHES_IN_FLIGHT = 2
-
     def _next_batch_size(self) -> int:
         """How many events the next message may carry now (0: none may go out). A full batch
         (batch_max_events, or as many as fit in batch_max_bytes) while the in-flight window has
-        room; a partial one only while fewer than PARTIAL_BATCHES_IN_FLIGHT messages are in
+        room; a partial one only while fewer than `partial_batches_in_flight` messages are in
         flight, so under load events gather into one message instead of one message each (as
         the Swift client does)."""
         if not self._pending or len(self._in_flight) >= self.max_in_flight_batches:
@@ -630,7 +647,7 @@ class Client:
             size += len(entry.frame)
             count += 1
         full = count == self.batch_max_events or count < len(self._pending)
-        if not full and len(self._in_flight) >= self.PARTIAL_BATCHES_IN_FLIGHT:
+        if not full and len(self._in_flight) >= self.partial_batches_in_flight:
             return 0
         return count
 
@@ -670,7 +687,10 @@ class Client:
                     raise wire.ProtocolError("reply has %d frames, expected 2" % len(message))
                 header = wire.decode_header(message[0])
                 if header.kind == wire.KIND_ACK:
-                    entries = wire.decode_ack(message[1])
+                    body = message[1]
+                    if _all_accepted(body) and self._complete_accepted(header.request_id, (len(body) - 4) // wire.ACK_ENTRY_SIZE):
+                        continue
+                    entries = wire.decode_ack(body)
                     self._complete(header.request_id, lambda i: _ack_status(entries, i))
                 elif header.kind == wire.KIND_ERROR:
                     self._handle_error(header.request_id, wire.decode_error(message[1]))
@@ -702,6 +722,31 @@ class Client:
                 batch.sent_at -= self.resend_after  # overdue: the next turn of the loop re-sends it
             return True
 
+    def _complete_accepted(self, request_id: int, count: int) -> bool:
+        """Resolves an in-flight batch whose ack says `accepted` (reason none) for all its `count`
+        events, the common case, without decoding each entry. False if the ack does not cover
+        the batch event for event (the general path then judges it)."""
+        calls = []
+        with self._lock:
+            batch = self._in_flight.get(request_id)
+            if batch is None:
+                return True  # a late reply to a batch already resolved
+            if len(batch.entries) != count:
+                return False
+            del self._in_flight[request_id]
+            self._in_flight_events -= count
+            self._stats.accepted += count
+            receipts = self._receipts
+            if receipts:
+                for entry in batch.entries:
+                    callback = receipts.pop(entry.index, None)
+                    if callback is not None:
+                        calls.append((callback, Receipt(uuid.UUID(bytes=entry.id), Status.ACCEPTED)))
+            self._cond.notify_all()
+        for callback, receipt in calls:
+            _call(callback, receipt)
+        return True
+
     def _complete(self, request_id: int, status_of: Callable[[int], Tuple[Status, Optional[str]]]) -> None:
         """Resolves every event of an in-flight batch (a late reply to a batch already resolved
         is ignored)."""
@@ -730,6 +775,18 @@ class Client:
             self._cond.notify_all()
         for callback, receipt in calls:
             _call(callback, receipt)
+
+
+def _all_accepted(body: bytes) -> bool:
+    """Whether an ack body is well formed and every entry is `accepted` with no reason (status
+    and reason bytes 0), checked without decoding the entries."""
+    if len(body) < 4 or (len(body) - 4) % wire.ACK_ENTRY_SIZE:
+        return False
+    count = int.from_bytes(body[:4], "little")
+    if len(body) != 4 + count * wire.ACK_ENTRY_SIZE:
+        return False
+    verdicts = bytes(body[20::wire.ACK_ENTRY_SIZE]) + bytes(body[21::wire.ACK_ENTRY_SIZE])
+    return verdicts.count(0) == len(verdicts)
 
 
 def _ack_status(entries: List[wire.AckEntry], index: int) -> Tuple[Status, Optional[str]]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
+import os
+import random
+import re
 import struct
 import threading
 import time
@@ -183,43 +185,16 @@ class WireEvent:
     def extension_entries(self) -> List[Tuple[int, bytes]]:
         """The extension block's entries in the order they are encoded: known tags ascending,
         then the others ascending."""
-        entries: List[Tuple[int, bytes]] = []
-        if self.session is not None:
-            if len(self.session) != 16:
-                raise ValueError("a session is 16 bytes, not %d" % len(self.session))
-            entries.append((TAG_SESSION, bytes(self.session)))
-        for tag, label in sorted(_ID_TAGS.items()):
-            value = getattr(self, label)
-            if value:
-                entries.append((tag, _utf8(label, value, MAX_ID_FIELD_BYTES)))
-        if self.context:
-            entries.append((TAG_CONTEXT, bytes(self.context)))
-        for tag in sorted(self.extensions):
-            if tag in (TAG_SESSION, TAG_CONTEXT) or tag in _ID_TAGS or not 0 <= tag <= 0xFFFF:
-                raise ValueError("extension tag %d is a known field or out of range" % tag)
-            entries.append((tag, bytes(self.extensions[tag])))
-        return entries
+        return _extension_entries(self.session, self.anonymous_id, self.group_id, self.previous_id, self.context,
+                                  self.extensions)
 
     def encode(self) -> bytes:
         """The frame's bytes. Raises `ValueError`/`TypeError` for a field that cannot be sent."""
-        if len(self.id) != 16:
-            raise ValueError("an event id is 16 bytes, not %d" % len(self.id))
         if self.type not in EVENT_TYPES:
             raise ValueError("unknown event type %r; valid: %s" % (self.type, ", ".join(EVENT_TYPES)))
-        if not 0 <= self.category <= 255:
-            raise ValueError("category code %d is not 0-255" % self.category)
-        texts = [_utf8(label, value, MAX_TEXT_BYTES) for label, value in
-                 (("source", self.source), ("name", self.name), ("user id", self.user_id),
-                  ("once key", self.once_key))]
-        properties = bytes(self.properties)
-        if len(properties) > 0xFFFF_FFFF:
-            raise ValueError("properties are limited to 2^32-1 bytes")
-        entries = self.extension_entries()
-        flags = self.flags | FLAG_EXTENDED if entries else self.flags & ~FLAG_EXTENDED
-        fixed = _EVENT_FIXED.pack(bytes(self.id), self.timestamp, self.sequence, self.pid, EVENT_TYPES[self.type],
-                                  self.category, flags, *(len(t) for t in texts), len(properties))
-        block = b"".join(_EXTENSION.pack(tag, len(value)) + value for tag, value in entries)
-        return fixed + b"".join(texts) + properties + block
+        return encode_event(self.id, self.timestamp, self.sequence, self.pid, self.type, self.source, self.name,
+                            self.user_id, self.once_key, self.properties, self.category, self.flags, self.session,
+                            self.anonymous_id, self.group_id, self.previous_id, self.context, self.extensions)
 
     @classmethod
     def decode(cls, frame: bytes, version: int = PROTOCOL_VERSION) -> "WireEvent":
@@ -305,16 +280,67 @@ def _decode_text(label: str, data: bytes) -> str:
 def encode_event(event_id: bytes, timestamp: int, sequence: int, pid: int, type: str, source: str, name: str,
                  user_id: str = "", once_key: str = "", properties: bytes = b"", category: int = 0, flags: int = 0,
                  session: Optional[bytes] = None, anonymous_id: Optional[str] = None, group_id: Optional[str] = None,
-                 previous_id: Optional[str] = None, context: Optional[bytes] = None) -> bytes:
-    """One event frame (see `WireEvent`). `type` is a name (`"track"`) or a wire code."""
+                 previous_id: Optional[str] = None, context: Optional[bytes] = None,
+                 extensions: Optional[Mapping[int, bytes]] = None) -> bytes:
+    """One event frame (see `WireEvent`, whose `encode` this is). `type` is a name (`"track"`)
+    or a wire code. Raises `ValueError`/`TypeError` for a field that cannot be sent."""
     if isinstance(type, int):
         if type not in EVENT_TYPE_NAMES:
             raise ValueError("unknown event type code %d" % type)
         type = EVENT_TYPE_NAMES[type]
-    return WireEvent(id=event_id, timestamp=timestamp, sequence=sequence, pid=pid, type=type, source=source,
-                     name=name, user_id=user_id, once_key=once_key, properties=properties, category=category,
-                     flags=flags, session=session, anonymous_id=anonymous_id, group_id=group_id,
-                     previous_id=previous_id, context=context).encode()
+    if len(event_id) != 16:
+        raise ValueError("an event id is 16 bytes, not %d" % len(event_id))
+    code = EVENT_TYPES.get(type)
+    if code is None:
+        raise ValueError("unknown event type %r; valid: %s" % (type, ", ".join(EVENT_TYPES)))
+    if not 0 <= category <= 255:
+        raise ValueError("category code %d is not 0-255" % category)
+    source_bytes = _utf8("source", source, MAX_TEXT_BYTES)
+    name_bytes = _utf8("name", name, MAX_TEXT_BYTES)
+    user_bytes = _utf8("user id", user_id, MAX_TEXT_BYTES)
+    once_bytes = _utf8("once key", once_key, MAX_TEXT_BYTES)
+    if not isinstance(properties, bytes):
+        properties = bytes(properties)
+    if len(properties) > 0xFFFF_FFFF:
+        raise ValueError("properties are limited to 2^32-1 bytes")
+    block = _extension_block(session, anonymous_id, group_id, previous_id, context, extensions)
+    flags = flags | FLAG_EXTENDED if block else flags & ~FLAG_EXTENDED
+    return b"".join((_EVENT_FIXED.pack(bytes(event_id), timestamp, sequence, pid, code, category, flags,
+                                       len(source_bytes), len(name_bytes), len(user_bytes), len(once_bytes),
+                                       len(properties)),
+                     source_bytes, name_bytes, user_bytes, once_bytes, properties, block))
+
+
+def _extension_entries(session: Optional[bytes], anonymous_id: Optional[str], group_id: Optional[str],
+                       previous_id: Optional[str], context: Optional[bytes],
+                       extensions: Optional[Mapping[int, bytes]]) -> List[Tuple[int, bytes]]:
+    entries: List[Tuple[int, bytes]] = []
+    if session is not None:
+        if len(session) != 16:
+            raise ValueError("a session is 16 bytes, not %d" % len(session))
+        entries.append((TAG_SESSION, bytes(session)))
+    if anonymous_id:
+        entries.append((TAG_ANONYMOUS_ID, _utf8("anonymous_id", anonymous_id, MAX_ID_FIELD_BYTES)))
+    if group_id:
+        entries.append((TAG_GROUP_ID, _utf8("group_id", group_id, MAX_ID_FIELD_BYTES)))
+    if previous_id:
+        entries.append((TAG_PREVIOUS_ID, _utf8("previous_id", previous_id, MAX_ID_FIELD_BYTES)))
+    if context:
+        entries.append((TAG_CONTEXT, bytes(context)))
+    for tag in sorted(extensions or ()):
+        if tag in (TAG_SESSION, TAG_CONTEXT) or tag in _ID_TAGS or not 0 <= tag <= 0xFFFF:
+            raise ValueError("extension tag %d is a known field or out of range" % tag)
+        entries.append((tag, bytes(extensions[tag])))  # type: ignore[index]
+    return entries
+
+
+def _extension_block(session: Optional[bytes], anonymous_id: Optional[str], group_id: Optional[str],
+                     previous_id: Optional[str], context: Optional[bytes],
+                     extensions: Optional[Mapping[int, bytes]]) -> bytes:
+    if not (session is not None or anonymous_id or group_id or previous_id or context or extensions):
+        return b""
+    return b"".join(_EXTENSION.pack(tag, len(value)) + value for tag, value in
+                    _extension_entries(session, anonymous_id, group_id, previous_id, context, extensions))
 
 
 def decode_event(frame: bytes, version: int = PROTOCOL_VERSION) -> WireEvent:
@@ -406,23 +432,33 @@ class UUIDv7:
         self._lock = threading.Lock()
         self.last_ms = 0
         self.counter = 0
+        self._seed()
+
+    def _seed(self) -> None:
+        # Random bits from a generator seeded by the OS, not a getrandom() call per id; seeded
+        # again in a process forked from this one, whose ids must differ from its parent's.
+        self._pid = os.getpid()
+        self._random = random.Random(os.urandom(32))
 
     def next(self, unix_ms: Optional[int] = None) -> bytes:
         """The next id (`unix_ms`: the time to use, for tests)."""
         ms = int(time.time() * 1000) if unix_ms is None else unix_ms
         with self._lock:
+            if self._pid != os.getpid():
+                self._seed()
+            bits = self._random.getrandbits
             if ms <= self.last_ms:
                 ms = self.last_ms
                 self.counter += 1
                 if self.counter > 0xFFF:
                     ms += 1
-                    self.counter = secrets.randbits(10)
+                    self.counter = bits(10)
             else:
-                self.counter = secrets.randbits(10)
+                self.counter = bits(10)
             self.last_ms = ms
             counter = self.counter
+            low = bits(62) | 0x8000_0000_0000_0000
         high = ((ms & 0xFFFF_FFFF_FFFF) << 16) | 0x7000 | counter
-        low = secrets.randbits(62) | 0x8000_0000_0000_0000
         return struct.pack(">QQ", high, low)
 
 
@@ -435,24 +471,32 @@ def format_id(event_id: bytes) -> str:
 # --- JSON ----------------------------------------------------------------------------------------
 
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# The characters json_string escapes: found by the regex engine (C), so text with none of them,
+# the common case, costs one scan instead of a Python loop over its characters.
+_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\]')
+
+
+def _escape(match: "re.Match[str]") -> str:
+    char = match.group()
+    return _ESCAPES.get(char) or "\\u%04x" % ord(char)
 
 
 def json_string(text: str) -> str:
     """`text` as a JSON string, escaped exactly as the Swift side does (`\\"`, `\\\\`, `\\n`,
     `\\r`, `\\t`, other control characters as `\\u00xx`; everything else as is)."""
-    out = ['"']
-    for char in text:
-        if char in _ESCAPES:
-            out.append(_ESCAPES[char])
-        elif char < " ":
-            out.append("\\u%04x" % ord(char))
-        else:
-            out.append(char)
-    out.append('"')
-    return "".join(out)
+    if _NEEDS_ESCAPE.search(text) is None:
+        return '"' + text + '"'
+    return '"' + _NEEDS_ESCAPE.sub(_escape, text) + '"'
 
 
 def _json_value(value: Any, label: str, depth: int = 0) -> str:
+    kind = type(value)
+    if kind is str:
+        return json_string(value)
+    if kind is int:
+        return str(value)
+    if kind is float and math.isfinite(value):
+        return repr(value)
     if depth > 64:
         raise ValueError("%s is nested more than 64 levels deep" % label)
     if value is None:

@@ -252,15 +252,44 @@ def test_an_agent_refusal_of_the_whole_message_is_final(workdir, make_client):
         assert client.statistics.rejected == 1
 
 
-def test_partial_batches_wait_while_two_messages_are_in_flight(workdir, make_client):
-    """With two messages unacked, events that do not fill a batch wait, then go out together."""
+def test_partial_batches_wait_while_one_message_is_in_flight(workdir, make_client):
+    """By default, while one message is unacked, events that do not fill a batch wait, then go
+    out together in one message when its ack comes (one wake-up and one message per burst); the
+    ack of a message whose events were all accepted resolves each of them, receipts included."""
+    with pytest.raises(ValueError):
+        ferry.Client(source="bad", runtime_dir=workdir, partial_batches_in_flight=0)
     with scripted_agent(workdir) as router:
         def receive():
             assert router.poll(10_000)
             peer, header, *frames = router.recv_multipart()
             return peer, wire.decode_header(header).request_id, frames
 
-        client = make_client(source="gather", runtime_dir=workdir, resend_after=600.0)
+        client = make_client(source="gather-one", runtime_dir=workdir, resend_after=600.0)
+        receipts = []
+        first_id = client.enqueue(ferry.Event(name="first"), receipts.append)
+        first = receive()
+        later = [client.enqueue(ferry.Event(name="later-%d" % i), receipts.append) for i in range(8)]
+        assert not router.poll(200), "nothing else goes out while the first message is unacked"
+        ack_all(router, *first)
+        peer, request_id, frames = receive()
+        assert [uuid.UUID(bytes=bytes(f[:16])) for f in frames] == later
+        ack_all(router, peer, request_id, frames)
+        client.flush(timeout=10)
+        assert client.statistics.accepted == 9
+        assert sorted(r.id for r in receipts) == sorted([first_id] + later)
+        assert all(r.status is ferry.Status.ACCEPTED and r.reason is None for r in receipts)
+
+
+def test_partial_batches_wait_while_two_messages_are_in_flight(workdir, make_client):
+    """With partial_batches_in_flight=2 and two messages unacked, events that do not fill a
+    batch wait, then go out together."""
+    with scripted_agent(workdir) as router:
+        def receive():
+            assert router.poll(10_000)
+            peer, header, *frames = router.recv_multipart()
+            return peer, wire.decode_header(header).request_id, frames
+
+        client = make_client(source="gather", runtime_dir=workdir, resend_after=600.0, partial_batches_in_flight=2)
         client.enqueue(ferry.Event(name="first"))
         first = receive()
         client.enqueue(ferry.Event(name="second"))

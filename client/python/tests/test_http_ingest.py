@@ -253,6 +253,79 @@ def test_a_refused_message_does_not_drop_the_good_ones(agent: Agent) -> None:
     assert status == 400 and answer["code"] == "invalid_message" and "unknown type" in answer["message"]
 
 
+def test_a_message_nested_too_deep_is_refused_alone(agent: Agent) -> None:
+    deep: Any = 1
+    for _ in range(100):
+        deep = {"a": deep}
+    status, _, answer = post(agent, "/v1/batch", json.dumps({"batch": [track("deep-good-1"), track("deep", properties=deep),
+                                                                          track("deep-good-2")]}).encode())
+    assert status == 200, answer
+    assert [r["status"] for r in answer["results"]] == ["accepted", "refused", "accepted"]
+    assert answer["results"][1]["messageId"] == "deep" and answer["results"][1]["code"] == "invalid_json"
+    agent.wait_delivered(2)
+    assert sink_message_ids(agent) == Counter({"deep-good-1": 1, "deep-good-2": 1})
+
+
+RUDDER_IDENTIFY = textwrap.dedent(r"""
+    import sys
+    import rudderstack.analytics as analytics
+    analytics.write_key = "key-rudder"
+    analytics.host = sys.argv[1]
+    analytics.identify("user-7", {"plan": "pro", "seats": 3}, message_id="rudder-identify-1")
+    analytics.flush()
+    analytics.shutdown()
+""")
+
+
+def test_rudder_identify_traits_become_properties(make_agent) -> None:
+    agent, port = http_agent(make_agent)
+    subprocess.run([sys.executable, "-c", RUDDER_IDENTIFY, "http://127.0.0.1:%d" % port], check=True, timeout=120)
+    [event] = agent.wait_delivered(1)
+    assert event["message_id"] == "rudder-identify-1" and event["type"] == "identify"
+    # rudder-sdk-python sends them in context.traits only: taken as RudderStack's data plane does.
+    assert event["properties"] == {"plan": "pro", "seats": 3}
+    assert event["context"]["traits"] == {"plan": "pro", "seats": 3}
+
+
+def raw_tcp_post(port: int, headers: Dict[str, str], message_id: str) -> Tuple[int, Any]:
+    """POSTs one track to the TCP listener with exactly `headers` (http.client adds no Host)."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.putrequest("POST", "/v1/track", skip_host=True, skip_accept_encoding=True)
+        body = json.dumps(track(message_id)).encode()
+        for name, value in dict({"Content-Type": "application/json", "Content-Length": str(len(body))}, **headers).items():
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, json.loads(response.read() or b"null")
+    finally:
+        connection.close()
+
+
+def test_dns_rebinding_other_hosts_and_origins_are_refused(make_agent) -> None:
+    agent, port = http_agent(make_agent, {"http": {"allowedHosts": ["ferry.internal"], "allowedOrigins": ["http://app.local:3000"]}})
+    # What a page that rebound its own name to 127.0.0.1 sends: its Host, its Origin.
+    status, answer = raw_tcp_post(port, {"Host": "evil.example"}, "r-1")
+    assert (status, answer["code"]) == (421, "host_not_allowed") and answer["message"]
+    assert raw_tcp_post(port, {"Host": "evil.example:%d" % port, "Origin": "http://evil.example:%d" % port}, "r-2")[0] == 421
+    status, answer = raw_tcp_post(port, {"Host": "127.0.0.1:%d" % port, "Origin": "http://evil.example"}, "r-3")
+    assert (status, answer["code"]) == (403, "origin_not_allowed")
+    # The listener's own names, the listed name and origin, and no Host at all are served.
+    for message_id, headers in [("ok-1", {"Host": "127.0.0.1:%d" % port}), ("ok-2", {"Host": "localhost"}),
+                                ("ok-3", {"Host": "ferry.internal:%d" % port}),
+                                ("ok-4", {"Host": "localhost:%d" % port, "Origin": "http://app.local:3000"}), ("ok-5", {})]:
+        status, answer = raw_tcp_post(port, headers, message_id)
+        assert status == 200, (message_id, answer)
+    # The Unix socket serves any Host but checks Origin.
+    body = json.dumps(track("ok-unix")).encode()
+    assert post(agent, "/v1/track", body, {"Content-Type": "application/json", "Host": "evil.example"})[0] == 200
+    status, _, answer = post(agent, "/v1/track", json.dumps(track("r-unix")).encode(),
+                             {"Content-Type": "application/json", "Origin": "http://evil.example"})
+    assert (status, answer["code"]) == (403, "origin_not_allowed")
+    agent.wait_delivered(6)
+    assert sink_message_ids(agent) == Counter({"ok-1": 1, "ok-2": 1, "ok-3": 1, "ok-4": 1, "ok-5": 1, "ok-unix": 1})
+
+
 def gzip_bomb() -> bytes:
     out = gzip.compress(b"", 9)
     chunk = b"\0" * (1 << 20)

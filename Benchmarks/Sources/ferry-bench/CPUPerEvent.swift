@@ -1,0 +1,257 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+
+// Issue 30's row set "CPU per event across the load range": K app processes using the real
+// `FerryClient` (`track-latency`, Poisson arrivals, 256 B) against a default ferryd whose file sink
+// delivers live, CPU (utime + stime) of every app process and of ferryd divided by the events
+// accepted; and the Python row: Ferry's Python client beside segment-analytics-python pointed at
+// ferryd's local HTTP API, one after the other against the same ferryd.
+
+/// CPU seconds of each thread of process `pid`, summed by thread name (`/proc/<pid>/task/*/comm`,
+/// run time from `/proc/<pid>/task/*/schedstat`, in ns). Threads that ended are missing: the
+/// process total (`cpuSeconds`) still counts them.
+func threadCPUSeconds(pid: Int32) -> [String: Double] {
+    var result: [String: Double] = [:]
+    let base = "/proc/\(pid)/task"
+    for tid in (try? FileManager.default.contentsOfDirectory(atPath: base)) ?? [] {
+        guard let comm = try? String(contentsOfFile: "\(base)/\(tid)/comm", encoding: .utf8),
+              let schedstat = try? String(contentsOfFile: "\(base)/\(tid)/schedstat", encoding: .utf8),
+              let first = schedstat.split(separator: " ").first, let ns = Double(first) else { continue }
+        result[comm.trimmingCharacters(in: .whitespacesAndNewlines), default: 0] += ns / 1e9
+    }
+    return result
+}
+
+/// `after - before` per thread name (a name missing before counts from 0).
+func threadDelta(_ before: [String: Double], _ after: [String: Double]) -> [String: Double] {
+    after.reduce(into: [:]) { $0[$1.key] = $1.value - (before[$1.key] ?? 0) }
+}
+
+/// User plus system CPU of the calling process in seconds (getrusage: the same accounting as
+/// /proc/<pid>/stat, in µs instead of clock ticks, which at 100 events/s for 10 s would be a
+/// 10 µs/event step).
+func ownCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6
+        + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
+}
+
+/// ferryd's `delivered` counter (-1 when the control socket does not answer).
+func deliveredCounter(runtime: String) -> Int {
+    (controlRequest(runtime: runtime, #"{"op":"status"}"#)?["counters"] as? [String: Any])?["delivered"] as? Int ?? -1
+}
+
+extension Driver {
+    /// The loads of the row set: offered events/s and app processes.
+    static let cpuLoads: [(rate: Double, processes: Int)] = [(100, 1), (1000, 1), (2000, 4), (10_000, 4), (40_000, 4)]
+
+    /// Waits (≤ 60 s) until the file sink delivered everything accepted, so that ferryd's CPU
+    /// includes delivering the events it counts; returns whether it did.
+    func waitDelivered(runtime: String) -> Bool {
+        let deadline = nowNanoseconds() + 60_000_000_000
+        while nowNanoseconds() < deadline {
+            let accepted = acceptedCounter(runtime: runtime), delivered = deliveredCounter(runtime: runtime)
+            if accepted > 0 && delivered >= accepted { return true }
+            sleepMicroseconds(100_000)
+        }
+        return false
+    }
+
+    /// ferryd's CPU and per-thread CPU, read around `body`; the events accepted meanwhile.
+    func measureAgent(_ agent: Agent, runtime: String, _ body: () throws -> Void)
+        rethrows -> (seconds: Double, threads: [String: Double], events: Int, delivered: Bool) {
+        let accepted0 = acceptedCounter(runtime: runtime)
+        let cpu0 = cpuSeconds(pid: agent.child.pid), threads0 = threadCPUSeconds(pid: agent.child.pid)
+        try body()
+        let delivered = waitDelivered(runtime: runtime)
+        let cpu1 = cpuSeconds(pid: agent.child.pid), threads1 = threadCPUSeconds(pid: agent.child.pid)
+        let accepted1 = acceptedCounter(runtime: runtime)
+        return (cpu1 - cpu0, threadDelta(threads0, threads1), accepted1 - accepted0, delivered)
+    }
+
+    /// Per-thread CPU seconds as µs per event, largest first, figures rounded to 0.1 µs.
+    func perEvent(_ threads: [String: Double], events: Int) -> [String: Double] {
+        guard events > 0 else { return [:] }
+        return threads.filter { $0.value > 0 }.mapValues { ($0 * 1e6 / Double(events) * 10).rounded() / 10 }
+    }
+
+    /// One load: a fresh ferryd (default file sink, delivery started), `processes` track-latency
+    /// apps offering `rate` events/s together for ``cpuRunSeconds``.
+    func cpuRun(rate: Double, processes: Int) throws -> [String: Any] {
+        let dir = work + "/cpu-\(Int(rate))-\(processes)"
+        defer { removeTree(dir) }
+        let config = try sinkConfig(dir: dir, #"{"consent":{"autoStart":true}}"#)
+        let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
+                                                           sink: dir + "/sink", config: config, log: dir + ".log")
+        defer { agent.stop() }
+        // Let the probe event's delivery finish before measuring.
+        _ = waitDelivered(runtime: dir + "/rt")
+        let apps = try (0..<processes).map { i in
+            try Child(me, ["track-latency", "--runtime", dir + "/rt", "--rate", "\(rate / Double(processes))",
+                           "--seconds", "\(cpuRunSeconds)", "--size", "256", "--source", "cpu-\(i)"])
+        }
+        for app in apps { try app.expectReady() }
+        var appSeconds = 0.0, appThreads: [String: Double] = [:], histogram = LogHistogram()
+        let agentCPU = try measureAgent(agent, runtime: dir + "/rt") {
+            for app in apps { app.go() }
+            for app in apps {
+                let result = try app.result()
+                appSeconds += result["cpu_seconds"] as? Double ?? .nan
+                for (name, seconds) in result["threads_cpu_seconds"] as? [String: Double] ?? [:] { appThreads[name, default: 0] += seconds }
+                histogram.merge(LogHistogram(encoded: result["histogram"]))
+                app.wait()
+            }
+        }
+        let events = Double(max(agentCPU.events, 0))
+        return ["offered_rate": rate, "processes": processes, "seconds": cpuRunSeconds, "events": agentCPU.events,
+                "delivered_all": agentCPU.delivered,
+                "apps_us_per_event": appSeconds * 1e6 / events, "ferryd_us_per_event": agentCPU.seconds * 1e6 / events,
+                "total_us_per_event": (appSeconds + agentCPU.seconds) * 1e6 / events,
+                "p50_us": histogram.value(atPercentile: 50), "p99_us": histogram.value(atPercentile: 99),
+                "apps_threads_us_per_event": perEvent(appThreads, events: agentCPU.events),
+                "ferryd_threads_us_per_event": perEvent(agentCPU.threads, events: agentCPU.events)]
+    }
+
+    /// The row set: every load (``cpuLoads``), `runs` times each, medians; then the Python row.
+    mutating func cpuPerEvent() throws {
+        var loads: [[String: Any]] = []
+        for (rate, processes) in Self.cpuLoads {
+            var runsOfLoad: [[String: Any]] = []
+            for _ in 0..<runs { runsOfLoad.append(try cpuRun(rate: rate, processes: processes)) }
+            func med(_ key: String) -> Double { median(runsOfLoad.compactMap { $0[key] as? Double }) }
+            // The per-thread split of the run whose total is the median (or the first).
+            let total = med("total_us_per_event")
+            let middle = runsOfLoad.first { ($0["total_us_per_event"] as? Double) == total } ?? runsOfLoad[0]
+            loads.append(["offered_rate": rate, "processes": processes, "seconds": cpuRunSeconds,
+                          "apps_us_per_event": med("apps_us_per_event"), "ferryd_us_per_event": med("ferryd_us_per_event"),
+                          "total_us_per_event": total, "p50_us": med("p50_us"), "p99_us": med("p99_us"),
+                          "apps_threads_us_per_event": middle["apps_threads_us_per_event"] ?? [String: Double](),
+                          "ferryd_threads_us_per_event": middle["ferryd_threads_us_per_event"] ?? [String: Double](), "runs": runsOfLoad])
+            note("cpu per event at \(Int(rate))/s, K=\(processes): apps \(String(format: "%.1f", med("apps_us_per_event"))) µs, ferryd \(String(format: "%.1f", med("ferryd_us_per_event"))) µs, total \(String(format: "%.1f", total)) µs (p50 \(whole(med("p50_us"))) µs)")
+        }
+        summary["cpu_per_event"] = ["loads": loads, "size": 256, "delivery": "file sink, started",
+                                    "method": "utime+stime of the app processes (getrusage) and of ferryd (/proc/<pid>/stat) ÷ events accepted; ferryd read after its file sink delivered them all"] as [String: Any]
+        if let python = pythonApp { summary["python_cpu"] = try pythonRow(python: python.interpreter, app: python.script) }
+    }
+
+    /// The Python row: at 1 000 events/s (Poisson, ~250 B) for ``cpuRunSeconds``, Ferry's Python
+    /// client (ZeroMQ) and segment-analytics-python (its defaults, to ferryd's local HTTP API on
+    /// loopback TCP), alternately against one ferryd with the file sink live.
+    func pythonRow(python: String, app: String) throws -> [String: Any] {
+        let dir = work + "/cpu-python"
+        defer { removeTree(dir) }
+        let port = 21_000 + Int(getpid() % 5000)
+        let config = try sinkConfig(dir: dir, #"{"consent":{"autoStart":true},"http":{"listen":"127.0.0.1:\#(port)"}}"#)
+        let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
+                                                           sink: dir + "/sink", config: config, log: dir + ".log")
+        defer { agent.stop() }
+        _ = waitDelivered(runtime: dir + "/rt")
+        let rate = 1000.0
+        var results: [String: [[String: Any]]] = [:]
+        for _ in 0..<runs {
+            for library in ["ferry", "segment"] {
+                let child = try Child(python, [app, "--library", library, "--runtime", dir + "/rt", "--host", "http://127.0.0.1:\(port)",
+                                               "--rate", "\(rate)", "--seconds", "\(cpuRunSeconds)", "--size", "250"],
+                                      stderrPath: dir + "-\(library).err")
+                try child.expectReady()
+                var result: [String: Any] = [:]
+                let agentCPU = try measureAgent(agent, runtime: dir + "/rt") {
+                    child.go()
+                    result = try child.result()
+                    child.wait()
+                }
+                let events = Double(max(agentCPU.events, 0))
+                let appSeconds = result["cpu_seconds"] as? Double ?? .nan
+                results[library, default: []].append([
+                    "events": agentCPU.events, "delivered_all": agentCPU.delivered, "sent": result["sent"] ?? 0,
+                    "app_us_per_event": appSeconds * 1e6 / events, "ferryd_us_per_event": agentCPU.seconds * 1e6 / events,
+                    "total_us_per_event": (appSeconds + agentCPU.seconds) * 1e6 / events,
+                    "app_threads_us_per_event": perEvent(result["threads_cpu_seconds"] as? [String: Double] ?? [:], events: agentCPU.events),
+                    "ferryd_threads_us_per_event": perEvent(agentCPU.threads, events: agentCPU.events)])
+            }
+        }
+        var row: [String: Any] = ["offered_rate": rate, "seconds": cpuRunSeconds, "size": 250]
+        for (library, runsOfLibrary) in results {
+            func med(_ key: String) -> Double { median(runsOfLibrary.compactMap { $0[key] as? Double }) }
+            row[library] = ["app_us_per_event": med("app_us_per_event"), "ferryd_us_per_event": med("ferryd_us_per_event"),
+                            "total_us_per_event": med("total_us_per_event"), "runs": runsOfLibrary] as [String: Any]
+            note("python \(library) at 1000/s: app \(String(format: "%.1f", med("app_us_per_event"))) µs, ferryd \(String(format: "%.1f", med("ferryd_us_per_event"))) µs per event")
+        }
+        return row
+    }
+}
+
+extension Targets {
+    /// Issue 30's rows: CPU per event across the load range against its bounds, and the Python row.
+    func cpuRows() -> [[String: Any]] {
+        var rows: [[String: Any]] = []
+        let loads = (summary["cpu_per_event"] as? [String: Any])?["loads"] as? [[String: Any]] ?? []
+        func load(_ rate: Double) -> [String: Any]? { loads.first { d($0["offered_rate"]) == rate } }
+        func f(_ value: Double?) -> String { value.map { String(format: "%.1f µs", $0) } ?? "–" }
+        // (rate, K, apps bound, total bound); nil: the issue sets none.
+        let bounds: [(Double, Int, Double?, Double?)] = [(100, 1, 30, 120), (1000, 1, nil, nil), (2000, 4, 15, 50),
+                                                         (10_000, 4, nil, nil), (40_000, 4, 15, 15)]
+        for (rate, k, appsBound, totalBound) in bounds {
+            let row = load(rate)
+            let apps = d(row?["apps_us_per_event"]), ferryd = d(row?["ferryd_us_per_event"]), total = d(row?["total_us_per_event"])
+            let label = "\(n(rate))/s, K=\(k)"
+            let measured = "apps \(f(apps)), ferryd \(f(ferryd)), total \(f(total))"
+            if let appsBound {
+                rows.append(self.row("7.cpu.\(Int(rate)).apps", "app CPU per event at \(label) ÷ \(Int(appsBound)) µs", measured: measured,
+                                     ratio: apps.map { $0 / appsBound }, .atMost(1)))
+            }
+            if let totalBound {
+                rows.append(self.row("7.cpu.\(Int(rate)).total", "apps + ferryd CPU per event at \(label) ÷ \(Int(totalBound)) µs", measured: measured,
+                                     ratio: total.map { $0 / totalBound }, .atMost(1)))
+            }
+        }
+        let python = summary["python_cpu"] as? [String: Any]
+        let ferry = python?["ferry"] as? [String: Any], segment = python?["segment"] as? [String: Any]
+        let fa = d(ferry?["app_us_per_event"]), sa = d(segment?["app_us_per_event"])
+        let ft = d(ferry?["total_us_per_event"]), st = d(segment?["total_us_per_event"])
+        rows.append(row("7.python.app", "Python app CPU per event at 1 000/s: Ferry's client ÷ segment-analytics-python (local HTTP API)",
+                        measured: "\(f(fa)) vs \(f(sa))", ratio: fa.flatMap { a in sa.map { a / $0 } }, .atMost(1)))
+        rows.append(row("7.python.total", "app + ferryd CPU per event at 1 000/s: Ferry's Python client ÷ segment-analytics-python",
+                        measured: "\(f(ft)) vs \(f(st))", ratio: ft.flatMap { a in st.map { a / $0 } }, .atMost(1)))
+        return rows
+    }
+}
+
+extension Report {
+    /// The CPU-per-event tables (issue 30), with the largest threads of each side.
+    func cpuMarkdown() -> [String] {
+        var out: [String] = []
+        func f(_ value: Any?) -> String {
+            guard let value = value as? Double, value.isFinite else { return "–" }
+            return String(format: "%.1f", value)
+        }
+        func top(_ threads: Any?) -> String {
+            let sorted = (threads as? [String: Double] ?? [:]).sorted { $0.value > $1.value }.prefix(4)
+            return sorted.map { "\($0.key) \(String(format: "%.1f", $0.value))" }.joined(separator: ", ")
+        }
+        if let cpu = summary["cpu_per_event"] as? [String: Any] {
+            out.append("\n### CPU per event across the load range: K FerryClient processes (track-latency, Poisson, 256 B), default ferryd, file sink live\n")
+            out.append("| offered/s | K | apps µs/event | ferryd µs/event | total µs/event | p50 µs | p99 µs | apps: top threads µs/event | ferryd: top threads µs/event |")
+            out.append("|---|---|---|---|---|---|---|---|---|")
+            for row in cpu["loads"] as? [[String: Any]] ?? [] {
+                out.append("| \(n(row["offered_rate"])) | \(row["processes"] ?? "") | \(f(row["apps_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(n(row["p50_us"])) | \(n(row["p99_us"])) | \(top(row["apps_threads_us_per_event"])) | \(top(row["ferryd_threads_us_per_event"])) |")
+            }
+        }
+        if let python = summary["python_cpu"] as? [String: Any] {
+            out.append("\n### Python at 1 000 events/s (Poisson, ~250 B), same ferryd, file sink live\n")
+            out.append("| client | app µs/event | ferryd µs/event | total µs/event | app: top threads | ferryd: top threads |")
+            out.append("|---|---|---|---|---|---|")
+            for (key, label) in [("ferry", "Ferry's Python client (ZeroMQ)"), ("segment", "segment-analytics-python → local HTTP API")] {
+                guard let row = python[key] as? [String: Any] else { continue }
+                let first = (row["runs"] as? [[String: Any]])?.first
+                out.append("| \(label) | \(f(row["app_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(top(first?["app_threads_us_per_event"])) | \(top(first?["ferryd_threads_us_per_event"])) |")
+            }
+        }
+        return out
+    }
+}

@@ -1,0 +1,48 @@
+import FerryIntegrationKit
+import FerryTestKit
+import Foundation
+
+/// The embedded file sink (`"type": "file"`) writing JSON Lines into a directory of the test.
+///
+/// Its transient fault, `output-not-a-directory`, replaces the output directory by a regular
+/// file (a failing disk seen by every write: `open` fails with `ENOTDIR`, even for root), and puts
+/// the directory back to clear it. It has no permanent fault: a file sink never refuses events.
+public struct FileSinkFixture: SinkFixture {
+    public let name = "file"
+    /// The file sink's own points (docs/FAULTS.md): a batch written to its output, and synced.
+    public let crashPoints = ["sink.file.written", "sink.file.synced"]
+    public let faults = [SinkFault("output-not-a-directory", .retried)]
+
+    /// The fixture.
+    public init() {}
+
+    public func makeUpstream(in directory: TemporaryDirectory) async throws -> any SinkUpstream {
+        Upstream(directory: directory.appending("out"))
+    }
+
+    struct Upstream: SinkUpstream {
+        let directory: String
+        var aside: String { directory + ".aside" }
+
+        var sinkKeys: String { #""type": "file", "directory": "\#(directory)""# }
+
+        func delivered() async throws -> [DeliveredRecord] {
+            // While the fault lasts the lines are in the directory set aside.
+            let path = FileManager.default.fileExists(atPath: aside) ? aside : directory
+            return try deliveredEventObjects(in: path).map { DeliveredRecord(name: $0["name"] as? String ?? "", object: $0) }
+        }
+
+        func inject(_ fault: SinkFault) async throws {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+            try FileManager.default.moveItem(atPath: directory, toPath: aside)
+            try Data("not a directory\n".utf8).write(to: URL(fileURLWithPath: directory))
+        }
+
+        func clear(_ fault: SinkFault) async throws {
+            try FileManager.default.removeItem(atPath: directory)
+            try FileManager.default.moveItem(atPath: aside, toPath: directory)
+        }
+
+        func shutdown() async {}
+    }
+}

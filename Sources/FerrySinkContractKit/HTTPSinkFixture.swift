@@ -1,0 +1,156 @@
+import FerryIntegrationKit
+import FerryTestKit
+import Foundation
+import Synchronization
+
+/// The HTTP sink (`"type": "http"`) posting gzip'd batches to FerryIntegrationKit's
+/// ``HTTPTestServer`` on loopback: in `envelope` format to a collector that keeps every event of
+/// each `2xx` request, in `segment` format to its ``SegmentCollector`` (write key, Segment's
+/// limits and shapes).
+///
+/// What the upstream holds is deduplicated by event id (`id`, Segment's `messageId`), as
+/// HTTP-SINK.md asks of collectors; every request must carry an `Idempotency-Key`, and requests
+/// repeating one (a retry, a re-send after a crash) must repeat its event ids.
+///
+/// Faults: `503` and `429` with `Retry-After`, the port refusing connections (transient); `413`
+/// above 3 events a request (the sink splits the batch); `400`, `401`, `403`, `404` and `413` for
+/// every request (permanent: dead letters).
+public struct HTTPSinkFixture: SinkFixture {
+    /// The body format.
+    public enum Format: String, Sendable {
+        /// Ferry's own envelope.
+        case envelope
+        /// Segment's `/v1/batch`.
+        case segment
+    }
+
+    /// The body format this fixture configures.
+    public let format: Format
+    public var name: String { "http-\(format.rawValue)" }
+    public let crashPoints: [String] = []
+    public let faults: [SinkFault] = [
+        SinkFault("503-retry-after", .retried), SinkFault("429-retry-after", .retried), SinkFault("connection-refused", .retried),
+        SinkFault("413-above-3-events", .absorbed),
+        SinkFault("400", .deadLettered), SinkFault("401", .deadLettered), SinkFault("403", .deadLettered),
+        SinkFault("404", .deadLettered), SinkFault("413", .deadLettered),
+    ]
+
+    /// A fixture for `format`.
+    public init(format: Format) {
+        self.format = format
+    }
+
+    public func makeUpstream(in directory: TemporaryDirectory) async throws -> any SinkUpstream {
+        let upstream = Upstream(format: format, writeKey: "wk_contract_" + UUID().uuidString)
+        let keyPath = directory.appending("write.key")
+        try Data((upstream.writeKey + "\n").utf8).write(to: URL(fileURLWithPath: keyPath))
+        let server = try await HTTPTestServer.start(handler: upstream.handler)
+        upstream.state.withLock { $0.server = server }
+        let credential = format == .segment ? #""writeKeyFile": "\#(keyPath)""# : #""tokenFile": "\#(keyPath)""#
+        upstream.keys = #""type": "http", "url": "\#(server.url())", "format": "\#(format.rawValue)", "gzip": true, "#
+            + #""requestTimeoutMilliseconds": 5000, \#(credential)"#
+        return upstream
+    }
+
+    final class Upstream: SinkUpstream {
+        struct State {
+            var server: HTTPTestServer?
+            var fault: SinkFault?
+            /// Every request received, whatever the answer.
+            var received: [HTTPTestServer.Request] = []
+            /// Envelope: each request answered `2xx`.
+            var acknowledged: [HTTPTestServer.Request] = []
+        }
+
+        let format: Format
+        let writeKey: String
+        let collector: SegmentCollector
+        let state = Mutex(State())
+        private let sinkKeysText = Mutex("")
+
+        init(format: Format, writeKey: String) {
+            self.format = format
+            self.writeKey = writeKey
+            collector = SegmentCollector(writeKey: writeKey)
+        }
+
+        var keys: String {
+            get { sinkKeysText.withLock { $0 } }
+            set { sinkKeysText.withLock { $0 = newValue } }
+        }
+
+        var sinkKeys: String { keys }
+
+        var handler: HTTPTestServer.Handler {
+            { [self] request in answer(request) }
+        }
+
+        private func answer(_ request: HTTPTestServer.Request) -> HTTPTestServer.Response {
+            state.withLock { $0.received.append(request) }
+            switch state.withLock({ $0.fault?.name }) {
+            case "503-retry-after": return .status(503, headers: ["Retry-After": "0"], body: "unavailable")
+            case "429-retry-after": return .status(429, headers: ["Retry-After": "0"], body: "slow down")
+            case "413-above-3-events" where request.batchEvents.count > 3: return .status(413, body: "too large")
+            case let status? where Int(status) != nil: return .status(Int(status)!, body: "refused for good")
+            default: break
+            }
+            if format == .segment { return collector.answer(request) }
+            state.withLock { $0.acknowledged.append(request) }
+            return .ok
+        }
+
+        func delivered() async throws -> [DeliveredRecord] {
+            // A retried or re-sent request repeats its key with the same events, whatever the
+            // first answer was (a 503, a lost answer, a crash).
+            var idsByKey: [String: [String]] = [:]
+            for request in state.withLock({ $0.received }) {
+                guard let key = request.header("Idempotency-Key") else {
+                    throw ContractViolation("\(format): a request without Idempotency-Key: \(request)")
+                }
+                if let earlier = idsByKey[key], earlier != request.batchEventIDs {
+                    throw ContractViolation("\(format): Idempotency-Key \(key) sent with other event ids: \(earlier) then \(request.batchEventIDs)")
+                }
+                idsByKey[key] = request.batchEventIDs
+            }
+            var seen = Set<String>()
+            var records: [DeliveredRecord] = []
+            switch format {
+            case .segment:
+                for message in collector.accepted where seen.insert(message.messageID).inserted {
+                    let object = message.json
+                    records.append(DeliveredRecord(name: object["event"] as? String ?? "", object: object))
+                }
+            case .envelope:
+                for request in state.withLock({ $0.acknowledged }) {
+                    for event in request.batchEvents {
+                        guard let id = event["id"] as? String, seen.insert(id).inserted else { continue }
+                        records.append(DeliveredRecord(name: event["name"] as? String ?? "", object: event))
+                    }
+                }
+            }
+            return records
+        }
+
+        func inject(_ fault: SinkFault) async throws {
+            state.withLock { $0.fault = fault }
+            if fault.name == "connection-refused", let server = state.withLock({ $0.server }) {
+                await server.shutdown()
+            }
+        }
+
+        func clear(_ fault: SinkFault) async throws {
+            let server = state.withLock { state -> HTTPTestServer? in
+                state.fault = nil
+                return state.server
+            }
+            if fault.name == "connection-refused", let server {
+                let again = try await HTTPTestServer.start(port: server.port, handler: handler)
+                state.withLock { $0.server = again }
+            }
+        }
+
+        func shutdown() async {
+            if let server = state.withLock({ $0.server }) { await server.shutdown() }
+        }
+    }
+}

@@ -1,0 +1,237 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import FerryIntegrationKit
+import FerryTestKit
+import Foundation
+
+/// The sink contract: what every sink promises, checked against the real `ferryd` and the
+/// sink's real upstream (the file system, an HTTP server, a nats-server). Each function is one
+/// test body; it returns when the sink keeps the promise and throws a ``ContractViolation``
+/// saying how it broke it otherwise. A test suite runs each for every ``SinkFixture``, as
+/// nats-server runs one storage test body against each of its stores:
+///
+/// ```swift
+/// static let sinks: [any SinkFixture] = [FileSinkFixture(), HTTPSinkFixture(format: .envelope), …]
+///
+/// @Test(arguments: sinks.crashCases)
+/// func exactlyOnceAcrossKill(_ sinkCase: SinkCase<String>) async throws {
+///     try await SinkContract.exactlyOnceAcrossKill(sinkCase.fixture, crashAt: sinkCase.detail)
+/// }
+/// ```
+public enum SinkContract {
+    /// The crash points every sink reaches, in the delivery loop (docs/FAULTS.md): the batch done
+    /// with (acknowledged or dead-lettered) with its cursor not yet stored, the cursor record
+    /// written in place but not yet synced (`CursorStore`), and the cursor stored.
+    public static let deliveryCrashPoints = ["delivery.done", "cursor.written", "delivery.saved"]
+
+    /// Every event delivered exactly once; the cursor stored, so a graceful restart re-sends
+    /// nothing; the crash points a delivery reaches are exactly the declared ones.
+    public static func deliversEveryEventOnce(_ fixture: any SinkFixture) async throws {
+        try await withRun(fixture, recordProgress: true) { run in
+            try await run.emit("a", 1...25)
+            try await run.expectExactlyOnce(ContractRun.names("a", 1...25))
+            guard FileManager.default.fileExists(atPath: run.agent.cursorPath(sink: ContractRun.sink)) else {
+                throw ContractViolation("\(fixture.name): no cursor stored after delivery")
+            }
+            let exit = try await run.agent.terminate()
+            guard exit == .exited(0) else { throw ContractViolation("\(fixture.name): ferryd stopped with \(exit)") }
+            try run.agent.start(extraEnvironment: run.progressEnvironment)
+            try await run.agent.waitUntilReady()
+            try await run.emit("b", 1...15)
+            try await run.expectExactlyOnce(ContractRun.names("a", 1...25) + ContractRun.names("b", 1...15))
+
+            let text = (try? String(contentsOfFile: run.progressPath, encoding: .utf8)) ?? ""
+            let reached = Set(text.split(separator: "\n").compactMap { $0.split(separator: " ").first.map(String.init) })
+                .filter { !$0.hasPrefix("consent.") }
+            let declared = Set(deliveryCrashPoints + fixture.crashPoints)
+            guard reached == declared else {
+                throw ContractViolation("\(fixture.name): a delivery reached the crash points \(reached.sorted()), the fixture declares \(declared.sorted())")
+            }
+        }
+    }
+
+    /// `ferryd` killed (SIGKILL) the second time it reaches `point`, with 30 events queued in
+    /// batches of 10, then restarted with 10 more: the upstream holds each of the 40 exactly once.
+    public static func exactlyOnceAcrossKill(_ fixture: any SinkFixture, crashAt point: String) async throws {
+        // Delivery waits for `ferry start`, so the batches are the queued events, 10 by 10.
+        let settings = ContractRun.Settings(autoStart: false)
+        try await withRun(fixture, settings, environment: ["FERRY_CRASH_AT": point + ":2"]) { run in
+            try await run.emit("k", 1...30)
+            try await run.startDelivery()
+            do {
+                try await eventually("ferryd to kill itself at \(point)", timeout: .seconds(30)) { run.agent.process?.exitStatus != nil }
+            } catch {
+                throw ContractViolation("\(fixture.name): \(point) was not reached twice: \(error)\n--- ferryd ---\n\(run.agent.logs.suffix(2000))")
+            }
+            let exit = run.agent.process?.exitStatus
+            guard exit == .signaled(SIGKILL) else {
+                throw ContractViolation("\(fixture.name): ferryd exited with \(exit.map(String.init(describing:)) ?? "?") instead of killing itself at \(point)\n\(run.agent.logs.suffix(2000))")
+            }
+            let atKill = try await run.upstream.delivered().count
+            try run.agent.start()
+            try await run.agent.waitUntilReady()
+            try await run.emit("m", 1...10)
+            try await run.startDelivery()
+            try await run.expectExactlyOnce(ContractRun.names("k", 1...30) + ContractRun.names("m", 1...10))
+            print("[contract] \(fixture.name) killed at \(point):2 with \(atKill) of 30 events at the upstream: 40 delivered once each")
+        }
+    }
+
+    /// The upstream fails as `fault` says while 20 events are emitted; delivery does what the
+    /// fault's outcome promises (retried, absorbed, or dead-lettered and replayed), and in the end
+    /// the upstream holds each event exactly once.
+    public static func survives(_ fixture: any SinkFixture, _ fault: SinkFault) async throws {
+        try await withRun(fixture) { run in
+            let names = ContractRun.names("f", 1...20)
+            try await run.upstream.inject(fault)
+            try await run.emit("f", 1...20)
+            switch fault.outcome {
+            case .retried:
+                try await eventually("\(fixture.name): attempts retried under \(fault)") {
+                    (try await run.sinkStatus()["retried"] as? NSNumber)?.intValue ?? 0 >= 2
+                }
+                try await run.upstream.clear(fault)
+                try await run.expectExactlyOnce(names)
+            case .absorbed:
+                try await run.expectExactlyOnce(names)
+                try await run.upstream.clear(fault)
+            case .deadLettered:
+                let letters = try await waitForDeadLetters(run, events: 20)
+                for letter in letters where !["permanent", "rejected"].contains(letter["reason"] as? String ?? "") {
+                    throw ContractViolation("\(fixture.name): under \(fault) a dead letter's reason is \(letter["reason"] ?? "none")")
+                }
+                let held = try await run.upstream.delivered()
+                guard held.isEmpty else { throw ContractViolation("\(fixture.name): under \(fault) the upstream holds \(held.count) events") }
+                try await run.upstream.clear(fault)
+                try await run.replayDeadLetters(letters)
+                try await run.expectExactlyOnce(names)
+            }
+            let letters = try await run.deadLetters()
+            guard letters.isEmpty else { throw ContractViolation("\(fixture.name): after \(fault) dead letters are left: \(letters)") }
+        }
+    }
+
+    /// An upstream that stays down past `retry.maxElapsedMilliseconds`: the batches are
+    /// dead-lettered (reason `max_elapsed`) with every event, the cursor moves on; once the upstream
+    /// is back `ferry deadletter replay` delivers each event exactly once and removes the letters.
+    public static func deadLetterAndReplay(_ fixture: any SinkFixture) async throws {
+        guard let fault = fixture.faults.first(where: { $0.outcome == .retried }) else {
+            throw ContractViolation("\(fixture.name): the fixture has no transient fault to keep the upstream down")
+        }
+        try await withRun(fixture, ContractRun.Settings(maxElapsedMilliseconds: 300)) { run in
+            try await run.upstream.inject(fault)
+            try await run.emit("d", 1...12)
+            let letters = try await waitForDeadLetters(run, events: 12)
+            for letter in letters where letter["reason"] as? String != "max_elapsed" {
+                throw ContractViolation("\(fixture.name): a dead letter's reason is \(letter["reason"] ?? "none"), not max_elapsed")
+            }
+            try await run.upstream.clear(fault)
+            // Delivery goes on after the letters: new events arrive before any replay.
+            try await run.emit("e", 1...5)
+            try await run.expectExactlyOnce(ContractRun.names("e", 1...5))
+            try await run.replayDeadLetters(letters)
+            try await run.expectExactlyOnce(ContractRun.names("d", 1...12) + ContractRun.names("e", 1...5))
+            let left = try await run.deadLetters()
+            guard left.isEmpty else { throw ContractViolation("\(fixture.name): replayed dead letters are left: \(left)") }
+        }
+    }
+
+    /// `ferryd` killed during `ferry deadletter replay`, once the sink has the letter's events and
+    /// before the checkpoint is stored and the letter deleted (`delivery.replayed`); restarted,
+    /// the letters replayed again: the upstream holds each event exactly once, no letter is left.
+    public static func replayExactlyOnceAcrossKill(_ fixture: any SinkFixture) async throws {
+        guard let fault = fixture.faults.first(where: { $0.outcome == .retried }) else {
+            throw ContractViolation("\(fixture.name): the fixture has no transient fault to keep the upstream down")
+        }
+        try await withRun(fixture, ContractRun.Settings(maxElapsedMilliseconds: 300),
+                          environment: ["FERRY_CRASH_AT": "delivery.replayed:1"]) { run in
+            try await run.upstream.inject(fault)
+            try await run.emit("p", 1...12)
+            let letters = try await waitForDeadLetters(run, events: 12)
+            try await run.upstream.clear(fault)
+            guard let first = letters.first?["id"] as? String else { throw ContractViolation("\(fixture.name): a dead letter without id") }
+            // The agent kills itself before it answers; the command is not waited for (it would
+            // wait for the answer of an agent that is gone) but stopped once the agent died.
+            let replay = try startCLI(["deadletter", "replay", first], environment: run.agent.environment,
+                                      outputDirectory: run.directory.path, label: "replay")
+            defer { replay.cleanup() }
+            try await eventually("\(fixture.name): ferryd to kill itself at delivery.replayed", timeout: .seconds(30)) {
+                run.agent.process?.exitStatus != nil
+            }
+            guard run.agent.process?.exitStatus == .signaled(SIGKILL) else {
+                throw ContractViolation("\(fixture.name): ferryd did not kill itself at delivery.replayed: \(run.agent.logs.suffix(2000))")
+            }
+            try run.agent.start()
+            try await run.agent.waitUntilReady()
+            try await run.replayDeadLetters(try await run.deadLetters())
+            try await run.expectExactlyOnce(ContractRun.names("p", 1...12))
+            let left = try await run.deadLetters()
+            guard left.isEmpty else { throw ContractViolation("\(fixture.name): replayed dead letters are left: \(left)") }
+        }
+    }
+
+    /// With `disclose` withholding origin, process details and a context key, nothing of them
+    /// reaches the upstream; the event itself does.
+    public static func withholdsWhatDisclosureWithholds(_ fixture: any SinkFixture) async throws {
+        try await withRun(fixture, ContractRun.Settings(disclose: ContractRun.Settings.withholding)) { run in
+            try await run.emit("w", 1...10)
+            let records = try await run.expectExactlyOnce(ContractRun.names("w", 1...10))
+            for record in records.values {
+                try expectWithheld(record, run)
+            }
+        }
+    }
+
+    /// A reload (`SIGHUP`) changing the sink's settings (its `disclose` and batch size) applies
+    /// from the next batch on, without a restart and without re-sending what was delivered.
+    public static func reloadAppliesSinkSettings(_ fixture: any SinkFixture) async throws {
+        try await withRun(fixture, ContractRun.Settings(disclose: ContractRun.Settings.disclosing)) { run in
+            try await run.emit("r", 1...10)
+            let before = try await run.expectExactlyOnce(ContractRun.names("r", 1...10))
+            // The control: disclosed, everything is there, so the checks below can fail.
+            for record in before.values {
+                guard record.text.contains(run.secret), record.hasKey("origin"), record.hasKey("pid") else {
+                    throw ContractViolation("\(fixture.name): with everything disclosed a record lacks the context, origin or pid: \(record)")
+                }
+            }
+            let pid = run.agent.pid
+            try await run.reload(ContractRun.Settings(disclose: ContractRun.Settings.withholding, batchEvents: 3))
+            try await run.emit("s", 1...10)
+            let after = try await run.expectExactlyOnce(ContractRun.names("r", 1...10) + ContractRun.names("s", 1...10))
+            for name in ContractRun.names("s", 1...10) {
+                try expectWithheld(after[name]!, run)
+            }
+            guard run.agent.pid == pid, run.agent.isRunning else { throw ContractViolation("\(fixture.name): the reload restarted ferryd") }
+        }
+    }
+
+    private static func expectWithheld(_ record: DeliveredRecord, _ run: ContractRun) throws {
+        let name = run.fixture.name
+        guard !record.text.contains(run.secret), !record.hasKey("contract_secret") else {
+            throw ContractViolation("\(name): the withheld context key reached the upstream: \(record)")
+        }
+        for key in ["origin", "pid", "seq", "session"] where record.hasKey(key) {
+            throw ContractViolation("\(name): \(key) reached the upstream though withheld: \(record)")
+        }
+        guard record.text.contains(run.visible) else {
+            throw ContractViolation("\(name): the event's properties did not reach the upstream: \(record)")
+        }
+    }
+
+    /// Waits until dead letters hold `events` events and the queue is empty.
+    private static func waitForDeadLetters(_ run: ContractRun, events: Int) async throws -> [[String: Any]] {
+        do {
+            return try await waitForValue("\(run.fixture.name): \(events) events dead-lettered", timeout: .seconds(30), pollInterval: .milliseconds(100)) {
+                let letters = try await run.deadLetters()
+                let count = letters.reduce(0) { $0 + (($1["events"] as? NSNumber)?.intValue ?? 0) }
+                guard count >= events, try await run.agent.status().queuedEvents == 0 else { return nil }
+                return letters
+            }
+        } catch {
+            throw ContractViolation("\(run.fixture.name): \(error)\n--- ferryd ---\n\(run.agent.logs.suffix(2000))")
+        }
+    }
+}

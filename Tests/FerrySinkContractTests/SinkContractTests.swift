@@ -1,0 +1,66 @@
+import FerryIntegrationKit
+import FerrySinkContractKit
+import Testing
+
+/// Every sink, with the upstream it delivers to. A new sink joins the contract here: one line.
+let contractSinks: [any SinkFixture] = [
+    FileSinkFixture(),
+    HTTPSinkFixture(format: .envelope),
+    HTTPSinkFixture(format: .segment),
+    JetStreamSinkFixture(eventsPerMessage: 1),
+    JetStreamSinkFixture(eventsPerMessage: 4),
+]
+
+/// The sink contract (FerrySinkContractKit's ``SinkContract``), run for every sink against the
+/// real `ferryd` and the sink's real upstream. Each test has its own directories, agent and
+/// upstream, so they run in parallel.
+@Suite("Sink contract", .enabled(if: NATSServerProcess.isAvailable, "needs nats-server (scripts/install-deps)"))
+struct SinkContractTests {
+    @Test("every event delivered once, the cursor stored (a graceful restart re-sends nothing), the crash points reached are the declared ones",
+          arguments: contractSinks.map(ContractFixture.init))
+    func deliversEveryEventOnce(_ sink: ContractFixture) async throws {
+        try await SinkContract.deliversEveryEventOnce(sink.fixture)
+    }
+
+    @Test("kill -9 at a crash point, restart: the upstream holds every event exactly once", arguments: contractSinks.crashCases)
+    func exactlyOnceAcrossKill(_ sinkCase: SinkCase<String>) async throws {
+        try await SinkContract.exactlyOnceAcrossKill(sinkCase.fixture, crashAt: sinkCase.detail)
+    }
+
+    @Test("a failing upstream: transient failures are retried, a 413 is split, permanent ones dead-lettered and replayed; every event once",
+          arguments: contractSinks.faultCases)
+    func survives(_ sinkCase: SinkCase<SinkFault>) async throws {
+        try await SinkContract.survives(sinkCase.fixture, sinkCase.detail)
+    }
+
+    @Test("an upstream down past retry.maxElapsedMilliseconds: dead letters, delivery goes on, replay delivers each event once",
+          arguments: contractSinks.map(ContractFixture.init))
+    func deadLetterAndReplay(_ sink: ContractFixture) async throws {
+        try await SinkContract.deadLetterAndReplay(sink.fixture)
+    }
+
+    @Test("kill -9 during a dead letter's replay, restart, replay again: every event once, no letter left",
+          arguments: contractSinks.map(ContractFixture.init))
+    func replayAcrossKill(_ sink: ContractFixture) async throws {
+        try await SinkContract.replayExactlyOnceAcrossKill(sink.fixture)
+    }
+
+    @Test("what disclose withholds (origin, pid, seq, session, a context key) never reaches the upstream",
+          arguments: contractSinks.map(ContractFixture.init))
+    func disclosure(_ sink: ContractFixture) async throws {
+        try await SinkContract.withholdsWhatDisclosureWithholds(sink.fixture)
+    }
+
+    @Test("SIGHUP with new sink settings (disclose, batch) applies them from the next batch, without a restart or a re-send",
+          arguments: contractSinks.map(ContractFixture.init))
+    func reload(_ sink: ContractFixture) async throws {
+        try await SinkContract.reloadAppliesSinkSettings(sink.fixture)
+    }
+}
+
+/// A fixture as a test argument, shown by its name.
+struct ContractFixture: Sendable, CustomTestStringConvertible {
+    let fixture: any SinkFixture
+    init(_ fixture: any SinkFixture) { self.fixture = fixture }
+    var testDescription: String { fixture.name }
+}
