@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryThreads
 
 extension CommitPipeline {
     /// Applies ``CommitDelay`` to the work just taken: notes each batch's sender and, when the

@@ -1,3 +1,4 @@
+import Foundation
 extension AgentConfiguration {
     /// The local Segment-compatible HTTP API (`FerryHTTPIngest`; see docs/HTTP-INGEST.md):
     /// `POST /v1/batch`, `/v1/track` … on a Unix socket in the runtime directory (on by default)
