@@ -28,7 +28,8 @@ import FerryThreads
 /// catches a toolchain where it stops taking effect.
 final class CLIExecutor: MainExecutor, TaskExecutor, SchedulingExecutor, @unchecked Sendable {
     // @unchecked: the only shared state is `inbox` (locked); `timers` and `stopped` belong to
-    // the thread in `run()`.
+    // the thread in `run()`, which sets `runThread` once, before it runs any job (the only
+    // reader, `checkIsolated()`, is called from jobs).
 
     /// The process's executor.
     static let shared = CLIExecutor()
