@@ -1,8 +1,26 @@
 import ArgumentParser
 import FerryProtocol
 
-/// `ferry`: observe and drive the local Ferry agent.
+/// `ferry`'s entry point: installs ``CLIExecutor`` (so libdispatch starts no thread, see there),
+/// then runs ``FerryCommand`` on it. ArgumentParser's `main()` parses, runs the command and exits
+/// with its status, as it would from an async `main`.
 @main
+enum FerryMain {
+    static func main() {
+        CLIExecutorFactory.install()
+        Task {
+            await FerryCommand.main()
+            CLIExecutor.shared.stop()
+        }
+        do {
+            try CLIExecutor.shared.run()
+        } catch {
+            FerryCommand.exit(withError: error)
+        }
+    }
+}
+
+/// `ferry`: observe and drive the local Ferry agent.
 struct FerryCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "ferry",
