@@ -40,11 +40,21 @@ async def read_stream(url: str, stream: str, expected: int) -> Tuple[List[Dict[s
     connection = await nats.connect(url)
     try:
         js = connection.jetstream()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        # The sink creates the stream on its first delivery, which comes after the client's
+        # flush (acked means durable in ferryd, not yet delivered: batch.maxWaitMilliseconds).
+        while True:
+            try:
+                await js.stream_info(stream)
+                break
+            except nats.js.errors.NotFoundError:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.05)
         subscription = await js.pull_subscribe("ferry.events.>", durable=None, stream=stream)
         result: List[Dict[str, Any]] = []
         messages = 0
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 30
         while len(result) < expected and loop.time() < deadline:
             try:
                 batch = await subscription.fetch(100, timeout=1)
