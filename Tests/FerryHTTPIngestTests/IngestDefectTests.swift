@@ -103,7 +103,7 @@ import Testing
 
     @Test("a bad http.listen is reported as http.listen, not metrics.listen", arguments: ["nope", "127.0.0.1:x", "[::1]8088", ":99999"])
     func badHTTPListen(listen: String) throws {
-        let http = AgentConfiguration.HTTPIngest(listen: listen)
+        let http = HTTPIngestConfiguration(listen: listen)
         let error = #expect(throws: AgentError.self) { _ = try http.listenAddress() }
         #expect(error?.message.hasPrefix("http.listen \"\(listen)\"") == true)
         #expect(error?.message.contains("metrics.listen") == false)
@@ -182,7 +182,8 @@ import Testing
     func fileKeys() throws {
         let json = #"{"http":{"listen":"127.0.0.1:8088","allowedHosts":["ferry.local"],"allowedOrigins":["http://app.local:3000"]}}"#
         let configuration = try AgentConfiguration.load(json: Array(json.utf8), path: "ferryd.json",
-                                                        base: AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data"))
+                                                        base: AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data"),
+                                                        ingestPathKinds: IngestPathRegistry([.http]))
         #expect(configuration.httpIngest.allowedHosts == ["ferry.local"])
         #expect(configuration.httpIngest.allowedOrigins == ["http://app.local:3000"])
     }
