@@ -224,7 +224,7 @@ let package = Package(
             name: "FerryAgentTests",
             dependencies: [
                 "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryPeer", "FerryMetrics",
-                "FerryTestKit", "FerryIntegrationKit",
+                "FerryTestKit", "FerryIntegrationKit", "FerryHTTPIngest",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -254,6 +254,7 @@ let package = Package(
             name: "FerryMetricsTests",
             dependencies: [
                 "FerryMetrics", "FerryMetricsHTTP", "FerryAgent", "FerryProtocol", "FerryMetricSamples", "FerryTestKit", "FerryIntegrationKit",
+                "FerryHTTPIngest",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -53,7 +53,7 @@ public enum FerryDaemon {
             let given = arguments ?? Array(CommandLine.arguments.dropFirst())
             if given.first == ValidateCommand.configuration.commandName {
                 do {
-                    try ValidateCommand.parse(Array(given.dropFirst())).run(sinkKinds: sinkKinds)
+                    try ValidateCommand.parse(Array(given.dropFirst())).run(sinkKinds: sinkKinds, ingestPathKinds: ingestPathKinds)
                     ValidateCommand.exit()
                 } catch {
                     ValidateCommand.exit(withError: error)
@@ -63,7 +63,7 @@ public enum FerryDaemon {
             if let daemon = command as? FerryDaemonCommand {
                 try await daemon.run(sinkKinds: sinkKinds, ingestPathKinds: ingestPathKinds)
             } else if let validate = command as? ValidateCommand {
-                try validate.run(sinkKinds: sinkKinds)
+                try validate.run(sinkKinds: sinkKinds, ingestPathKinds: ingestPathKinds)
             } else {
                 // A built-in command (help, version) that parsed as another type.
                 var other = command
@@ -119,16 +119,19 @@ struct FerryDaemonCommand: ParsableCommand {
     var logFormat: LogFormat?
 
     /// The configuration the arguments describe: the file (or the defaults), then the flags.
-    func agentConfiguration(sinkKinds: SinkRegistry) throws -> AgentConfiguration {
+    func agentConfiguration(sinkKinds: SinkRegistry, ingestPathKinds: IngestPathRegistry) throws -> AgentConfiguration {
         var configuration = AgentConfiguration(mode: system ? .system : .user)
         do {
             if let config {
-                configuration = try AgentConfiguration.load(fromFile: config, base: configuration, sinkKinds: sinkKinds)
+                configuration = try AgentConfiguration.load(fromFile: config, base: configuration, sinkKinds: sinkKinds,
+                                                            ingestPathKinds: ingestPathKinds)
             }
             if let dataDir { configuration.dataDirectory = dataDir }
             if let runtimeDir { configuration.runtimeDirectory = runtimeDir }
             if let maxEventBytes { configuration.maxEventBytes = maxEventBytes }
-            if let httpListen { configuration.httpIngest.listen = httpListen }
+            if let httpListen {
+                try ingestPathKinds.apply(["listen": httpListen], toKind: "http", of: &configuration, source: "--http-listen")
+            }
             if let logLevel { configuration.logLevel = logLevel }
             if let sinkDir, let index = configuration.sinks.firstIndex(where: { $0.settings is FileSinkSettings }),
                var file = configuration.sinks[index].settings as? FileSinkSettings {
@@ -143,7 +146,7 @@ struct FerryDaemonCommand: ParsableCommand {
     }
 
     func run(sinkKinds: SinkRegistry, ingestPathKinds: IngestPathRegistry) async throws {
-        let configuration = try agentConfiguration(sinkKinds: sinkKinds)
+        let configuration = try agentConfiguration(sinkKinds: sinkKinds, ingestPathKinds: ingestPathKinds)
         // Whatever ferryd creates is private until it sets a mode on purpose (the sockets' modes
         // are set right after bind).
         umask(0o077)
@@ -156,7 +159,7 @@ struct FerryDaemonCommand: ParsableCommand {
         // The Prometheus backend: set up here and only here. The agent exports its metrics to it
         // through swift-metrics with this factory (no global bootstrap); its status counters are
         // its own state.
-        let metrics = PrometheusBackend()
+        let metrics = PrometheusBackend(metrics: ingestPathKinds.metrics)
         // The ingest paths besides ZeroMQ (the kinds `main` registered): built from the
         // configuration, started and stopped by the agent (IngestPath).
         let agent: FerryAgent
@@ -170,7 +173,7 @@ struct FerryDaemonCommand: ParsableCommand {
             agent: agent, notifier: SystemdNotifier(environment: ProcessInfo.processInfo.environment), logger: logger
         ) {
             // SIGHUP: read the file again, with the same flags on top.
-            try self.agentConfiguration(sinkKinds: sinkKinds)
+            try self.agentConfiguration(sinkKinds: sinkKinds, ingestPathKinds: ingestPathKinds)
         } applyLogLevel: { level.set($0) }
         var services: [ServiceGroupConfiguration.ServiceConfiguration] = [.init(service: agent)]
         if let address = try configuration.metrics.listenAddress() {
@@ -213,18 +216,19 @@ struct ValidateCommand: ParsableCommand {
     @Flag(name: .long, help: "Check it as the system agent's (as `ferryd --system` would load it).")
     var system = false
 
-    func run(sinkKinds: SinkRegistry) throws {
+    func run(sinkKinds: SinkRegistry, ingestPathKinds: IngestPathRegistry = .none) throws {
         let configuration: AgentConfiguration
         do {
             configuration = try AgentConfiguration.load(
-                fromFile: config, base: AgentConfiguration(mode: system ? .system : .user), sinkKinds: sinkKinds)
+                fromFile: config, base: AgentConfiguration(mode: system ? .system : .user), sinkKinds: sinkKinds,
+                ingestPathKinds: ingestPathKinds)
         } catch let error as AgentError {
             let lines = error.message.split(separator: "\n")
             FileHandle.standardError.write(Data((lines.map { "error: \($0)" }.joined(separator: "\n") + "\n").utf8))
             FileHandle.standardError.write(Data("\(config): \(lines.count) error\(lines.count == 1 ? "" : "s")\n".utf8))
             throw ExitCode(1)
         }
-        print(Self.summary(configuration, file: config))
+        print(Self.summary(configuration, file: config, ingestPathKinds: ingestPathKinds))
     }
 
     /// What `sink` sends besides the event, its ids, timestamps and consent stamp: each effective
@@ -239,8 +243,9 @@ struct ValidateCommand: ParsableCommand {
             + "; context keys dropped: \(effective.dropContext.isEmpty ? "none" : effective.dropContext.joined(separator: ", "))"
     }
 
-    /// The effective configuration, one setting a line, for people.
-    static func summary(_ c: AgentConfiguration, file: String) -> String {
+    /// The effective configuration, one setting a line, for people; each ingest path's line is
+    /// its kind's (`http: socket=true listen=off …`).
+    static func summary(_ c: AgentConfiguration, file: String, ingestPathKinds: IngestPathRegistry = .none) -> String {
         var lines = ["\(file): valid (ferryd \(FerryVersion.current))"]
         lines.append("mode: \(c.mode.rawValue)")
         lines.append("runtimeDirectory: \(c.runtimeDirectory)")
@@ -249,7 +254,7 @@ struct ValidateCommand: ParsableCommand {
         lines.append("maxEventBytes: \(c.maxEventBytes)")
         lines.append("log: segmentMaxBytes=\(c.log.segmentMaxBytes) retentionMaxBytes=\(c.log.retentionMaxBytes) fullPolicy=\(c.log.fullPolicy.rawValue)")
         lines.append("dedup: maxEntries=\(c.dedup.maxEntries) maxAgeSeconds=\(c.dedup.maxAgeSeconds) sessionIdleSeconds=\(c.dedup.sessionIdleSeconds) maxSessions=\(c.dedup.maxSessions) lossGraceSeconds=\(c.dedup.lossGraceSeconds)")
-        lines.append("http: socket=\(c.httpIngest.socket) listen=\(c.httpIngest.listen ?? "off") writeKeys=\(c.httpIngest.writeKeys.count) maxConnections=\(c.httpIngest.maxConnections)")
+        lines += ingestPathKinds.summaryLines(c)
         lines.append("sinks: \(c.sinks.count)")
         for sink in c.sinks {
             var line = "  \(sink.name) (\(sink.type))"

@@ -40,6 +40,10 @@ package final class HTTPIngestServer: IngestPath, CustomStringConvertible {
     package let address: Address
     package let name: String
     package var description: String { "HTTPIngestServer(\(name))" }
+    /// The HTTP API's metrics, `ferry_http_*{listener}`.
+    package var metricSet: IngestPathMetricSet { .http }
+    /// Segment's libraries expect retries to be dropped by `messageId` for about a day.
+    package var minimumDedupSeconds: Int { HTTPIngestConfiguration.minimumDedupSeconds }
     private let writeKeys: [String: String]
     private let maxConnections: Int
     private let hostPolicy: HostPolicy
@@ -74,11 +78,11 @@ package final class HTTPIngestServer: IngestPath, CustomStringConvertible {
         self.logger = logger
     }
 
-    /// The servers `configuration` asks for (``AgentConfiguration/httpIngest``): the Unix socket
+    /// The servers `http` asks for (the table `http` of `configuration`): the Unix socket
     /// `<runtimeDirectory>/http` (0600 per user; 0666 for a system agent, whose access policy is
     /// checked per request) and the TCP listener.
-    package static func servers(for configuration: AgentConfiguration, logger: Logger) throws -> [HTTPIngestServer] {
-        let http = configuration.httpIngest
+    package static func servers(for http: HTTPIngestConfiguration, configuration: AgentConfiguration, logger: Logger) throws
+        -> [HTTPIngestServer] {
         var servers: [HTTPIngestServer] = []
         if http.socket {
             let mode: UInt32 = configuration.mode == .system ? 0o666 : 0o600

@@ -75,7 +75,7 @@ package enum SegmentRequest {
         }
         let writeKey = SegmentMapping.writeKey(body: root, authorization: authorization)
         let sender = SegmentSender(uid: peer.uid, pid: peer.pid, writeKey: writeKey,
-                                   source: writeKeys[writeKey] ?? AgentConfiguration.HTTPIngest.defaultSource)
+                                   source: writeKeys[writeKey] ?? HTTPIngestConfiguration.defaultSource)
         return .success(elements.map { element -> Message in
             if let deep = tooDeep.first(where: { element.range.contains($0.lowerBound) }) {
                 return .refused(SegmentMapping.tooDeep(element, in: body, at: deep.lowerBound, sender: sender))

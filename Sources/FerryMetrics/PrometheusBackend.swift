@@ -22,8 +22,14 @@ public struct PrometheusBackend: Sendable {
     /// the help text of its ``MetricDescriptor`` (`# HELP` in the exposition).
     public let factory: PrometheusMetricsFactory
 
-    /// A backend with a fresh registry.
-    public init() {
+    /// The metrics the agent records besides the core's catalog (its ingest paths' kinds'), whose
+    /// help texts the exposition gives.
+    public let metrics: [MetricDescriptor]
+
+    /// A backend with a fresh registry, giving the help texts of the core's catalog and of
+    /// `metrics` (the registered ingest path kinds', ``IngestPathRegistry/metrics``).
+    public init(metrics: [MetricDescriptor] = []) {
+        self.metrics = metrics
         let registry = PrometheusCollectorRegistry()
         var factory = PrometheusMetricsFactory(registry: registry)
         for name in AgentMetrics.latencyHistograms { factory.durationHistogramBuckets[name] = AgentMetrics.latencyBuckets }
@@ -41,6 +47,7 @@ public struct PrometheusBackend: Sendable {
     /// What ``FerryAgent`` takes: this factory, with the catalog's help texts, and this exposition.
     public var agentBackend: AgentMetricsBackend {
         let registry = self.registry
-        return AgentMetricsBackend(factory: CatalogMetricsFactory(base: factory), exposition: { registry.emitToBuffer() })
+        return AgentMetricsBackend(factory: CatalogMetricsFactory(base: factory, catalog: MetricDescriptor.catalog + metrics),
+                                   exposition: { registry.emitToBuffer() })
     }
 }

@@ -3,7 +3,7 @@
 // Fuzz/FuzzConfig/ConfigChecks.swift is a link to this file.
 import FerryAgent
 
-/// The agent's configuration file loader (``AgentConfiguration/load(json:path:base:sinkKinds:)``)
+/// The agent's configuration file loader (``AgentConfiguration/load(json:path:base:sinkKinds:ingestPathKinds:)``)
 /// and the properties it must keep on any file contents: load, or throw an ``AgentError`` with
 /// code `configuration` and a message naming the file; never crash; loading is deterministic;
 /// what loads is valid.
@@ -20,11 +20,13 @@ enum ConfigChecks {
     static let path = "/etc/ferry/fuzz.json"
 
     /// Loads `input` as a configuration file. Returns the outcome, or a description of a broken
-    /// property (a bug: the fuzzer stops on it, the test fails).
-    static func run(_ input: [UInt8]) -> Result<Outcome, Violation> {
+    /// property (a bug: the fuzzer stops on it, the test fails). `ingestPathKinds` are the ingest
+    /// paths whose tables may be in the file (the corpus replay registers the HTTP API's, as
+    /// `ferryd` does; the fuzz target, which builds only FerryAgent, none).
+    static func run(_ input: [UInt8], ingestPathKinds: IngestPathRegistry = .none) -> Result<Outcome, Violation> {
         let config: AgentConfiguration
         do {
-            config = try AgentConfiguration.load(json: input, path: path)
+            config = try AgentConfiguration.load(json: input, path: path, ingestPathKinds: ingestPathKinds)
         } catch let error as AgentError {
             guard error.code == .configuration else { return .failure(Violation("refused with code \(error.code): \(error)", input)) }
             guard error.message.contains(path) else { return .failure(Violation("the message does not name the file: \(error)", input)) }
@@ -37,7 +39,7 @@ enum ConfigChecks {
         } catch {
             return .failure(Violation("loaded a configuration that does not validate: \(error)", input))
         }
-        guard (try? AgentConfiguration.load(json: input, path: path)) == config else {
+        guard (try? AgentConfiguration.load(json: input, path: path, ingestPathKinds: ingestPathKinds)) == config else {
             return .failure(Violation("loading the same contents twice gives different configurations", input))
         }
         return .success(.loaded)

@@ -1,4 +1,5 @@
 import FerryAgent
+import FerryHTTPIngest
 import Foundation
 import Testing
 
@@ -24,7 +25,7 @@ struct ConfigCorpusTests {
     @Test("every corpus file keeps the loader properties; valid-* load, bad-* are refused", arguments: corpus())
     func replay(name: String) throws {
         let bytes = try #require(FileManager.default.contents(atPath: Self.corpusDirectory + "/" + name))
-        switch ConfigChecks.run(Array(bytes)) {
+        switch ConfigChecks.run(Array(bytes), ingestPathKinds: IngestPathRegistry([.http])) {
         case .failure(let violation):
             Issue.record("\(name): \(violation)")
         case .success(let outcome):

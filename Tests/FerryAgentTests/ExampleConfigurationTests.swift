@@ -1,4 +1,5 @@
 import FerryAgent
+import FerryHTTPIngest
 import FerryProtocol
 import Foundation
 import Testing
@@ -13,7 +14,8 @@ struct ExampleConfigurationTests {
     @Test("ferryd.example.json is exactly what the agent uses without a file, per user and for the host")
     func exampleIsTheDefaults() throws {
         for base in [AgentConfiguration(runtimeDirectory: "/run/x", dataDirectory: "/var/lib/x"), AgentConfiguration(mode: .system)] {
-            let loaded = try AgentConfiguration.load(fromFile: Self.daemon + "ferryd.example.json", base: base)
+            let loaded = try AgentConfiguration.load(fromFile: Self.daemon + "ferryd.example.json", base: base,
+                                                     ingestPathKinds: IngestPathRegistry([.http]))
             #expect(loaded == base, "\(base.mode)")
         }
         // And it spells out every section, so it documents every default (a section left out

@@ -103,7 +103,7 @@ import Testing
 
     @Test("a bad http.listen is reported as http.listen, not metrics.listen", arguments: ["nope", "127.0.0.1:x", "[::1]8088", ":99999"])
     func badHTTPListen(listen: String) throws {
-        let http = AgentConfiguration.HTTPIngest(listen: listen)
+        let http = HTTPIngestConfiguration(listen: listen)
         let error = #expect(throws: AgentError.self) { _ = try http.listenAddress() }
         #expect(error?.message.hasPrefix("http.listen \"\(listen)\"") == true)
         #expect(error?.message.contains("metrics.listen") == false)
@@ -182,8 +182,29 @@ import Testing
     func fileKeys() throws {
         let json = #"{"http":{"listen":"127.0.0.1:8088","allowedHosts":["ferry.local"],"allowedOrigins":["http://app.local:3000"]}}"#
         let configuration = try AgentConfiguration.load(json: Array(json.utf8), path: "ferryd.json",
-                                                        base: AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data"))
+                                                        base: AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data"),
+                                                        ingestPathKinds: IngestPathRegistry([.http]))
         #expect(configuration.httpIngest.allowedHosts == ["ferry.local"])
         #expect(configuration.httpIngest.allowedOrigins == ["http://app.local:3000"])
+    }
+
+    @Test("the http table is the kind's: its errors name their key path; its validate line and metrics are its own")
+    func tableOfTheKind() throws {
+        let kinds = IngestPathRegistry([.http])
+        let base = AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data")
+        func load(_ json: String) throws -> AgentConfiguration {
+            try AgentConfiguration.load(json: Array(json.utf8), path: "f.json", base: base, ingestPathKinds: kinds)
+        }
+        let typed = #expect(throws: AgentError.self) { _ = try load(#"{"http":{"listen":5}}"#) }
+        #expect(typed?.message == "f.json: http.listen: expected a string")
+        let range = #expect(throws: AgentError.self) { _ = try load(#"{"http":{"maxConnections":0}}"#) }
+        #expect(range?.message == "f.json: http.maxConnections must be 1 to 65536")
+        let remote = #expect(throws: AgentError.self) { _ = try load(#"{"http":{"listen":"10.0.0.1:8088"}}"#) }
+        #expect(remote?.message.hasPrefix(#"f.json: http.listen "10.0.0.1:8088" is not a loopback address"#) == true)
+        #expect(kinds.summaryLines(base) == ["http: socket=true listen=off writeKeys=0 maxConnections=256"])
+        var flagged = try load(#"{"http":{"maxConnections":8}}"#)
+        try kinds.apply(["listen": "127.0.0.1:8088"], toKind: "http", of: &flagged, source: "--http-listen")
+        #expect(flagged.httpIngest == HTTPIngestConfiguration(listen: "127.0.0.1:8088", maxConnections: 8))
+        #expect(IngestPathKind.http.metrics.map(\.name) == ["ferry_http_requests_total", "ferry_http_events_total", "ferry_http_connections"])
     }
 }

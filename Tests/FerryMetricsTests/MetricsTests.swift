@@ -1,5 +1,6 @@
 import CoreMetrics
 @testable import FerryAgent
+import FerryHTTPIngest
 import FerryIntegrationKit
 import FerryMetrics
 import FerryMetricsHTTP
@@ -12,6 +13,10 @@ import Testing
 
 @Suite("Metrics: buckets, one store per agent, the exposition read back")
 struct MetricsTests {
+    /// The core's catalog and the metrics of the ingest path kind `ferryd` registers (the HTTP
+    /// API's `ferry_http_*`, defined by FerryHTTPIngest): what ferryd exports and METRICS.md lists.
+    static let everyMetric = MetricDescriptor.catalog + IngestPathKind.http.metrics
+
     @Test("latency buckets resolve 100 µs to 10 s in steps of at most 1.5×; 0.5, 1 and 2 ms fall apart")
     func latencyBuckets() {
         let seconds = AgentMetrics.latencyBuckets.map { Double($0.components.attoseconds) / 1e18 + Double($0.components.seconds) }
@@ -65,22 +70,23 @@ struct MetricsTests {
 
     @Test("the catalog: each name once, counters end in _total, one line of help each; histogram settings come from it")
     func catalog() {
-        let names = MetricDescriptor.catalog.map(\.name)
+        let names = Self.everyMetric.map(\.name)
         #expect(Set(names).count == names.count)
-        for descriptor in MetricDescriptor.catalog {
+        for descriptor in Self.everyMetric {
             #expect(descriptor.name.hasSuffix("_total") == (descriptor.kind == .counter), "\(descriptor)")
             #expect(!descriptor.help.isEmpty && !descriptor.help.contains("\n"), "\(descriptor)")
-            #expect(MetricDescriptor.named(descriptor.name) == descriptor)
         }
+        for descriptor in MetricDescriptor.catalog { #expect(MetricDescriptor.named(descriptor.name) == descriptor) }
         #expect(AgentMetrics.latencyHistograms == ["ferry_ack_latency_seconds", "ferry_fsync_seconds", "ferry_delivery_latency_seconds"])
         #expect(AgentMetrics.sizeHistograms == ["ferry_commit_events"])
     }
 
     @Test("every family has # HELP (the catalog's text) and # TYPE; every metric, counters at 0, is there from the start")
     func helpAndTypeFromTheStart() throws {
-        let backend = PrometheusBackend()
+        let backend = PrometheusBackend(metrics: IngestPathKind.http.metrics)
         let metrics = AgentMetrics(backend: backend.agentBackend)
         _ = metrics.sink("collector")  // an agent makes each configured sink's instruments at start
+        _ = metrics.ingestPath("unix", .http)  // and each ingest path's
         let text = String(decoding: backend.exposition(), as: UTF8.self)
         var help: [String: String] = [:], type: [String: String] = [:], sampled: Set<String> = []
         for line in text.split(separator: "\n").map(String.init) {
@@ -100,24 +106,24 @@ struct MetricsTests {
                 #expect(type[family] != nil && help[family] != nil, "\(series): no TYPE or HELP before its sample")
             }
         }
-        for descriptor in MetricDescriptor.catalog {
+        for descriptor in Self.everyMetric {
             #expect(help[descriptor.name] == descriptor.help, "\(descriptor)")
             let expected = ["counter": "counter", "gauge": "gauge"][descriptor.kind.rawValue] ?? "histogram"
             #expect(type[descriptor.name] == expected, "\(descriptor)")
             #expect(sampled.contains(descriptor.name), "\(descriptor) has no sample at start")
         }
         let samples = MetricSamples(parsing: backend.exposition())
-        for descriptor in MetricDescriptor.catalog where descriptor.kind == .counter {
+        for descriptor in Self.everyMetric where descriptor.kind == .counter {
             #expect(samples.sum(descriptor.name) == 0, "\(descriptor)")
         }
         #expect(samples.value("ferry_client_events_lost_total", ["source": ""]) == 0)
         #expect(metrics.clientEventsLostBySource.isEmpty)
-        #expect(Set(help.keys) == Set(MetricDescriptor.catalog.map(\.name)))
+        #expect(Set(help.keys) == Set(Self.everyMetric.map(\.name)))
     }
 
     @Test("names stay distinct under OpenMetrics (a counter's family drops _total); the old held gauge is gone")
     func openMetricsNames() {
-        let families = MetricDescriptor.catalog.map(\.openMetricsFamily)
+        let families = Self.everyMetric.map(\.openMetricsFamily)
         #expect(Set(families).count == families.count, "\(families)")
         #expect(MetricDescriptor.eventsHeld.name == "ferry_held_events")
         #expect(MetricDescriptor.deprecated.isEmpty)
@@ -155,8 +161,8 @@ struct MetricsTests {
             let cells = row.split(separator: "|", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
             documented[cells[1].trimmingCharacters(in: CharacterSet(charactersIn: "`"))] = (cells[2], cells[4])
         }
-        #expect(Set(documented.keys) == Set(MetricDescriptor.catalog.map(\.name)))
-        for descriptor in MetricDescriptor.catalog {
+        #expect(Set(documented.keys) == Set(Self.everyMetric.map(\.name)))
+        for descriptor in Self.everyMetric {
             let type = ["counter": "counter", "gauge": "gauge"][descriptor.kind.rawValue] ?? "histogram"
             #expect(documented[descriptor.name]?.type == type, "\(descriptor)")
             #expect(documented[descriptor.name]?.help == descriptor.help, "\(descriptor)")

@@ -49,8 +49,11 @@ enum AgentStartup {
     }
 
     /// Recovery: the data format, the sinks' cursors (from `cursorStores`, in configuration
-    /// order), the dedup and session snapshots, then the segments.
-    static func recover(configuration: AgentConfiguration, cursorStores: [CursorStore], logger: Logger) throws -> Recovered {
+    /// order), the dedup and session snapshots, then the segments. The id window keeps ids at
+    /// least `minimumDedupSeconds` (the longest an ingest path served needs).
+    static func recover(
+        configuration: AgentConfiguration, cursorStores: [CursorStore], minimumDedupSeconds: Int = 0, logger: Logger
+    ) throws -> Recovered {
         let configuredSinks = configuration.sinks
         let formatFound: Int?
         do {
@@ -73,7 +76,7 @@ enum AgentStartup {
         // updateValue: assigning a nil position through the subscript would drop the consumer.
         for (sink, position) in zip(configuredSinks, stored) { cursors.updateValue(position?.position, forKey: sink.name) }
         var dedup = DedupWindow(maxEntries: configuration.dedup.maxEntries,
-                                maxAgeMilliseconds: UInt64(configuration.effectiveDedupMaxAgeSeconds) * 1000)
+                                maxAgeMilliseconds: UInt64(max(configuration.dedup.maxAgeSeconds, minimumDedupSeconds)) * 1000)
         let snapshotPath = configuration.dataDirectory + "/dedup.snapshot"
         // Where the dedup snapshot stops covering the log (a clean stop writes one covering
         // all of it): only the records after it are read for the window.

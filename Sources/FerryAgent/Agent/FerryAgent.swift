@@ -101,6 +101,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         self.logger = logger
         sinkOverrides = overrides
         counters = AgentMetrics(backend: metrics)
+        // Each path's instruments, at 0 from the start (every family in the exposition).
+        for path in paths { _ = counters.ingestPath(path.name, path.metricSet) }
     }
 
     /// Suspends until the agent is bound and serving; throws the error ``run()`` failed with if
@@ -199,8 +201,10 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         defer { locks.forEach { close($0) } }
         let configuredSinks = configuration.sinks
         let cursorStores = configuredSinks.map { CursorStore(dataDirectory: configuration.dataDirectory, sink: $0.name) }
+        let minimumDedupSeconds = paths.map(\.minimumDedupSeconds).max() ?? 0
         let recovered = try await io.run {
-            try AgentStartup.recover(configuration: configuration, cursorStores: cursorStores, logger: logger)
+            try AgentStartup.recover(configuration: configuration, cursorStores: cursorStores,
+                                     minimumDedupSeconds: minimumDedupSeconds, logger: logger)
         }
         let log = recovered.log, report = recovered.report
         AgentStartup.logRecovery(report, logger: logger)
@@ -290,7 +294,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         var started: [any IngestPath] = []
         for listener in paths {
             do {
-                let gateway = IngestGateway(path: listener.name, stages: stages, metrics: counters.ingestPath(listener.name))
+                let gateway = IngestGateway(path: listener.name, stages: stages, metrics: counters.ingestPath(listener.name, listener.metricSet))
                 try await listener.start(gateway)
                 started.append(listener)
             } catch {

@@ -63,7 +63,10 @@ struct ReloadPlan: Sendable, Hashable {
         if old.dedup != new.dedup { keys.append("dedup") }
         if old.consent != new.consent { keys.append("consent") }
         if old.mode != new.mode { keys.append("mode") }
-        if old.httpIngest != new.httpIngest { keys.append("http") }
+        for key in Set(old.ingestPaths.keys + new.ingestPaths.keys).sorted()
+        where old.ingestPaths[key]?.anyHashable != new.ingestPaths[key]?.anyHashable {
+            keys.append(key)
+        }
         // The ingest and control rules reload; the bus is guarded by its socket file's group and
         // mode, set when it is bound.
         if old.access.events != new.access.events { keys.append("access.events") }

@@ -9,22 +9,25 @@ extension AgentConfiguration {
     /// default. See `daemon/ferryd.example.json`.
     ///
     /// `sinkKinds` are the sink types the file may name (``SinkRegistry/builtIn``: `file`);
-    /// any other `type` is an error listing the known ones.
+    /// any other `type` is an error listing the known ones. `ingestPathKinds` are the ingest paths
+    /// whose tables the file may have (`http` for the local HTTP API): each kind reads its own.
     public static func load(
-        fromFile path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn
+        fromFile path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn,
+        ingestPathKinds: IngestPathRegistry = .none
     ) throws -> AgentConfiguration {
         guard let bytes = try FileIO.readFile(path, followSymlinks: true) else {
             throw AgentError(code: .configuration, message: "configuration file \(path) does not exist")
         }
-        return try load(json: bytes, path: path, base: base, sinkKinds: sinkKinds)
+        return try load(json: bytes, path: path, base: base, sinkKinds: sinkKinds, ingestPathKinds: ingestPathKinds)
     }
 
     /// Loads a configuration from the contents of a configuration file (what
-    /// ``load(fromFile:base:sinkKinds:)`` does once it has read the file); `path` names the file
-    /// in errors. Throws ``AgentError`` with code ``AgentError/Code/configuration`` for anything
-    /// it refuses.
+    /// ``load(fromFile:base:sinkKinds:ingestPathKinds:)`` does once it has read the file); `path`
+    /// names the file in errors. Throws ``AgentError`` with code ``AgentError/Code/configuration``
+    /// for anything it refuses.
     public static func load(
-        json bytes: [UInt8], path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn
+        json bytes: [UInt8], path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn,
+        ingestPathKinds: IngestPathRegistry = .none
     ) throws -> AgentConfiguration {
         let object: Any
         do {
@@ -54,7 +57,7 @@ extension AgentConfiguration {
         reader.collectsErrors = true
         // Sinks are read after the rest: their batching and retry default to `delivery`.
         var sinkValue: Any?, sinksValue: Any?
-        try reader.apply(root, [
+        var fields: [String: FieldReader.Field] = [
             // Free text for people (the examples explain themselves with it); ignored.
             "comment": .string { _ in },
             "mode": .raw { _ in },
@@ -95,18 +98,23 @@ extension AgentConfiguration {
             "metrics": .object([
                 "listen": .string { config.metrics.listen = $0 },
             ]),
-            "http": .object([
-                "socket": .bool { config.httpIngest.socket = $0 },
-                "listen": .string { config.httpIngest.listen = $0 },
-                "allowNonLoopback": .bool { config.httpIngest.allowNonLoopback = $0 },
-                "writeKeys": .stringMap { config.httpIngest.writeKeys = $0 },
-                "maxConnections": .int { config.httpIngest.maxConnections = $0 },
-                "allowedHosts": .strings { config.httpIngest.allowedHosts = $0 },
-                "allowedOrigins": .strings { config.httpIngest.allowedOrigins = $0 },
-            ]),
             "sink": .raw { sinkValue = $0 },
             "sinks": .raw { sinksValue = $0 },
-        ], at: "")
+        ]
+        // The table of each registered ingest path kind (`http`), read by the kind: its errors
+        // come in the key order with the others, each naming its key path.
+        for kind in ingestPathKinds.kinds where fields[kind.name] == nil {
+            fields[kind.name] = .custom { value, at in
+                var table = FieldReader(path: path)
+                table.collectsErrors = true
+                guard let object = value as? [String: Any] else { throw table.fail(at, "expected an object") }
+                try kind.load(object, &config, &table, at)
+                if !table.errors.isEmpty {
+                    throw AgentError(code: .configuration, message: table.errors.map(\.message).joined(separator: "\n"))
+                }
+            }
+        }
+        try reader.apply(root, fields, at: "")
         switch (sinkValue, sinksValue) {
         case (.some, .some):
             throw reader.fail("sink", "give either \"sink\" (one sink) or \"sinks\" (a list), not both")

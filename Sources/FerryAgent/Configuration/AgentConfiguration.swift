@@ -44,8 +44,9 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var logLevel: Logger.Level = .info
     /// The optional HTTP endpoint for Prometheus (`GET /metrics`); off by default.
     public var metrics: Metrics
-    /// The local Segment-compatible HTTP API (key `http`): a Unix socket by default, TCP on request.
-    public var httpIngest = HTTPIngest()
+    /// The settings of the ingest paths besides ZeroMQ, read by their kinds from their tables
+    /// (the local HTTP API's, key `http`, by `FerryHTTPIngest`).
+    public var ingestPaths = IngestPaths()
 
     /// Where `ferryd` serves `GET /metrics` (the same exposition as `ferry metrics`).
     public struct Metrics: Sendable, Hashable {
@@ -197,7 +198,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         // `ferryd validate --system` (the unit's ExecStartPre) refuses what the start would.
         if mode == .system { try AccessControl.checkBusRule(access.events) }
         _ = try metrics.listenAddress()
-        try httpIngest.validate(fail)
+        for key in ingestPaths.keys { try ingestPaths[key]?.validate() }
         var names: Set<String> = [], fileDirectories: [String: String] = [:]
         for sink in sinks {
             try sink.validate(fail)

@@ -208,8 +208,6 @@ public final class AgentMetrics: Sendable {
         // before the first loss, as every other counter.
         let overflow = counter(.clientEventsLost, "")
         lostBySource.withLock { $0[""] = overflow }
-        // The HTTP API's two listeners, at 0 from the start (every family in the exposition).
-        for listener in ["unix", "tcp"] { _ = ingestPath(listener) }
     }
 
     /// The instruments of sink `name` (made on first use).
@@ -222,11 +220,12 @@ public final class AgentMetrics: Sendable {
         }
     }
 
-    /// The instruments of ingest path `name` (made on first use).
-    func ingestPath(_ name: String) -> IngestPathMetrics {
+    /// The instruments of ingest path `name`, of its kind's `metrics` (made on first use: the
+    /// agent makes each path's at start, so every family is in the exposition from then on).
+    func ingestPath(_ name: String, _ metrics: IngestPathMetricSet) -> IngestPathMetrics {
         ingestPaths.withLock { paths in
             if let existing = paths[name] { return existing }
-            let made = IngestPathMetrics(listener: name, factory: backend.factory)
+            let made = IngestPathMetrics(path: name, metrics: metrics, factory: backend.factory)
             paths[name] = made
             return made
         }
@@ -342,24 +341,28 @@ final class SinkMetrics: Sendable {
     }
 }
 
-/// One ingest path's instruments (the local HTTP API's listeners), labelled `listener`.
+/// One ingest path's instruments, of the metrics its kind names (``IngestPathMetricSet``),
+/// labelled first with the path's name.
 package final class IngestPathMetrics: Sendable {
-    /// The event outcomes counted (`ferry_http_events_total{outcome}`).
+    /// The event outcomes counted (the `outcome` label of ``IngestPathMetricSet/events``).
     package static let outcomes = ["accepted", "duplicate", "blocked", "suppressed", "refused", "retry"]
-    private let listener: String
+    private let path: String
+    private let metrics: IngestPathMetricSet
     private let factory: any MetricsFactory
     private let requests = Mutex<[Int: MetricCounter]>([:])
     private let events: [String: MetricCounter]
     private let connections: Gauge
     private let open = Atomic<Int>(0)
 
-    init(listener: String, factory: any MetricsFactory) {
-        self.listener = listener
+    init(path: String, metrics: IngestPathMetricSet, factory: any MetricsFactory) {
+        self.path = path
+        self.metrics = metrics
         self.factory = factory
         events = Dictionary(uniqueKeysWithValues: Self.outcomes.map {
-            ($0, MetricCounter(.httpEvents, [listener, $0], factory: factory))
+            ($0, MetricCounter(metrics.events, [path, $0], factory: factory))
         })
-        connections = Gauge(label: MetricDescriptor.httpConnections.name, dimensions: [("listener", listener)], factory: factory)
+        connections = Gauge(label: metrics.connections.name, dimensions: [(metrics.connections.labels.first ?? "path", path)],
+                            factory: factory)
         connections.record(0)
         // The family is in the exposition from the start, as every other counter.
         _ = counter(status: 200)
@@ -368,7 +371,7 @@ package final class IngestPathMetrics: Sendable {
     private func counter(status: Int) -> MetricCounter {
         requests.withLock { counters in
             if let existing = counters[status] { return existing }
-            let made = MetricCounter(.httpRequests, [listener, String(status)], factory: factory)
+            let made = MetricCounter(metrics.requests, [path, String(status)], factory: factory)
             counters[status] = made
             return made
         }

@@ -103,20 +103,6 @@ extension MetricDescriptor {
     public static let clientsConnected = MetricDescriptor(
         "ferry_clients_connected", .gauge, help: "Ingest connections now.")
 
-    // MARK: The local HTTP API (FerryHTTPIngest)
-
-    /// `ferry_http_requests_total{listener,status}`.
-    public static let httpRequests = MetricDescriptor(
-        "ferry_http_requests_total", .counter, labels: ["listener", "status"],
-        help: "Requests to the local HTTP API answered, by listener (unix, tcp) and HTTP status.")
-    /// `ferry_http_events_total{listener,outcome}`.
-    public static let httpEvents = MetricDescriptor(
-        "ferry_http_events_total", .counter, labels: ["listener", "outcome"],
-        help: "Events of the local HTTP API's requests, by listener and outcome (accepted, duplicate, blocked, suppressed, refused, retry).")
-    /// `ferry_http_connections{listener}`.
-    public static let httpConnections = MetricDescriptor(
-        "ferry_http_connections", .gauge, labels: ["listener"], help: "Open connections to the local HTTP API, by listener.")
-
     // MARK: Sinks
 
     /// `ferry_sink_delivered_total{sink}`.
@@ -142,12 +128,13 @@ extension MetricDescriptor {
         "ferry_delivery_latency_seconds", .durationHistogram, labels: ["sink"],
         help: "Seconds from an event accepted to its delivery, per event.")
 
-    /// Every metric of the agent, in the order of `docs/METRICS.md` (the deprecated ones too: they
-    /// are exported until they are removed).
+    /// Every metric of the agent core, in the order of `docs/METRICS.md` (the deprecated ones too:
+    /// they are exported until they are removed). An ingest path's metrics are its kind's
+    /// (``IngestPathKind/metrics``; the HTTP API's `ferry_http_*`).
     public static let catalog: [MetricDescriptor] = [
         eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsDropped,
         messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
-        clientsConnected, ackLatency, commitEvents, fsync, httpRequests, httpEvents, httpConnections, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
+        clientsConnected, ackLatency, commitEvents, fsync, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
         sinkBacklog, sinkCircuitOpen, deliveryLatency,
     ] + deprecated
 
