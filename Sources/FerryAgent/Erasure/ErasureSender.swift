@@ -44,6 +44,7 @@ final class ErasureSender: Sendable {
         self.logger = logger
         self.settle = settle
         outbox.subscribe(wakeup)
+        _ = metrics.erasureRequests(sink: configuration.name, outcome: "sent")  // every series at 0 from the start
     }
 
     /// New retry and circuit settings (a reload).

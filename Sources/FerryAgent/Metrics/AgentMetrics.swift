@@ -236,12 +236,15 @@ public final class AgentMetrics: Sendable {
 
     /// The instruments of sink `name` (made on first use).
     func sink(_ name: String) -> SinkMetrics {
-        sinks.withLock { sinks in
-            if let existing = sinks[name] { return existing }
+        let (metrics, made) = sinks.withLock { sinks -> (SinkMetrics, Bool) in
+            if let existing = sinks[name] { return (existing, false) }
             let made = SinkMetrics(sink: name, factory: backend.factory)
             sinks[name] = made
-            return made
+            return (made, true)
         }
+        // The sink's erasure series too, at 0 from the start like its other counters.
+        if made { _ = erasureRequests(sink: name, outcome: "sent") }
+        return metrics
     }
 
     /// The instruments of ingest path `name` (made on first use).
