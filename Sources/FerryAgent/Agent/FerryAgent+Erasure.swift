@@ -22,10 +22,13 @@ extension FerryAgent {
     /// ``ConsentCommand/erasureOutcome(_:)`` (actor: the agent itself).
     static func makeErasureSenders(
         sinks: [any Sink], configured: [AgentConfiguration.SinkConfiguration], threads: [BlockingExecutor],
-        outbox: ErasureOutbox, pipeline: CommitPipeline, metrics: AgentMetrics, logger: Logger
+        outbox: ErasureOutbox, gate: any DeliveryGate, wakeups: [AsyncSignal], pipeline: CommitPipeline, metrics: AgentMetrics,
+        logger: Logger
     ) -> [ErasureSender] {
-        zip(sinks, zip(configured, threads)).map { sink, pair in
-            ErasureSender(sink: sink, configuration: pair.0, outbox: outbox, io: pair.1, metrics: metrics, logger: logger) { outcome in
+        zip(zip(sinks, wakeups), zip(configured, threads)).map { sinkAndWakeup, pair in
+            let (sink, wakeup) = sinkAndWakeup
+            return ErasureSender(sink: sink, configuration: pair.0, outbox: outbox, io: pair.1, gate: gate, wakeup: wakeup,
+                                 metrics: metrics, logger: logger) { outcome in
                 try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                     let submitted = pipeline.submit(.erasureOutcome(outcome), by: .agent) { result in
                         continuation.resume(with: result.map { _ in () }.mapError { $0 as any Error })

@@ -259,11 +259,14 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
                 bus.publishEvents(.delivered, batch.events, at: WallClock.unixMilliseconds(), sink: sinkName, origins: true)
             }
         }
+        // Each erasure sender is woken by commits too (a consent change may let it go).
+        let erasureWakeups = configuredSinks.map { _ in AsyncSignal() }
         let pipeline = CommitPipeline(
             log: log, configuration: configuration, counters: counters, bus: bus,
-            committedSignals: deliveries.map(\.wakeup), faults: .planted, logger: logger)
-        let erasureSenders = Self.makeErasureSenders(sinks: sinks, configured: configuredSinks, threads: sinkThreads,
-                                                     outbox: erasures, pipeline: pipeline, metrics: counters, logger: logger)
+            committedSignals: deliveries.map(\.wakeup) + erasureWakeups, faults: .planted, logger: logger)
+        let erasureSenders = Self.makeErasureSenders(
+            sinks: sinks, configured: configuredSinks, threads: sinkThreads, outbox: erasures, gate: engine,
+            wakeups: erasureWakeups, pipeline: pipeline, metrics: counters, logger: logger)
         // The access policy, resolved against the user and group databases here (never on a
         // socket thread) and refreshed in the background.
         let access = await io.run { AccessControl(policy: configuration.access, logger: logger) }

@@ -25,13 +25,20 @@ final class ErasureSender: Sendable {
     private let metrics: AgentMetrics
     /// Hands an outcome to the commit thread; returns once it is durable, throws if it cannot be.
     private let settle: @Sendable (ErasureOutcome) async throws -> Void
-    /// Signalled when a request is added to the outbox.
-    let wakeup = AsyncSignal()
+    /// Signalled when a request is added to the outbox, and on every commit (a consent change
+    /// may let the sender go).
+    let wakeup: AsyncSignal
+    /// The consent gate: nothing is sent while delivery is paused (before `ferry start` with
+    /// `autoStart: false`, or in no-op mode), as no batch is.
+    private let gate: any DeliveryGate
 
     /// A sender for `sink`, configured as `configuration` (its retry and circuit settings), with
     /// `io` the sink's thread for the outbox's writes.
     init(sink: any Sink, configuration: AgentConfiguration.SinkConfiguration, outbox: ErasureOutbox, io: BlockingExecutor,
-         metrics: AgentMetrics, logger: Logger, settle: @escaping @Sendable (ErasureOutcome) async throws -> Void) {
+         gate: any DeliveryGate = OpenDeliveryGate(), wakeup: AsyncSignal = AsyncSignal(), metrics: AgentMetrics, logger: Logger,
+         settle: @escaping @Sendable (ErasureOutcome) async throws -> Void) {
+        self.gate = gate
+        self.wakeup = wakeup
         self.sink = sink
         name = configuration.name
         self.outbox = outbox
@@ -59,7 +66,7 @@ final class ErasureSender: Sendable {
     /// Sends until the task is cancelled.
     func run() async {
         while !Task.isCancelled {
-            guard let request = outbox.pending(for: name).first else {
+            guard !gate.isPaused(sink: name), let request = outbox.pending(for: name).first else {
                 await wakeup.wait()
                 continue
             }
