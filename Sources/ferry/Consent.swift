@@ -345,6 +345,7 @@ struct Purge: AsyncParsableCommand {
 struct Forget: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Erase one user's events here and ask every upstream that received them to erase them too.",
+        usage: "ferry forget --user <user> [--actor <actor>] [--json]\nferry forget status [--json]",
         discussion: """
             `ferry forget --user ID` erases the user's pending and held events and records an erasure \
             request for every sink that may have delivered the user's events; `ferry forget status` \

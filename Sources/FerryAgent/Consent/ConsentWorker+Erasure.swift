@@ -15,7 +15,8 @@ extension ConsentWorker {
             ErasureTargets.Sink(name: $0.name, cursor: mainLog.cursor(for: $0.name), batchMaxBytes: $0.batchMaxBytes)
         }
         let targets = ErasureTargets.sinks(sinks, covered: journal.eraseQueued.map(\.position),
-                                           firstSegment: mainLog.startPosition.segment)
+                                           firstSegment: mainLog.startPosition.segment,
+                                           deliveryStarted: engine.snapshot().deliveryStarted)
         guard !targets.isEmpty else { return }
         let now = journal.entry.map { UInt64($0.at) } ?? WallClock.unixMilliseconds()
         let request = SinkErasure(id: EventIDGenerator().next(unixMilliseconds: now).description, userID: userID, requestedAt: now)

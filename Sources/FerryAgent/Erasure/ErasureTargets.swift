@@ -7,9 +7,9 @@ import FerryStorage
 /// A sink gets the request when it may have delivered one of the user's events:
 ///
 /// 1. one of them lies before its cursor (delivered);
-/// 2. one lies within the first `batch.maxBytes` after its cursor (it may be in the batch on the
-///    wire as the erasure happens: the send-time gate stops batches still in memory, not one
-///    already sent);
+/// 2. delivery has started, and one lies within the first `batch.maxBytes` after its cursor (it
+///    may be in the batch on the wire as the erasure happens: the send-time gate stops batches
+///    still in memory, not one already sent; before `ferry start` nothing is ever on the wire);
 /// 3. the log no longer holds everything the sink was sent — segments were deleted (every sink
 ///    had passed them) or dropped by the retention cap — and the sink has delivered anything at
 ///    all: whether the lost records held the user's events is unknowable, so the answer is yes.
@@ -35,14 +35,16 @@ package enum ErasureTargets {
 
     /// The names of the sinks of `sinks` to send the erasure to, in their order. `covered`: the
     /// positions of the user's (not yet erased) events in the log; `firstSegment`: the index of
-    /// the log's oldest segment (segments start at 1: a larger index means older ones are gone).
-    package static func sinks(_ sinks: [Sink], covered: [LogPosition], firstSegment: UInt64) -> [String] {
+    /// the log's oldest segment (segments start at 1: a larger index means older ones are gone);
+    /// `deliveryStarted`: whether any batch can have been sent (false before `ferry start` with
+    /// `autoStart: false`).
+    package static func sinks(_ sinks: [Sink], covered: [LogPosition], firstSegment: UInt64, deliveryStarted: Bool = true) -> [String] {
         let start = LogPosition(segment: max(1, firstSegment), offset: SegmentedLog.segmentHeaderSize)
         let lost = firstSegment > 1
         return sinks.filter { sink in
             if lost && sink.cursor > start { return true }
             return covered.contains { position in
-                position < sink.cursor || onTheWire(position, after: sink.cursor, bytes: sink.batchMaxBytes)
+                position < sink.cursor || (deliveryStarted && onTheWire(position, after: sink.cursor, bytes: sink.batchMaxBytes))
             }
         }.map(\.name)
     }
