@@ -170,6 +170,8 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
         if let tokenFile { parts.append("token: <redacted, from file \(tokenFile)>") }
         if let tokenEnvironment { parts.append("token: <redacted, from $\(tokenEnvironment)>") }
         if let writeKeyFile { parts.append("writeKey: <redacted, from file \(writeKeyFile)>") }
+        if let url = erasure.url { parts.append("erasure.url: \(url)") }
+        if let tokenFile = erasure.tokenFile { parts += ["erasure.apiURL: \(erasure.apiURL)", "erasure.token: <redacted, from file \(tokenFile)>"] }
         if !headers.isEmpty { parts.append("headers: \(headers.keys.sorted().joined(separator: ", ")) (values redacted)") }
         parts.append("requestTimeoutMilliseconds: \(requestTimeoutMilliseconds)")
         parts.append("connectTimeoutMilliseconds: \(connectTimeoutMilliseconds)")
