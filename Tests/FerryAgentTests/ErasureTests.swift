@@ -189,3 +189,43 @@ struct ErasureTests {
         #expect(object["erased"] as? Bool == true)
     }
 }
+
+@Suite("The erasure outbox: idempotent steps, the user id kept only while pending")
+struct ErasureOutboxTests {
+    @Test("add and settle are idempotent; once every sink is done the user id is gone; finished requests are trimmed; a damaged file refuses")
+    func outbox() throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let path = scratch.appending("erasures.json")
+        var outbox = try ErasureOutbox(path: path, sinks: [])
+        let request = SinkErasure(id: "r-1", userID: "u-secret", requestedAt: 5)
+        #expect(try outbox.add(request, sinks: ["a", "b"]))
+        #expect(try outbox.add(request, sinks: ["a", "b"]) == false, "a forget finished again adds it once")
+        #expect(outbox.pending(for: "a") == [request] && outbox.pendingCount == 2)
+        try outbox.recordAttempt("r-1", sink: "a", error: "HTTP 503", at: 6)
+        #expect(outbox.status(of: "r-1", sink: "a")?.attempts == 1)
+
+        // Reopened (a restart): the same state.
+        outbox = try ErasureOutbox(path: path, sinks: [])
+        #expect(outbox.status(of: "r-1", sink: "a")?.lastError == "HTTP 503")
+        #expect(try outbox.settle(ErasureOutcome(id: "r-1", sink: "a", state: .sent, attempts: 2, reference: "ref", at: 7)))
+        #expect(try outbox.settle(ErasureOutcome(id: "r-1", sink: "a", state: .failed, attempts: 3, at: 8)) == false,
+                "an outcome settled again after a crash changes nothing")
+        #expect(String(decoding: try readBytes(path), as: UTF8.self).contains("u-secret"), "b still has it pending")
+        #expect(try outbox.settle(ErasureOutcome(id: "r-1", sink: "b", state: .failed, attempts: 1, error: "not supported", at: 9)))
+        #expect(!String(decoding: try readBytes(path), as: UTF8.self).contains("u-secret"))
+        #expect(outbox.statuses.first?.done == true && outbox.pendingCount == 0 && outbox.pending(for: "b").isEmpty)
+
+        // Only the newest finished requests are kept.
+        for index in 0..<(ErasureStatusReply.keptFinished + 5) {
+            let id = "t-\(index)"
+            try outbox.add(SinkErasure(id: id, userID: "u", requestedAt: 10), sinks: ["a"])
+            try outbox.settle(ErasureOutcome(id: id, sink: "a", state: .sent, attempts: 1))
+        }
+        #expect(outbox.statuses.count == ErasureStatusReply.keptFinished)
+        #expect(outbox.statuses.last?.id == "t-\(ErasureStatusReply.keptFinished + 4)")
+
+        try Array("{not json".utf8).withUnsafeBytes { try Data($0).write(to: URL(fileURLWithPath: path)) }
+        #expect(throws: AgentError.self) { try ErasureOutbox(path: path, sinks: []) }
+    }
+}
