@@ -40,6 +40,7 @@ struct ErasureTests {
         var covered: [LogPosition]
         var firstSegment: UInt64
         var deliveryStarted = true
+        var firstErased: LogPosition?
         var expected: Bool
         var testDescription: String { label }
     }
@@ -55,6 +56,10 @@ struct ErasureTests {
              covered: [position(2, 100)], firstSegment: 1, expected: true),
         Case(label: "no event of the user on disk, nothing lost: none", cursor: position(3, 500), covered: [], firstSegment: 1, expected: false),
         Case(label: "segments lost, the sink delivered something: unknowable, so yes", cursor: position(3, 500), covered: [], firstSegment: 2, expected: true),
+        Case(label: "a record before the cursor erased by an earlier purge: unknowable, so yes", cursor: position(1, 5000), covered: [],
+             firstSegment: 1, firstErased: position(1, 300), expected: true),
+        Case(label: "erased records only after the cursor: none", cursor: position(1, 5000), covered: [],
+             firstSegment: 1, firstErased: position(1, 900_000), expected: false),
         Case(label: "segments lost, the sink delivered nothing: none", cursor: position(2, SegmentedLog.segmentHeaderSize),
              covered: [], firstSegment: 2, expected: false),
     ]
@@ -62,7 +67,8 @@ struct ErasureTests {
     @Test("ErasureTargets: a sink gets the request when it may have delivered the user's events", arguments: cases)
     func targets(_ test: Case) {
         let sinks = [ErasureTargets.Sink(name: "s", cursor: test.cursor, batchMaxBytes: 64 << 10)]
-        #expect(ErasureTargets.sinks(sinks, covered: test.covered, firstSegment: test.firstSegment, deliveryStarted: test.deliveryStarted)
+        #expect(ErasureTargets.sinks(sinks, covered: test.covered, firstSegment: test.firstSegment, deliveryStarted: test.deliveryStarted,
+                                     firstErased: test.firstErased)
             == (test.expected ? ["s"] : []))
     }
 
@@ -149,6 +155,28 @@ struct ErasureTests {
         #expect(cli.status == .exited(0), "\(cli)")
         #expect(cli.stdout.contains(id) && cli.stdout.contains("collector") && cli.stdout.contains("sent"), "\(cli)")
         #expect(cli.stdout.contains("does not support erasure"), "\(cli)")
+        try await running.stop()
+    }
+
+    @Test("nothing is sent while delivery is paused (no-op mode); the consent change that ends it lets the request go")
+    func waitsWhilePaused() async throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let sink = ScriptedSink(name: "collector")
+        sink.setErase(.accept)
+        let configuration = multiSinkConfiguration(scratch, [scriptedSinkConfiguration("collector", scratch)])
+        let running = try await InProcessAgent(configuration, sinks: ["collector": sink])
+        try await running.send(userFrames("u-paused", 2))
+        try await waitUntil("delivered") { sink.events.count == 2 }
+        let runtime = configuration.runtimeDirectory
+        _ = try await controlJSON(runtime, ["op": "disable_features", "features": ["all"]])
+        _ = try await controlJSON(runtime, ["op": "forget", "user_id": "u-paused"])
+        #expect(try await running.erasure("collector")?.state == .pending)
+        // A commit of other events does not let it go either (and does not wake it).
+        #expect(sink.eraseAttempts == 0)
+        _ = try await controlJSON(runtime, ["op": "enable_features", "features": ["all"]])
+        try await eventually("sent once delivery may run") { try await running.erasure("collector")?.state == .sent }
+        #expect(sink.erasures.map(\.userID) == ["u-paused"])
         try await running.stop()
     }
 

@@ -259,11 +259,11 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
                 bus.publishEvents(.delivered, batch.events, at: WallClock.unixMilliseconds(), sink: sinkName, origins: true)
             }
         }
-        // Each erasure sender is woken by commits too (a consent change may let it go).
+        // Each erasure sender is woken by consent changes too (one may let it go).
         let erasureWakeups = configuredSinks.map { _ in AsyncSignal() }
         let pipeline = CommitPipeline(
             log: log, configuration: configuration, counters: counters, bus: bus,
-            committedSignals: deliveries.map(\.wakeup) + erasureWakeups, faults: .planted, logger: logger)
+            committedSignals: deliveries.map(\.wakeup), consentSignals: erasureWakeups, faults: .planted, logger: logger)
         let erasureSenders = Self.makeErasureSenders(
             sinks: sinks, configured: configuredSinks, threads: sinkThreads, outbox: erasures, gate: engine,
             wakeups: erasureWakeups, pipeline: pipeline, metrics: counters, logger: logger)

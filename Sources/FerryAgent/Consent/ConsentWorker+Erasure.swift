@@ -14,9 +14,14 @@ extension ConsentWorker {
         let sinks = erasures.sinks.map {
             ErasureTargets.Sink(name: $0.name, cursor: mainLog.cursor(for: $0.name), batchMaxBytes: $0.batchMaxBytes)
         }
+        // The first record an earlier purge erased: whose it was is no longer known.
+        var firstErased: LogPosition?
+        try mainLog.forEachRecord { event in
+            if event.isErased, firstErased == nil { firstErased = event.position }
+        }
         let targets = ErasureTargets.sinks(sinks, covered: journal.eraseQueued.map(\.position),
                                            firstSegment: mainLog.startPosition.segment,
-                                           deliveryStarted: engine.snapshot().deliveryStarted)
+                                           deliveryStarted: engine.snapshot().deliveryStarted, firstErased: firstErased)
         guard !targets.isEmpty else { return }
         let now = journal.entry.map { UInt64($0.at) } ?? WallClock.unixMilliseconds()
         let request = SinkErasure(id: EventIDGenerator().next(unixMilliseconds: now).description, userID: userID, requestedAt: now)

@@ -25,8 +25,8 @@ final class ErasureSender: Sendable {
     private let metrics: AgentMetrics
     /// Hands an outcome to the commit thread; returns once it is durable, throws if it cannot be.
     private let settle: @Sendable (ErasureOutcome) async throws -> Void
-    /// Signalled when a request is added to the outbox, and on every commit (a consent change
-    /// may let the sender go).
+    /// Signalled when a request is added to the outbox, and after every consent change (one may
+    /// let the sender go); not by event commits, so a busy ingest costs it nothing.
     let wakeup: AsyncSignal
     /// The consent gate: nothing is sent while delivery is paused (before `ferry start` with
     /// `autoStart: false`, or in no-op mode), as no batch is.

@@ -10,9 +10,11 @@ import FerryStorage
 /// 2. delivery has started, and one lies within the first `batch.maxBytes` after its cursor (it
 ///    may be in the batch on the wire as the erasure happens: the send-time gate stops batches
 ///    still in memory, not one already sent; before `ferry start` nothing is ever on the wire);
-/// 3. the log no longer holds everything the sink was sent — segments were deleted (every sink
-///    had passed them) or dropped by the retention cap — and the sink has delivered anything at
-///    all: whether the lost records held the user's events is unknowable, so the answer is yes.
+/// 3. the log no longer tells whose events the sink was sent — segments were deleted (every sink
+///    had passed them) or dropped by the retention cap, and the sink has delivered anything at
+///    all; or a record before its cursor was erased by an earlier purge (an erased record keeps its
+///    id, not its user): whether those records held the user's events is unknowable, so the answer
+///    is yes.
 ///
 /// A sink that delivered nothing at all never gets one.
 package enum ErasureTargets {
@@ -37,12 +39,14 @@ package enum ErasureTargets {
     /// positions of the user's (not yet erased) events in the log; `firstSegment`: the index of
     /// the log's oldest segment (segments start at 1: a larger index means older ones are gone);
     /// `deliveryStarted`: whether any batch can have been sent (false before `ferry start` with
-    /// `autoStart: false`).
-    package static func sinks(_ sinks: [Sink], covered: [LogPosition], firstSegment: UInt64, deliveryStarted: Bool = true) -> [String] {
+    /// `autoStart: false`); `firstErased`: the position of the log's first erased record, if any.
+    package static func sinks(_ sinks: [Sink], covered: [LogPosition], firstSegment: UInt64, deliveryStarted: Bool = true,
+                              firstErased: LogPosition? = nil) -> [String] {
         let start = LogPosition(segment: max(1, firstSegment), offset: SegmentedLog.segmentHeaderSize)
         let lost = firstSegment > 1
         return sinks.filter { sink in
             if lost && sink.cursor > start { return true }
+            if let firstErased, firstErased < sink.cursor { return true }
             return covered.contains { position in
                 position < sink.cursor || (deliveryStarted && onTheWire(position, after: sink.cursor, bytes: sink.batchMaxBytes))
             }
