@@ -172,6 +172,12 @@ public struct FerryControl: Sendable, Hashable {
         try await send(.forget(userID: userID)).decode(PurgeReply.self).report
     }
 
+    /// The upstream erasure requests `forget` recorded and where each stands per sink
+    /// (`forget_status`; docs/CONSENT.md, "Erasure upstream"). Needs the `control` right.
+    public func erasureStatus() async throws -> ErasureStatusReply {
+        try await send(.forgetStatus()).decode(ErasureStatusReply.self)
+    }
+
     /// Starts delivery (`start`) on an agent configured to wait for it (`autoStart: false`).
     /// Starting an agent already delivering does nothing.
     public func start() async throws {

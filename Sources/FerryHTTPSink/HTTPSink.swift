@@ -42,12 +42,12 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     public let name: String
     /// The configuration the sink runs with.
     public let configuration: HTTPSinkConfiguration
-    private let logger: Logger
-    private let client: HTTPClient
+    let logger: Logger
+    let client: HTTPClient
     private let state = Mutex<State>(State())
 
     /// The sink's thread for blocking file reads (token, CA file).
-    private let io: BlockingExecutor
+    let io: BlockingExecutor
 
     private struct State {
         /// `nil` until loaded; then `.some(nil)` when no credential is configured.
@@ -114,6 +114,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// instead of failing every batch. The sink keeps no checkpoint.
     public func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? {
         _ = try await authorization()
+        try await checkErasureToken()
         if let caFile = configuration.caFile {
             do {
                 let certificates = try await io.run { try NIOSSLCertificate.fromPEMFile(caFile) }
@@ -291,7 +292,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
         }
     }
 
-    private static func describe(_ error: any Error) -> String {
+    static func describe(_ error: any Error) -> String {
         if let error = error as? HTTPClientError {
             switch error {
             case .deadlineExceeded, .readTimeout, .writeTimeout: return "request timed out (\(error))"
@@ -311,7 +312,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     }
 
     /// The `Authorization` value, or `nil` without a configured credential. Loads it on first use.
-    private func authorization() async throws -> String? {
+    func authorization() async throws -> String? {
         if let loaded = state.withLock({ $0.credential }) { return loaded?.authorization }
         let configuration = self.configuration, logger = self.logger
         let credential = try await io.run { try Self.loadCredential(configuration, logger: logger) }
@@ -337,7 +338,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
 
     /// The contents of the secret file `path` (the value of configuration key `key`), trimmed;
     /// warns when other users can read it.
-    private static func readSecret(_ path: String, key: String, logger: Logger) throws -> String {
+    static func readSecret(_ path: String, key: String, logger: Logger) throws -> String {
         guard let bytes = try? FileIO.readFile(path, followSymlinks: true) else {
             throw AgentError(code: .configuration, message: "sink (http): cannot read \(key) \(path)")
         }
@@ -373,7 +374,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
 
     /// `text` with the credential (if loaded) replaced by `<redacted>`: some collectors echo the
     /// request back in error bodies.
-    private func redact(_ text: String) -> String {
+    func redact(_ text: String) -> String {
         guard let credential = state.withLock({ $0.credential }) ?? nil else { return text }
         var text = text
         for secret in credential.secrets where !secret.isEmpty {

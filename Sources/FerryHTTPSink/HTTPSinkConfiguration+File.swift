@@ -35,6 +35,11 @@ extension HTTPSinkConfiguration {
             "format": .choice(BodyFormat.allCases.map(\.rawValue)) { config.format = BodyFormat(rawValue: $0)! },
             "gzip": .bool { config.gzip = $0 },
             "bodyVersion": .int { config.bodyVersion = $0 },
+            "erasure": .object([
+                "url": .string { config.erasure.url = $0 },
+                "apiURL": .string { config.erasure.apiURL = $0 },
+                "tokenFile": .string { config.erasure.tokenFile = $0 },
+            ]),
         ], at: prefix)
         do {
             try config.validate()

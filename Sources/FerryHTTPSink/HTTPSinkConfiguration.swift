@@ -51,6 +51,31 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
     /// `envelope`, a leading `"version":2`; 1 is the body before it (`consent_seq` a string,
     /// `ads_personalization`, no `version`), for consumers not yet updated.
     public var bodyVersion: Int = HTTPSinkConfiguration.currentBodyVersion
+    /// Where and how `ferry forget --user` reaches the collector (`erasure`; docs/HTTP-SINK.md,
+    /// "Erasure").
+    public var erasure = Erasure()
+
+    /// The `erasure` keys: how a user's erasure is carried upstream.
+    public struct Erasure: Sendable, Hashable {
+        /// `envelope`: where the erasure message is POSTed (`erasure.url`); `nil`: the sink's ``url``.
+        public var url: String?
+        /// `segment`: the base URL of Segment's Public API (`erasure.apiURL`).
+        public var apiURL: String
+        /// `segment`: a file holding a Segment Public API token (`erasure.tokenFile`), sent as
+        /// `Authorization: Bearer <token>`; checked like ``tokenFile``. Without it the `segment`
+        /// sink cannot erase: each request fails for good, in the audit log.
+        public var tokenFile: String?
+
+        /// Segment's Public API.
+        public static let defaultAPIURL = "https://api.segmentapis.com"
+
+        /// Creates erasure settings.
+        public init(url: String? = nil, apiURL: String = Erasure.defaultAPIURL, tokenFile: String? = nil) {
+            self.url = url
+            self.apiURL = apiURL
+            self.tokenFile = tokenFile
+        }
+    }
 
     /// The newest body version, sent by default.
     public static let currentBodyVersion = 2
@@ -99,6 +124,14 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
         if let writeKeyFile, writeKeyFile.isEmpty { throw fail("writeKeyFile must not be empty") }
         if let tokenEnvironment, tokenEnvironment.isEmpty { throw fail("tokenEnvironment must not be empty") }
         if let caFile, caFile.isEmpty { throw fail("caFile must not be empty") }
+        for (key, value) in [("erasure.url", erasure.url), ("erasure.apiURL", erasure.apiURL)] {
+            guard let value else { continue }
+            guard let parts = URLComponents(string: value), let scheme = parts.scheme?.lowercased(), scheme == "http" || scheme == "https",
+                  parts.host?.isEmpty == false, parts.user == nil, parts.password == nil else {
+                throw fail("\(key) must be an absolute http:// or https:// URL with a host and no credentials")
+            }
+        }
+        if let tokenFile = erasure.tokenFile, tokenFile.isEmpty { throw fail("erasure.tokenFile must not be empty") }
         guard Self.bodyVersions.contains(bodyVersion) else {
             throw fail("bodyVersion must be \(Self.bodyVersions.map(String.init).joined(separator: " or ")), not \(bodyVersion)")
         }
@@ -137,6 +170,8 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
         if let tokenFile { parts.append("token: <redacted, from file \(tokenFile)>") }
         if let tokenEnvironment { parts.append("token: <redacted, from $\(tokenEnvironment)>") }
         if let writeKeyFile { parts.append("writeKey: <redacted, from file \(writeKeyFile)>") }
+        if let url = erasure.url { parts.append("erasure.url: \(url)") }
+        if let tokenFile = erasure.tokenFile { parts += ["erasure.apiURL: \(erasure.apiURL)", "erasure.token: <redacted, from file \(tokenFile)>"] }
         if !headers.isEmpty { parts.append("headers: \(headers.keys.sorted().joined(separator: ", ")) (values redacted)") }
         parts.append("requestTimeoutMilliseconds: \(requestTimeoutMilliseconds)")
         parts.append("connectTimeoutMilliseconds: \(connectTimeoutMilliseconds)")

@@ -30,8 +30,8 @@ public final class JetStreamSink: Sink {
     public let name: String
     /// The configuration the sink runs with.
     public let configuration: JetStreamSinkConfiguration
-    private let template: Result<SubjectTemplate, SubjectTemplate.Invalid>
-    private let logger: Logger
+    let template: Result<SubjectTemplate, SubjectTemplate.Invalid>
+    let logger: Logger
     /// Where the cut of each batch into messages is recorded before it is published (with
     /// ``JetStreamSinkConfiguration/eventsPerMessage`` above 1); `nil` without a data directory.
     private let planJournal: MessagePlanJournal?
@@ -39,7 +39,7 @@ public final class JetStreamSink: Sink {
 
     /// nats.c calls that may block (connecting, stream requests, a full publish window) run on
     /// the sink's own thread, shared with its delivery loop and with no other sink.
-    private let io: BlockingExecutor
+    let io: BlockingExecutor
 
     private struct State {
         var js: JetStreamContext?
@@ -217,7 +217,7 @@ public final class JetStreamSink: Sink {
 
     /// The JetStream context, connected (or reconnecting) with the stream checked; creates them
     /// on first use.
-    private func ready() async throws -> JetStreamContext {
+    func ready() async throws -> JetStreamContext {
         let (existing, streamReady, shutDown) = state.withLock { ($0.js, $0.streamReady, $0.shutDown) }
         if shutDown { throw SinkError(.retry(after: nil), "jetstream: the sink is shut down") }
         if let existing, streamReady { return existing }
@@ -364,13 +364,14 @@ public final class JetStreamSink: Sink {
                 }
                 let frame = events[index].frame
                 let sourceRange = WireEvent.fixedHeaderSize..<(WireEvent.fixedHeaderSize + header.sourceLength)
-                if let last, last.type == header.type, last.category == header.category,
+                if !template.carriesUser, let last, last.type == header.type, last.category == header.category,
                    Self.same(frame, sourceRange, last.source) {
                     subjects.append(last.subject)
                 } else {
                     let source = Array(frame[sourceRange])
                     let subject = template.render(type: header.type.description, category: header.category,
-                                                  source: String(decoding: source, as: UTF8.self))
+                                                  source: String(decoding: source, as: UTF8.self),
+                                                  user: template.carriesUser ? header.userID(in: frame) : "")
                     subjects.append(subject)
                     last = (header.type, header.category, source, subject)
                 }

@@ -36,6 +36,7 @@ extension JetStreamSinkConfiguration {
             "lineFormat": .int { box.value.lineFormat = $0 },
             "eventsPerMessage": .int { box.value.eventsPerMessage = $0 },
             "messageMaxBytes": .int { box.value.messageMaxBytes = $0 },
+            "erasure": .object(["subject": .string { box.value.erasureSubject = $0 }]),
         ]
     }
 }

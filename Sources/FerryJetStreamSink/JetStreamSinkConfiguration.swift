@@ -55,6 +55,10 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
     /// Most body bytes of a message carrying several events (an event larger than this is sent
     /// alone). Keep it under the servers' `max_payload` (1 MiB by default) minus the headers.
     public var messageMaxBytes: Int = 512 * 1024
+    /// The subject `ferry forget --user` publishes an erasure message to (`erasure.subject`;
+    /// docs/JETSTREAM.md, "Erasure"); `nil`: none. It must be captured by a stream (the sink's
+    /// ``streamSubjects`` when it creates the stream).
+    public var erasureSubject: String?
 
     /// The values ``eventsPerMessage`` may take.
     public static let eventsPerMessageRange = 1...10_000
@@ -132,6 +136,15 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
             throw fail("timeouts must be positive")
         }
         if credentialsFile == "" || tokenFile == "" { throw fail("credentialsFile and tokenFile must not be empty strings") }
+        if let erasureSubject {
+            guard (try? SubjectTemplate(erasureSubject))?.carriesUser == false, !erasureSubject.contains("{"),
+                  SubjectTemplate.isValidFilter(erasureSubject), !erasureSubject.contains("*"), !erasureSubject.contains(">") else {
+                throw fail("erasure.subject \"\(erasureSubject)\" is not a valid subject (no wildcards, no placeholders)")
+            }
+            if createStream, !streamSubjects.contains(where: { (try? SubjectTemplate(erasureSubject))?.isCovered(by: $0) == true }) {
+                throw fail("streamSubjects (\(streamSubjects.joined(separator: ", "))) do not capture erasure.subject \"\(erasureSubject)\"")
+            }
+        }
         if createStream {
             guard !streamSubjects.isEmpty else { throw fail("streamSubjects must not be empty when createStream is true") }
             for subject in streamSubjects where !SubjectTemplate.isValidFilter(subject) {

@@ -1,7 +1,8 @@
 /// A NATS subject with placeholders, e.g. `ferry.events.{category}.{type}`.
 ///
-/// Placeholders: `{type}` (track, identify, …), `{category}` (the category number) and
-/// `{source}` (the emitting app). A placeholder's value is sanitised into a safe subject token:
+/// Placeholders: `{type}` (track, identify, …), `{category}` (the category number),
+/// `{source}` (the emitting app) and `{user}` (the event's user id, written losslessly by
+/// ``userToken(_:)``, so that `ferry forget --user` can purge exactly that user's subjects). A placeholder's value is sanitised into a safe subject token:
 /// ASCII letters, digits, `-` and `_` are kept, every other character (`.`, `*`, `>`, spaces,
 /// control and non-ASCII characters) becomes `_`, and an empty value becomes `_`. So a rendered
 /// subject always has the template's number of tokens and never contains a wildcard.
@@ -15,7 +16,7 @@ public struct SubjectTemplate: Sendable, Hashable {
 
     /// What a placeholder stands for.
     public enum Placeholder: String, Sendable, Hashable, CaseIterable {
-        case type, category, source
+        case type, category, source, user
     }
 
     enum Piece: Sendable, Hashable {
@@ -45,7 +46,7 @@ public struct SubjectTemplate: Sendable, Hashable {
                     }
                     let name = String(rest[rest.index(after: rest.startIndex)..<close])
                     guard let placeholder = Placeholder(rawValue: name) else {
-                        throw Invalid(message: "unknown placeholder {\(name)}; valid: {type}, {category}, {source}")
+                        throw Invalid(message: "unknown placeholder {\(name)}; valid: {type}, {category}, {source}, {user}")
                     }
                     pieces.append(.placeholder(placeholder))
                     rest = rest[rest.index(after: close)...]
@@ -59,13 +60,16 @@ public struct SubjectTemplate: Sendable, Hashable {
                     rest = rest[end...]
                 }
             }
+            if pieces.contains(.placeholder(.user)), pieces.count > 1 {
+                throw Invalid(message: "\"\(text)\": {user} must be a whole token (such as ferry.users.{user}.{type})")
+            }
             tokens.append(pieces)
         }
         self.tokens = tokens
     }
 
     /// The subject for one event.
-    public func render(type: String, category: UInt8, source: String) -> String {
+    public func render(type: String, category: UInt8, source: String, user: String = "") -> String {
         tokens.map { pieces in
             pieces.map { piece in
                 switch piece {
@@ -73,9 +77,46 @@ public struct SubjectTemplate: Sendable, Hashable {
                 case .placeholder(.type): Self.sanitize(type)
                 case .placeholder(.category): String(category)
                 case .placeholder(.source): Self.sanitize(source)
+                case .placeholder(.user): Self.userToken(user)
                 }
             }.joined()
         }.joined(separator: ".")
+    }
+
+    /// Whether the template has a `{user}` placeholder.
+    public var carriesUser: Bool { tokens.contains { $0.contains(.placeholder(.user)) } }
+
+    /// The stream filter of every subject rendered for `user` (`nil` without `{user}`): the
+    /// user's token where the template has it, `*` for every other token holding a placeholder.
+    public func userFilter(_ user: String) -> String? {
+        guard carriesUser else { return nil }
+        return tokens.map { pieces in
+            if pieces.contains(.placeholder(.user)), pieces.count == 1 { return Self.userToken(user) }
+            if pieces.allSatisfy({ if case .literal = $0 { true } else { false } }) {
+                return pieces.map { if case .literal(let text) = $0 { text } else { "" } }.joined()
+            }
+            return "*"
+        }.joined(separator: ".")
+    }
+
+    /// A user id as one subject token, losslessly (unlike ``sanitize(_:)``, two ids never share a
+    /// token, so a purge by subject reaches exactly one user): ASCII letters, digits and `-` are
+    /// kept, every other byte of its UTF-8 becomes `_` and two upper-case hex digits (`a.b` →
+    /// `a_2Eb`, `_` → `_5F`); an empty id (an event without a user) becomes `_`.
+    public static func userToken(_ user: String) -> String {
+        guard !user.isEmpty else { return "_" }
+        let hex = Array("0123456789ABCDEF".utf8)
+        var out: [UInt8] = []
+        for byte in user.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
+                 UInt8(ascii: "-"):
+                out.append(byte)
+            default:
+                out += [UInt8(ascii: "_"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]]
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
     /// `value` as a safe subject token (see the type's documentation).

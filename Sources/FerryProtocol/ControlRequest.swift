@@ -57,6 +57,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         case purge(category: String?)
         /// `forget` {`user_id`}.
         case forget(userID: String)
+        /// `forget_status`: the upstream erasures `forget` recorded, per sink (``ErasureStatusReply``).
+        case forgetStatus
         /// `start`: starts delivery on an agent waiting for it.
         case start
         /// `deadletter_replay` {`id`, `sink` (optional when one sink holds `id`)}.
@@ -80,6 +82,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             case .disableFeatures: "disable_features"
             case .purge: "purge"
             case .forget: "forget"
+            case .forgetStatus: "forget_status"
             case .start: "start"
             case .deadLetterReplay: "deadletter_replay"
             case .whoami: "whoami"
@@ -90,7 +93,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     /// Every `op` the agent answers, in the order its refusal of an unknown op lists them.
     public static let ops = [
         "status", "deadletter_replay", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
-        "enable_features", "disable_features", "purge", "forget", "start", "whoami", "metrics",
+        "enable_features", "disable_features", "purge", "forget", "start", "whoami", "metrics", "forget_status",
     ]
 
     /// The `op` string of ``operation``.
@@ -124,6 +127,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public static func purge(category: String?) -> Self { .init(.purge(category: category)) }
     /// `forget`.
     public static func forget(userID: String) -> Self { .init(.forget(userID: userID)) }
+    /// `forget_status`.
+    public static func forgetStatus() -> Self { .init(.forgetStatus) }
     /// `start`.
     public static func start() -> Self { .init(.start) }
     /// `whoami`.
@@ -143,7 +148,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         var fields: [String: Value] = ["op": .string(op)]
         if let actor { fields["actor"] = .string(actor) }
         switch operation {
-        case .status, .metrics, .consentState, .start, .whoami:
+        case .status, .metrics, .consentState, .start, .whoami, .forgetStatus:
             break
         case .consentLog(let limit):
             if let limit { fields["limit"] = .int(limit) }
@@ -321,6 +326,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         case "forget":
             guard let user = string("user_id"), !user.isEmpty else { throw ControlRefusal("\"user_id\" must be a non-empty string") }
             return .forget(userID: user)
+        case "forget_status":
+            return .forgetStatus
         case "start":
             return .start
         case "whoami":

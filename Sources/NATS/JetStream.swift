@@ -144,6 +144,17 @@ public final class JetStreamContext: @unchecked Sendable {
         try jsCall("js_DeleteStream(\(name))") { js_DeleteStream(handle, name, &jsOpts, $0) }
     }
 
+    /// Purges the messages of stream `name` whose subject matches `subject` (a filter; `nil`:
+    /// every message), blocking: one API request, `$JS.API.STREAM.PURGE.<name>` with
+    /// `{"filter": subject}`.
+    public func purgeStream(_ name: String, subject: String?) throws(NATSError) {
+        var jsOpts = apiOptions
+        let filter = subject.map { strdup($0) }
+        defer { filter.map { free($0) } }
+        if let filter { jsOpts.Stream.Purge.Subject = UnsafePointer(filter) }
+        try jsCall("js_PurgeStream(\(name))") { js_PurgeStream(handle, name, &jsOpts, $0) }
+    }
+
     // MARK: Publishing
 
     /// Publishes `messages` asynchronously, in order, and returns the batch whose

@@ -341,11 +341,27 @@ struct Purge: AsyncParsableCommand {
     }
 }
 
-/// `ferry forget`.
+/// `ferry forget`: `ferry forget --user ID` (the default subcommand) and `ferry forget status`.
 struct Forget: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Erase every pending and held event of one user (right to erasure).",
-        discussion: "Events already delivered upstream are out of the agent's reach."
+        abstract: "Erase one user's events here and ask every upstream that received them to erase them too.",
+        usage: "ferry forget --user <user> [--actor <actor>] [--json]\nferry forget status [--json]",
+        discussion: """
+            `ferry forget --user ID` erases the user's pending and held events and records an erasure \
+            request for every sink that may have delivered the user's events; `ferry forget status` \
+            shows where each request stands (docs/CONSENT.md, "Erasure upstream").
+            """,
+        subcommands: [ForgetUser.self, ForgetStatus.self],
+        defaultSubcommand: ForgetUser.self
+    )
+}
+
+/// `ferry forget --user ID`.
+struct ForgetUser: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "user",
+        abstract: "Erase every pending and held event of one user and request its erasure upstream (right to erasure).",
+        discussion: "The request is sent to every sink that delivered the user's events; see `ferry forget status`."
     )
 
     @Option(name: .long, help: "The user id whose events to erase.")
@@ -363,6 +379,47 @@ struct Forget: AsyncParsableCommand {
         if change.json { return print(reply.text) }
         let purged = try reply.decode(PurgeReply.self).report
         print(ConsentText.purged(purged) + " for user \(user)")
+    }
+}
+
+/// `ferry forget status`.
+struct ForgetStatus: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "status",
+        abstract: "Show every upstream erasure request, per sink: pending, attempts, last error, done.",
+        discussion: "Exits 0; the JSON form is the agent's `forget_status` reply."
+    )
+
+    @Flag(name: .long, help: "Print the agent's reply as JSON.")
+    var json = false
+
+    @OptionGroup var agent: AgentOptions
+
+    func run() async throws {
+        let reply = try await agent.withControl(actor: nil) { try await $0.send(.forgetStatus()) }
+        if json { return print(reply.text) }
+        print(ConsentText.erasures(try reply.decode(ErasureStatusReply.self)), terminator: "")
+    }
+}
+
+extension ConsentText {
+    /// `ferry forget status`: one block per request, one line per sink.
+    static func erasures(_ reply: ErasureStatusReply) -> String {
+        guard !reply.erasures.isEmpty else { return "no erasure requests\n" }
+        let formatter = ISO8601DateFormatter()
+        formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+        func date(_ ms: UInt64) -> String { formatter.string(from: Date(timeIntervalSince1970: Double(ms) / 1000)) }
+        var out = ""
+        for request in reply.erasures {
+            out += "request \(request.id)  \(date(request.requestedAt))  \(request.done ? "done" : "pending")\n"
+            for sink in request.sinks {
+                var line = "  " + pad(sink.sink, 16) + pad(sink.state.rawValue, 9) + "attempts \(sink.attempts)"
+                if let reference = sink.reference { line += "  reference \(reference)" }
+                if let error = sink.lastError { line += "  last error: \(error)" }
+                out += line + "\n"
+            }
+        }
+        return out
     }
 }
 

@@ -42,6 +42,7 @@ struct ControlProtocolTests {
         (.purge(category: "advertising"), #"{"category":"advertising","op":"purge"}"#),
         (.forget(userID: "u-\"42\"/\n"), #"{"op":"forget","user_id":"u-\"42\"/\n"}"#),
         (.start(), #"{"op":"start"}"#),
+        (.forgetStatus(), #"{"op":"forget_status"}"#),
         (.deadLetterReplay(id: "0190f5c2-7a3b", sink: nil), #"{"id":"0190f5c2-7a3b","op":"deadletter_replay"}"#),
         (.deadLetterReplay(id: "0190f5c2-7a3b", sink: "collector"), #"{"id":"0190f5c2-7a3b","op":"deadletter_replay","sink":"collector"}"#),
         (ControlRequest(.setConsent(category: "advertising", status: .denied), actor: "ops"),
@@ -61,7 +62,7 @@ struct ControlProtocolTests {
     func opNames() {
         let names = Set(Self.requests.map(\.0.op))
         #expect(names == Set(ControlRequest.ops))
-        #expect(ControlRequest.ops.count == 15)
+        #expect(ControlRequest.ops.count == 16)
         #expect(ControlRequest.ops.first == "status" && ControlRequest.ops[1] == "deadletter_replay")
     }
 

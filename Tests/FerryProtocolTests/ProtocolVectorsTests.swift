@@ -250,6 +250,7 @@ enum ProtocolVectors {
             ("disable_features", .disableFeatures(["all"])),
             ("purge", .purge(category: nil)), ("purge-category", .purge(category: "advertising")),
             ("forget", .forget(userID: "u-1")),
+            ("forget_status", .forgetStatus()),
             ("start", .start()),
             ("deadletter_replay", .deadLetterReplay(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab-3")),
             ("deadletter_replay-sink", .deadLetterReplay(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab-3", sink: "collector")),
@@ -306,6 +307,13 @@ enum ProtocolVectors {
             ("disable_features", "disable_features", purged),
             ("purge", "purge", purged),
             ("forget", "forget", purged),
+            ("forget_status", "forget_status", ErasureStatusReply(erasures: [
+                ErasureRequestStatus(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab", requestedAt: 1_700_000_000_000, sinks: [
+                    ErasureSinkStatus(sink: "collector", state: .pending, attempts: 3, lastError: "http sink: erasure: HTTP 503",
+                                      updatedAt: 1_700_000_004_000),
+                    ErasureSinkStatus(sink: "segment", state: .sent, attempts: 1, updatedAt: 1_700_000_000_200, reference: "2rA9nNpYHb3z"),
+                ]),
+            ])),
             ("start", "start", ConsentUpdate(consent: consent, deliveryStarted: true)),
             ("deadletter_replay", "deadletter_replay", DeadLetterReplayReply(
                 ok: true, sink: "collector", id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab-3", events: 12)),

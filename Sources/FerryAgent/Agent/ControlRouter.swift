@@ -63,6 +63,8 @@ struct ControlRouter: Sendable {
                 ingest: rights[.ingest] ?? false, control: rights[.control] ?? false, events: rights[.events] ?? false)))
         case .consentState:
             return reply(controlReplyJSON(ConsentUpdate(consent: engine.snapshot())))
+        case .forgetStatus:
+            return reply(controlReplyJSON(ErasureStatusReply(erasures: running.erasures?.statuses ?? [])))
         case .deadLetterReplay(let id, let sink):
             let replayer = self.replayer, deliveries = running.deliveries
             Task { reply(controlReplyJSON(await replayer.replay(id: id, sink: sink, deliveries: deliveries))) }

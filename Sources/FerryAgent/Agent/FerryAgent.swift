@@ -162,6 +162,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         for update in plan.sinks {
             if let delivery = deliveries.first(where: { $0.name == update.name }) {
                 delivery.reconfigure(batch: update.batch, retry: update.retry, circuit: update.circuit, disclose: update.disclose)
+                running.withLock { $0?.erasureSenders }?.first { $0.name == update.name }?
+                    .reconfigure(retry: update.retry, circuit: update.circuit)
                 await delivery.sink.reloadCredentials()
             }
         }
@@ -216,8 +218,11 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let bus = EventBus(wakeup: wakeup)
         // Consent: the persisted state (or the configured start), once-key marks, the held area.
         let recoveredDedup = recovered.dedup
+        // The upstream erasures `forget` recorded (docs/CONSENT.md, "Erasure upstream").
+        let erasures = try await io.run { try AgentStartup.openErasureOutbox(configuration) }
         let (engine, workerBox, dedup) = try await io.run { () throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) in
-            try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, bus: bus, logger: logger)
+            try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, bus: bus,
+                                         erasures: erasures, logger: logger)
         }
         let auditLog = AuditLog(path: configuration.dataDirectory + "/consent/audit.log")
 
@@ -258,16 +263,22 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
                 bus.publishEvents(.delivered, batch.events, at: WallClock.unixMilliseconds(), sink: sinkName, origins: true)
             }
         }
+        // Each erasure sender is woken by consent changes too (one may let it go).
+        let erasureWakeups = configuredSinks.map { _ in AsyncSignal() }
         let pipeline = CommitPipeline(
             log: log, configuration: configuration, counters: counters, bus: bus,
-            committedSignals: deliveries.map(\.wakeup), faults: .planted, logger: logger)
+            committedSignals: deliveries.map(\.wakeup), consentSignals: erasureWakeups, faults: .planted, logger: logger)
+        let erasureSenders = Self.makeErasureSenders(
+            sinks: sinks, configured: configuredSinks, threads: sinkThreads, outbox: erasures, gate: engine,
+            wakeups: erasureWakeups, pipeline: pipeline, metrics: counters, logger: logger)
         // The access policy, resolved against the user and group databases here (never on a
         // socket thread) and refreshed in the background.
         let access = await io.run { AccessControl(policy: configuration.access, logger: logger) }
         access.startRefreshing()
         running.withLock {
             $0 = RunningAgent(sinks: configuredSinks, log: log, deliveries: deliveries, recovery: report, pipeline: pipeline,
-                         consent: engine, auditLog: auditLog, access: access)
+                         consent: engine, auditLog: auditLog, access: access, erasures: erasures,
+                         erasureSenders: erasureSenders)
         }
 
         // Control requests are answered on a thread of their own: status, the audit log and
@@ -330,6 +341,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         await cancelWhenGracefulShutdown {
             await withTaskGroup(of: Void.self) { group in
                 for delivery in deliveries { group.addTask { await delivery.run() } }
+                for sender in erasureSenders { group.addTask { await sender.run() } }
             }
         }
         logger.info("ferryd stopping")

@@ -20,4 +20,8 @@ struct RunningAgent: Sendable {
     var auditLog: AuditLog
     /// Who may send events, control the agent and subscribe.
     var access: AccessControl
+    /// The upstream erasures `forget` recorded (`forget_status`).
+    var erasures: ErasureOutbox? = nil
+    /// One erasure sender per configured sink (same order as ``sinks``).
+    var erasureSenders: [ErasureSender] = []
 }

@@ -101,16 +101,19 @@ final class CommitPipeline: Sendable {
     let bus: EventBus
     /// Signalled after each group that stored something (the delivery loops wait on them).
     private let committedSignals: [AsyncSignal]
+    /// Signalled after each consent change only (the erasure senders: a change may let them go).
+    private let consentSignals: [AsyncSignal]
 
     /// `committedSignals` are signalled after each group that stored events and after each
     /// consent change (which may unpause delivery or have queued an event). `faults` are for the
     /// power-cut tests (``CommitFaults/planted``); `.none` otherwise.
     init(
         log: SegmentedLog, configuration: AgentConfiguration, counters: AgentMetrics, bus: EventBus,
-        committedSignals: [AsyncSignal], faults: CommitFaults = .none, logger: Logger
+        committedSignals: [AsyncSignal], consentSignals: [AsyncSignal] = [], faults: CommitFaults = .none, logger: Logger
     ) {
         self.bus = bus
         self.committedSignals = committedSignals
+        self.consentSignals = consentSignals
         self.log = log
         self.configuration = configuration
         self.counters = counters
@@ -263,6 +266,7 @@ final class CommitPipeline: Sendable {
                     }
                     // The change may unpause delivery or have queued a consent_updated event.
                     signalDeliveryLoops()
+                    for signal in consentSignals { signal.signal() }
                 }
             }
             flush()

@@ -44,6 +44,18 @@ struct ConsentJournal: Codable, Sendable {
     var consentUpdated: QueuedEvent?
     /// What the change erased, for the reply and the `purged` topic (nil: nothing to erase).
     var purged: PurgeReport?
+    /// A `forget`'s upstream erasure: the request and the sinks it is for, added to the erasure
+    /// outbox by the change (docs/CONSENT.md, "Erasure upstream"). It holds the user id until the
+    /// journal is deleted.
+    var erasure: UpstreamErasure?
+    /// An upstream erasure's outcome at one sink, settled in the outbox by the change.
+    var erasureOutcome: ErasureOutcome?
+
+    /// The upstream erasure a `forget` records.
+    struct UpstreamErasure: Codable, Sendable, Hashable {
+        var request: SinkErasure
+        var sinks: [String]
+    }
 
     /// Dead letter `id` of `sink` and the covered events in it.
     struct DeadLetterErasure: Codable, Sendable, Hashable {
@@ -87,6 +99,7 @@ struct ConsentJournal: Codable, Sendable {
     private enum CodingKeys: String, CodingKey {
         case version, entry, state, change, old, new, eraseQueued = "erase_queued", eraseHeld = "erase_held"
         case deadLetters = "dead_letters", release, queueEnd = "queue_end", consentUpdated = "consent_updated", purged
+        case erasure, erasureOutcome = "erasure_outcome"
     }
 
     init(entry: AuditEntry?, state: PersistedConsent?, change: String, old: String, new: String, queueEnd: LogPosition) {
@@ -117,6 +130,8 @@ struct ConsentJournal: Codable, Sendable {
         queueEnd = LogPosition(segment: UInt64(end[0]), offset: end[1])
         consentUpdated = try container.decodeIfPresent(QueuedEvent.self, forKey: .consentUpdated)
         purged = try container.decodeIfPresent(PurgeReport.self, forKey: .purged)
+        erasure = try container.decodeIfPresent(UpstreamErasure.self, forKey: .erasure)
+        erasureOutcome = try container.decodeIfPresent(ErasureOutcome.self, forKey: .erasureOutcome)
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -134,6 +149,8 @@ struct ConsentJournal: Codable, Sendable {
         try container.encode([Int64(queueEnd.segment), queueEnd.offset], forKey: .queueEnd)
         try container.encodeIfPresent(consentUpdated, forKey: .consentUpdated)
         try container.encodeIfPresent(purged, forKey: .purged)
+        try container.encodeIfPresent(erasure, forKey: .erasure)
+        try container.encodeIfPresent(erasureOutcome, forKey: .erasureOutcome)
     }
 }
 

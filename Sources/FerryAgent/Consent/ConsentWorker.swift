@@ -14,6 +14,9 @@ enum ConsentCommand: Sendable {
     case purge(category: String?)
     case forget(userID: String)
     case start
+    /// An upstream erasure's outcome at one sink (from its ``ErasureSender``): audited and
+    /// settled in the erasure outbox.
+    case erasureOutcome(ErasureOutcome)
 }
 
 /// The result of a consent command.
@@ -41,7 +44,7 @@ final class ConsentWorker {
     private let auditLog: AuditLog
     private let journalFile: ConsentJournalFile
     private let deadLetters: DeadLetterStore
-    private let mainLog: SegmentedLog
+    let mainLog: SegmentedLog
     private let logger: Logger
     private let ids = EventIDGenerator()
     private var consentSequence: UInt64 = 0
@@ -52,13 +55,16 @@ final class ConsentWorker {
     private var oldestHeldAt: UInt64?
     /// Where the `consent` and `purged` bus messages go.
     private let bus: EventBus
+    /// The upstream erasures `forget` records (``ErasureOutbox``); `nil`: none are recorded.
+    let erasures: ErasureOutbox?
     /// A change that happened (its journal is on disk) whose effects are not all done yet.
     private(set) var pending: ConsentJournal?
 
     init(engine: ConsentEngine, heldLog: SegmentedLog, onceKeys: OnceKeyStore, mainLog: SegmentedLog,
          stateFile: ConsentStateFile, auditLog: AuditLog, journalFile: ConsentJournalFile, deadLetters: DeadLetterStore,
-         pending: ConsentJournal?, bus: EventBus, logger: Logger) throws {
+         pending: ConsentJournal?, bus: EventBus, erasures: ErasureOutbox? = nil, logger: Logger) throws {
         self.bus = bus
+        self.erasures = erasures
         self.engine = engine
         self.heldLog = heldLog
         self.onceKeys = onceKeys
@@ -182,6 +188,9 @@ final class ConsentWorker {
         case .start:
             change = "start"
             action = true
+        case .erasureOutcome:
+            change = "erasure"
+            action = true
         }
 
         let oldText = action ? "null" : Self.describe(before, change: change)
@@ -190,6 +199,7 @@ final class ConsentWorker {
         case .purge(let category): newText = Self.json(["category": category ?? "*"])
         case .forget: newText = Self.json(["user": "<erased>"])  // the id itself is not kept in the audit log
         case .start: newText = "true"
+        case .erasureOutcome(let outcome): newText = Self.json(outcome.auditFields)
         default: newText = Self.describe(after, change: change)
         }
         if !action && oldText == newText && before.persistence == after.persistence {
@@ -214,6 +224,8 @@ final class ConsentWorker {
                                      queueEnd: mainLog.endPosition)
         try plan(erasing: purge, into: &journal)
         try plan(releasing: release, into: &journal)
+        if case .forget(let userID) = command { try planUpstreamErasure(userID: userID, into: &journal) }
+        if case .erasureOutcome(let outcome) = command { journal.erasureOutcome = outcome }
         if !action && engine.upstreamAllowed(after) {
             journal.consentUpdated = makeConsentUpdated(journal, state: after, anonymousID: anonymousID)
         }
@@ -353,6 +365,7 @@ final class ConsentWorker {
                 try CrashPoints.reach("consent.deadletter")
             }
         }
+        try recordUpstreamErasure(journal)
         if !journal.release.isEmpty || journal.consentUpdated != nil {
             do {
                 try appendOnce(journal, writer: writer)

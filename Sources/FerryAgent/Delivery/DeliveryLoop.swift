@@ -496,9 +496,7 @@ final class DeliveryLoop: Sendable {
 
     /// Exponential backoff with full jitter: uniform in [0, min(cap, initial·2^attempt)].
     func backoff(attempt: Int) -> Duration {
-        let ceiling = min(Double(configuration.retry.maxMilliseconds),
-                          Double(configuration.retry.initialMilliseconds) * Double(1 << min(attempt, 30)))
-        return .milliseconds(Int(Double.random(in: 0...max(0, ceiling))))
+        RetryBackoff.delay(attempt: attempt, retry: configuration.retry)
     }
 
     private static func milliseconds(_ duration: Duration) -> Int {

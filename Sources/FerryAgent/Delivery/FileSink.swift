@@ -145,6 +145,11 @@ public final class FileSink: Sink {
 
     public func shutdown() async throws {}
 
+    /// Runs `body` on the sink's thread (after any write in progress there).
+    func runOnSinkThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        try await io.run(body)
+    }
+
     /// One JSON object line for `event` (``JSONWriter/storedEventObject(_:consent:)``) and a newline;
     /// `consent` is the batch's consent stamp as a JSON object. From line format 2 on, the line
     /// starts with `"line_format":N`, so a reader can tell the format of every line. `disclosure`

@@ -88,6 +88,16 @@ public protocol Sink: Sendable {
     /// loop dead-letters each rejected event on its own (reason `rejected`) and hands the rest to
     /// ``deliver(_:)``, so one bad event does not hold back the others. The default rejects none.
     func rejections(in batch: DeliveryBatch) -> [SinkRejection]
+    /// Asks the upstream to erase what it received of one user (`ferry forget --user`; a
+    /// request of the agent's erasure outbox, docs/CONSENT.md, "Erasure upstream"). Returns a
+    /// reference the upstream gave the request, if any (Segment's `regulateId`), kept in the
+    /// outbox and the audit log. Throw ``SinkError``: `.retry` is retried with the sink's backoff
+    /// and circuit breaker, like a batch; `.permanent` ends the request for this sink as failed.
+    /// Called on no particular thread, never concurrently with another `erase` of the same sink,
+    /// possibly while a batch is being delivered. Must be idempotent: after a crash the same
+    /// request (same ``SinkErasure/id``) may come again. The default refuses: the sink type does
+    /// not support erasure, and the request fails permanently for it (in the audit log).
+    func erase(_ request: SinkErasure) async throws -> String?
 }
 
 extension Sink {
@@ -95,6 +105,30 @@ extension Sink {
     public func reloadCredentials() async {}
     /// Every event can be delivered.
     public func rejections(in batch: DeliveryBatch) -> [SinkRejection] { [] }
+    /// Not supported: a permanent ``SinkError``.
+    public func erase(_ request: SinkErasure) async throws -> String? {
+        throw SinkError(.permanent, "sink \(name) does not support erasure")
+    }
+}
+
+/// One user's erasure, as a sink is asked to carry it upstream (``Sink/erase(_:)``).
+public struct SinkErasure: Sendable, Hashable, Codable {
+    /// The request's id (a UUIDv7), the same on every attempt and across restarts: an upstream
+    /// can deduplicate on it.
+    public var id: String
+    /// The user whose events are to be erased (the events' `userId`).
+    public var userID: String
+    /// When `ferry forget` was asked, Unix ms.
+    public var requestedAt: UInt64
+
+    /// Creates a request.
+    public init(id: String, userID: String, requestedAt: UInt64) {
+        self.id = id
+        self.userID = userID
+        self.requestedAt = requestedAt
+    }
+
+    private enum CodingKeys: String, CodingKey { case id, userID = "user_id", requestedAt = "requested_at" }
 }
 
 /// An event a sink can never deliver, and why (``Sink/rejections(in:)``).

@@ -139,6 +139,10 @@ public final class AgentMetrics: Sendable {
     let queueOldestAge: Gauge
     /// `ferry_clients_connected`: ingest connections, from the ZeroMQ socket monitor.
     let clientsConnected: Gauge
+    /// `ferry_erasures_pending`: upstream erasure requests pending, once per sink.
+    let erasuresPending: Gauge
+    /// `ferry_erasure_requests_total{sink,outcome}`, by sink and outcome.
+    private let erasureCounters = Mutex<[String: MetricCounter]>([:])
 
     /// `ferry_client_events_lost_total{source}` by source (at most ``maxLossSources`` names; the
     /// rest are counted under `""`, a series at 0 from the start).
@@ -204,20 +208,41 @@ public final class AgentMetrics: Sendable {
         queueBytes = gauge(.queueBytes)
         queueOldestAge = gauge(.queueOldestAge)
         clientsConnected = gauge(.clientsConnected)
+        erasuresPending = gauge(.erasuresPending)
         // The overflow series, at 0: the family is in the exposition (TYPE, HELP, a sample)
         // before the first loss, as every other counter.
         let overflow = counter(.clientEventsLost, "")
         lostBySource.withLock { $0[""] = overflow }
     }
 
-    /// The instruments of sink `name` (made on first use).
-    func sink(_ name: String) -> SinkMetrics {
-        sinks.withLock { sinks in
-            if let existing = sinks[name] { return existing }
-            let made = SinkMetrics(sink: name, factory: backend.factory)
-            sinks[name] = made
+    /// `ferry_erasure_requests_total{sink,outcome}` of `sink` and `outcome` (`sent`, `failed`,
+    /// `retried`; made on first use, the three of a sink together so each is in the exposition
+    /// from the start).
+    func erasureRequests(sink: String, outcome: String) -> MetricCounter {
+        erasureCounters.withLock { counters in
+            if counters[sink + "\u{0}" + outcome] == nil {
+                for name in ["sent", "failed", "retried"] {
+                    counters[sink + "\u{0}" + name] = MetricCounter(.erasureRequests, [sink, name], factory: backend.factory)
+                }
+            }
+            if let existing = counters[sink + "\u{0}" + outcome] { return existing }
+            let made = MetricCounter(.erasureRequests, [sink, outcome], factory: backend.factory)
+            counters[sink + "\u{0}" + outcome] = made
             return made
         }
+    }
+
+    /// The instruments of sink `name` (made on first use).
+    func sink(_ name: String) -> SinkMetrics {
+        let (metrics, made) = sinks.withLock { sinks -> (SinkMetrics, Bool) in
+            if let existing = sinks[name] { return (existing, false) }
+            let made = SinkMetrics(sink: name, factory: backend.factory)
+            sinks[name] = made
+            return (made, true)
+        }
+        // The sink's erasure series too, at 0 from the start like its other counters.
+        if made { _ = erasureRequests(sink: name, outcome: "sent") }
+        return metrics
     }
 
     /// The instruments of ingest path `name`, of its kind's `metrics` (made on first use: the

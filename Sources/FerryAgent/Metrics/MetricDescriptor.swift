@@ -128,6 +128,16 @@ extension MetricDescriptor {
         "ferry_delivery_latency_seconds", .durationHistogram, labels: ["sink"],
         help: "Seconds from an event accepted to its delivery, per event.")
 
+    // MARK: Erasure upstream
+
+    /// `ferry_erasures_pending`.
+    public static let erasuresPending = MetricDescriptor(
+        "ferry_erasures_pending", .gauge, help: "Upstream erasure requests not yet sent or failed, counted once per sink.")
+    /// `ferry_erasure_requests_total{sink,outcome}` (`sent`, `failed`, `retried`).
+    public static let erasureRequests = MetricDescriptor(
+        "ferry_erasure_requests_total", .counter, labels: ["sink", "outcome"],
+        help: "Upstream erasure requests by sink and outcome (sent, failed, retried: an attempt that failed and is retried).")
+
     /// Every metric of the agent core, in the order of `docs/METRICS.md` (the deprecated ones too:
     /// they are exported until they are removed). An ingest path's metrics are its kind's
     /// (``IngestPathKind/metrics``; the HTTP API's `ferry_http_*`).
@@ -135,7 +145,7 @@ extension MetricDescriptor {
         eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsDropped,
         messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
         clientsConnected, ackLatency, commitEvents, fsync, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
-        sinkBacklog, sinkCircuitOpen, deliveryLatency,
+        sinkBacklog, sinkCircuitOpen, deliveryLatency, erasuresPending, erasureRequests,
     ] + deprecated
 
     /// The metrics kept one release under an earlier name, removed in the next (METRICS.md says

@@ -24,6 +24,11 @@ final class ScriptedSink: Sink {
         var batches: [DeliveryBatch] = []
         /// Wall-clock ms at the start of every attempt.
         var attempts: [UInt64] = []
+        /// How ``erase(_:)`` answers (`nil`: the default, not supported).
+        var eraseMode: Mode?
+        /// Erasure requests accepted, in order, and every attempt.
+        var erasures: [SinkErasure] = []
+        var eraseAttempts = 0
     }
 
     init(name: String, mode: Mode = .accept) {
@@ -64,6 +69,32 @@ final class ScriptedSink: Sink {
     }
 
     func shutdown() async throws {}
+
+    /// Makes ``erase(_:)`` answer as `mode` (`nil`: not supported, the protocol's default).
+    func setErase(_ mode: Mode?) {
+        state.withLock { $0.eraseMode = mode }
+        changed.signal()
+    }
+
+    /// Erasure requests accepted.
+    var erasures: [SinkErasure] { state.withLock { $0.erasures } }
+    /// Erasure attempts made.
+    var eraseAttempts: Int { state.withLock { $0.eraseAttempts } }
+
+    func erase(_ request: SinkErasure) async throws -> String? {
+        let mode = state.withLock { state -> Mode? in
+            state.eraseAttempts += 1
+            return state.eraseMode
+        }
+        switch mode {
+        case nil: throw SinkError(.permanent, "sink \(name) does not support erasure")
+        case .accept:
+            state.withLock { $0.erasures.append(request) }
+            return "ref-" + request.id.prefix(8)
+        case .fail(let error): throw error
+        case .hang: throw SinkError(.retry(after: nil), "hanging")
+        }
+    }
 }
 
 extension SinkError {

@@ -248,6 +248,13 @@ class Control:
             raise ValueError("user_id must be a non-empty str")
         return _purged(self.request("forget", user_id=user_id))
 
+    def forget_status(self) -> List[Dict[str, Any]]:
+        """The upstream erasure requests `forget` recorded (`forget_status`), oldest first: each a
+        dict with `id`, `requested_at`, `done` and `sinks` (each `sink`, `state` — `pending`,
+        `sent` or `failed` —, `attempts`, `last_error`, `updated_at`, `reference`). Never the
+        user id (docs/CONSENT.md, "Erasure upstream")."""
+        return _erasures(self.request("forget_status"))
+
     def start(self) -> ConsentState:
         """Starts delivery (`start`) on an agent configured to wait for it (`autoStart: false`);
         starting an agent already delivering does nothing. Returns the state."""
@@ -370,6 +377,13 @@ def _audit_log(reply: Dict[str, Any]) -> AuditLog:
         raise BadReply("cannot read the audit log: %r" % (error,)) from None
 
 
+def _erasures(reply: Dict[str, Any]) -> List[Dict[str, Any]]:
+    erasures = reply.get("erasures")
+    if not isinstance(erasures, list) or not all(isinstance(e, dict) and isinstance(e.get("sinks"), list) for e in erasures):
+        raise BadReply("the forget_status reply has no \"erasures\" list")
+    return erasures
+
+
 def _metrics_text(reply: Dict[str, Any]) -> str:
     text = reply.get("text")
     if not isinstance(text, str):
@@ -381,7 +395,7 @@ def _metrics_text(reply: Dict[str, Any]) -> str:
 _READERS: Dict[str, Callable[[Dict[str, Any]], Any]] = {
     "consent_state": _consent, "set_tracking": _consent, "set_consent": _consent_update, "set_persistence": _consent,
     "set_gdpr": _consent_update, "enable_features": _consent, "disable_features": _consent_update, "purge": _purged,
-    "forget": _purged, "start": _consent, "consent_log": _audit_log, "metrics": _metrics_text,
+    "forget": _purged, "start": _consent, "consent_log": _audit_log, "metrics": _metrics_text, "forget_status": _erasures,
 }
 
 

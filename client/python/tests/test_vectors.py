@@ -144,6 +144,9 @@ def check_control_reply(vector: Dict[str, Any]) -> None:
             same_fields(entry, obj, "consent_log entry")
     elif op == "metrics":
         assert result == reply["text"]
+    elif op == "forget_status":
+        assert result == reply["erasures"]
+        assert all("user_id" not in request for request in result)
     elif op in ("status", "whoami", "deadletter_replay"):
         assert result == reply
         if "consent" in reply:
