@@ -62,8 +62,44 @@ public struct QualityGate: Sendable {
 
     /// Redacts, then checks `event` against the plan.
     public func judge(_ event: WireEvent) -> Judgement {
-        Judgement(event: event, redacted: false, violations: [])
+        var event = event
+        var redacted = false
+        var parsed = ParsedFields()
+        if let redactor { redacted = redactor.redact(&event, parsed: &parsed) }
+        guard let plan else { return Judgement(event: event, redacted: redacted, violations: []) }
+        let rule = plan.rule(type: event.type, name: event.name)
+        let label = rule?.label ?? TrackingPlan.label(type: event.type, name: event.name)
+        var violations: [Violation] = []
+        if rule == nil && !allowUnplanned {
+            violations.append(Violation(event: label, rule: "unplanned", path: "", message: "the plan does not name this event"))
+        }
+        guard rule != nil || !plan.common.isEmpty else { return Judgement(event: event, redacted: redacted, violations: violations) }
+        let isTraits = event.type == .identify || event.type == .group
+        let properties: ParsedJSON
+        if let already = parsed.properties {
+            properties = already
+        } else if event.properties.isEmpty {
+            properties = .empty
+        } else if let parsedProperties = ParsedJSON(object: event.properties) {
+            properties = parsedProperties
+        } else {
+            violations.append(Violation(event: label, rule: "type", path: isTraits ? "traits" : "properties", message: "must be a JSON object"))
+            properties = .empty
+        }
+        var context: ParsedJSON? = parsed.context
+        if context == nil && !event.context.isEmpty {
+            // The agent refuses an event whose context is not an object before the gate.
+            context = ParsedJSON(object: event.context)
+        }
+        plan.check(type: event.type, rule: rule, label: label, properties: properties, context: context, into: &violations)
+        return Judgement(event: event, redacted: redacted, violations: violations)
     }
+}
+
+/// The fields the redactor parsed and left unchanged, so the plan does not parse them again.
+struct ParsedFields {
+    var properties: ParsedJSON?
+    var context: ParsedJSON?
 }
 
 /// What ``QualityGate/judge(_:)`` decided about one event.

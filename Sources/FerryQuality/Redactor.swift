@@ -16,6 +16,12 @@ public struct Redactor: Sendable {
         return try Redactor(configuration: configuration, key: key)
     }
 
+    /// Redacts `event` in place; true when a field changed. Fields parsed and left unchanged are
+    /// handed to the plan in `parsed`.
+    func redact(_ event: inout WireEvent, parsed: inout ParsedFields) -> Bool {
+        false
+    }
+
     /// The rules and detectors, one line each, for `ferryd validate`.
     public var summary: [String] { [] }
 }
