@@ -1,0 +1,17 @@
+/// The lines `ferryd validate` prints about data quality.
+public enum QualityReport {
+    /// One line per planned event and per redaction rule; empty when there is neither.
+    public static func lines(quality: (configuration: QualityConfiguration, plan: TrackingPlan)?, redaction: Redactor?) -> [String] {
+        var lines: [String] = []
+        if let quality {
+            let path = quality.configuration.planPath ?? "-"
+            lines.append("quality: plan \(path): \(quality.plan.summary.count) events, onViolation \(quality.configuration.onViolation.rawValue), allowUnplanned \(quality.configuration.allowUnplanned)")
+            lines += quality.plan.summary.map { "quality:   " + $0 }
+        }
+        if let redaction {
+            lines.append("redact: \(redaction.summary.count) rules")
+            lines += redaction.summary.map { "redact:   " + $0 }
+        }
+        return lines
+    }
+}

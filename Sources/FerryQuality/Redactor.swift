@@ -1,0 +1,384 @@
+import FerryProtocol
+
+/// Redaction compiled once per load: the rules by path, the detectors and the HMAC key.
+public struct Redactor: Sendable {
+    /// The configuration it was compiled from.
+    public let configuration: RedactionConfiguration
+    private let rules: [Compiled]
+    private let hmac: HMACSHA256?
+    /// The action of each detector kind (indexed as ``DetectorKind/allCases``), nil when off.
+    private let detectorActions: [RedactionAction?]
+    private let detectorKinds: Detectors.KindSet
+    /// Bits of the rules that start at each root (indexed as ``RedactionPath/Root/allCases``).
+    private let rootMasks: [UInt64]
+
+    private struct Compiled: Sendable {
+        var path: RedactionPath
+        var action: RedactionAction
+    }
+
+    /// The most rules a table may have.
+    public static let maxRules = 64
+
+    /// Compiles `configuration`; `key` is the HMAC key (at least 32 bytes when a rule or detector
+    /// hashes).
+    public init(configuration: RedactionConfiguration, key: [UInt8]) throws(QualityError) {
+        self.configuration = configuration
+        guard configuration.rules.count <= Self.maxRules else {
+            throw .invalidRedaction(path: "rules", message: "has \(configuration.rules.count) rules; at most \(Self.maxRules) are supported")
+        }
+        var rules: [Compiled] = []
+        var masks = [UInt64](repeating: 0, count: RedactionPath.Root.allCases.count)
+        for (index, rule) in configuration.rules.enumerated() {
+            let path = try RedactionPath(parsing: rule.path, at: "rules[\(index)].path")
+            masks[RedactionPath.Root.allCases.firstIndex(of: path.root)!] |= 1 << UInt64(index)
+            rules.append(Compiled(path: path, action: rule.action))
+        }
+        self.rules = rules
+        rootMasks = masks
+        var actions = [RedactionAction?](repeating: nil, count: DetectorKind.allCases.count)
+        var kinds: Detectors.KindSet = []
+        for detector in configuration.detectors {
+            actions[DetectorKind.allCases.firstIndex(of: detector.kind)!] = detector.action
+            kinds.insert(Detectors.KindSet(detector.kind))
+        }
+        detectorActions = actions
+        detectorKinds = kinds
+        let hashes = configuration.rules.contains { $0.action == .hash } || configuration.detectors.contains { $0.action == .hash }
+        if hashes {
+            guard key.count >= FileAccess.minimumKeyBytes else {
+                let file = configuration.keyFile ?? "(none)"
+                throw .keyFile(path: file, message: key.isEmpty
+                    ? "a rule hashes, so redact.keyFile must name a key file"
+                    : "holds \(key.count) bytes; a key needs at least \(FileAccess.minimumKeyBytes)")
+            }
+            hmac = HMACSHA256(key: key)
+        } else {
+            hmac = key.isEmpty ? nil : HMACSHA256(key: key)
+        }
+    }
+
+    /// Reads the key file named by `configuration.keyFile` (a regular file, not a symlink, owned
+    /// by root or this process's user, not readable by group or others, at least 32 bytes) and
+    /// compiles the configuration.
+    public static func load(configuration: RedactionConfiguration) throws(QualityError) -> Redactor {
+        var key: [UInt8] = []
+        if let path = configuration.keyFile { key = try FileAccess.readKey(path) }
+        return try Redactor(configuration: configuration, key: key)
+    }
+
+    /// The rules and detectors, one line each, for `ferryd validate`: `properties.email: hash`,
+    /// `detect card: mask`.
+    public var summary: [String] {
+        configuration.rules.map { "\($0.path): \($0.action.rawValue)" }
+            + configuration.detectors.map { "detect \($0.kind.rawValue): \($0.action.rawValue)" }
+            + (configuration.keyFile.map { ["key file \($0)"] } ?? [])
+    }
+
+    // MARK: Redacting
+
+    /// Redacts `event` in place; true when a field changed. Fields parsed and left unchanged are
+    /// handed to the plan in `parsed`.
+    func redact(_ event: inout WireEvent, parsed: inout ParsedFields) -> Bool {
+        var changed = false
+        let traits = event.type == .identify || event.type == .group
+        if !event.properties.isEmpty {
+            switch redactJSON(event.properties, root: traits ? .traits : .properties) {
+            case .unchanged(let document): parsed.properties = document
+            case .changed(let bytes):
+                event.properties = bytes
+                changed = true
+            case .invalid: break
+            }
+        }
+        if !event.context.isEmpty {
+            switch redactJSON(event.context, root: .context) {
+            case .unchanged(let document): parsed.context = document
+            case .changed(let bytes):
+                event.context = bytes
+                changed = true
+            case .invalid: break
+            }
+        }
+        changed = redactIdentifier(&event.userID, .userId) || changed
+        changed = redactIdentifier(&event.anonymousID, .anonymousId) || changed
+        changed = redactIdentifier(&event.previousID, .previousId) || changed
+        changed = redactIdentifier(&event.groupID, .groupId) || changed
+        return changed
+    }
+
+    private func action(for kind: DetectorKind) -> RedactionAction? {
+        detectorActions[DetectorKind.allCases.firstIndex(of: kind)!]
+    }
+
+    private func rootMask(_ root: RedactionPath.Root) -> UInt64 {
+        rootMasks[RedactionPath.Root.allCases.firstIndex(of: root)!]
+    }
+
+    private func redactIdentifier(_ value: inout String, _ root: RedactionPath.Root) -> Bool {
+        guard !value.isEmpty else { return false }
+        var chosen: RedactionAction?
+        var kind: DetectorKind?
+        var mask = rootMask(root)
+        while mask != 0 {
+            let index = mask.trailingZeroBitCount
+            mask &= mask - 1
+            chosen = Self.stronger(chosen, rules[index].action)
+        }
+        var copy = value
+        let replacement: [UInt8]? = copy.withUTF8 { utf8 in
+            let text = UnsafeRawBufferPointer(utf8)
+            if chosen == nil, !detectorKinds.isEmpty, let detected = Detectors.classify(text, kinds: detectorKinds, key: nil) {
+                chosen = action(for: detected)
+                kind = detected
+            }
+            guard let chosen else { return nil }
+            switch chosen {
+            case .drop: return []
+            case .hash: return hmac!.tag(text)
+            case .mask: return Detectors.mask(text, kind: kind ?? Detectors.classify(text, kinds: .all, key: nil))
+            }
+        }
+        guard let replacement else { return false }
+        value = String(decoding: replacement, as: UTF8.self)
+        return true
+    }
+
+    /// drop over hash over mask.
+    private static func stronger(_ current: RedactionAction?, _ other: RedactionAction) -> RedactionAction {
+        guard let current else { return other }
+        let rank: [RedactionAction: Int] = [.mask: 0, .hash: 1, .drop: 2]
+        return rank[other]! > rank[current]! ? other : current
+    }
+
+    enum Outcome {
+        case unchanged(ParsedJSON)
+        case changed([UInt8])
+        case invalid
+    }
+
+    /// Redacts one JSON field (properties, traits or context).
+    private func redactJSON(_ bytes: [UInt8], root: RedactionPath.Root) -> Outcome {
+        guard let document = ParsedJSON(object: bytes) else { return .invalid }
+        let mask = rootMask(root)
+        if mask == 0 && detectorKinds.isEmpty { return .unchanged(document) }
+        return bytes.withUnsafeBytes { raw in
+            var walker = Walker(redactor: self, bytes: raw, tape: document.tape)
+            walker.walk(0, depth: 0, active: mask, key: nil)
+            guard !walker.edits.isEmpty else { return .unchanged(document) }
+            var out: [UInt8] = []
+            out.reserveCapacity(bytes.count + 64 * walker.edits.count)
+            var next = 0
+            walker.emit(0, into: &out, nextEdit: &next)
+            return .changed(out)
+        }
+    }
+
+    /// Walks a document's tape, deciding each value's fate, then writes the result.
+    private struct Walker {
+        let redactor: Redactor
+        let bytes: UnsafeRawBufferPointer
+        let tape: JSONTape
+        /// Replacements by tape index, in tape order; an empty replacement drops the value.
+        var edits: [(node: Int, replacement: [UInt8]?)] = []
+
+        init(redactor: Redactor, bytes: UnsafeRawBufferPointer, tape: JSONTape) {
+            self.redactor = redactor
+            self.bytes = bytes
+            self.tape = tape
+        }
+
+        /// `active`: the rules whose first `depth` steps led here.
+        mutating func walk(_ node: Int, depth: Int, active: UInt64, key: Int?) {
+            let value = tape.nodes[node]
+            switch value.kind {
+            case .object:
+                var child = node + 1
+                for _ in 0..<Int(value.count) {
+                    let keyNode = tape.nodes[child]
+                    let next = follow(active, depth: depth) { step in
+                        guard case .key(let name) = step else { return true }
+                        return keyEquals(keyNode, name)
+                    }
+                    visit(child + 1, depth: depth + 1, matched: next, key: child)
+                    child = Int(tape.nodes[child + 1].next)
+                }
+            case .array:
+                var child = node + 1
+                for position in 0..<Int(value.count) {
+                    let next = follow(active, depth: depth) { step in
+                        guard case .key(let name) = step else { return true }
+                        return name.elementsEqual(String(position).utf8)
+                    }
+                    visit(child, depth: depth + 1, matched: next, key: key)
+                    child = Int(tape.nodes[child].next)
+                }
+            case .string:
+                guard !redactor.detectorKinds.isEmpty else { return }
+                let detected: (DetectorKind, [UInt8])? = withText(value) { text in
+                    let keyText = key.map { UnsafeRawBufferPointer(rebasing: bytes[Int(tape.nodes[$0].start)..<Int(tape.nodes[$0].end)]) }
+                    guard let kind = Detectors.classify(text, kinds: redactor.detectorKinds, key: keyText),
+                          let action = redactor.action(for: kind) else { return nil }
+                    return (kind, replacement(action, text: text, kind: kind))
+                }
+                if let (_, bytes) = detected { edits.append((node, bytes.isEmpty ? nil : bytes)) }
+            default: return
+            }
+        }
+
+        /// A member or element: a rule ends here (its action), or the walk goes on below.
+        private mutating func visit(_ node: Int, depth: Int, matched: (ended: RedactionAction?, goingOn: UInt64), key: Int?) {
+            if let action = matched.ended {
+                edits.append((node, apply(action, to: node)))
+                return
+            }
+            walk(node, depth: depth, active: matched.goingOn, key: key)
+        }
+
+        /// The rules of `active` whose step at `depth` matches: the strongest action of those that
+        /// end there, and the bits of those that go on.
+        private func follow(_ active: UInt64, depth: Int, _ matches: (RedactionPath.Step) -> Bool) -> (ended: RedactionAction?, goingOn: UInt64) {
+            var ended: RedactionAction?
+            var goingOn: UInt64 = 0
+            var mask = active
+            while mask != 0 {
+                let index = mask.trailingZeroBitCount
+                mask &= mask - 1
+                let rule = redactor.rules[index]
+                guard depth < rule.path.steps.count, matches(rule.path.steps[depth]) else { continue }
+                if depth + 1 == rule.path.steps.count {
+                    ended = Redactor.stronger(ended, rule.action)
+                } else {
+                    goingOn |= 1 << UInt64(index)
+                }
+            }
+            return (ended, goingOn)
+        }
+
+        private func keyEquals(_ key: JSONNode, _ name: [UInt8]) -> Bool {
+            if key.escaped { return JSONTape.decodedString(key, in: bytes) == name }
+            let raw = UnsafeRawBufferPointer(rebasing: bytes[Int(key.start)..<Int(key.end)])
+            return raw.count == name.count && raw.elementsEqual(name)
+        }
+
+        private func withText<Result>(_ value: JSONNode, _ body: (UnsafeRawBufferPointer) -> Result) -> Result {
+            if value.escaped { return JSONTape.decodedString(value, in: bytes).withUnsafeBytes(body) }
+            return body(UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
+        }
+
+        /// The JSON that replaces a string under `action` (empty: drop).
+        private func replacement(_ action: RedactionAction, text: UnsafeRawBufferPointer, kind: DetectorKind?) -> [UInt8] {
+            switch action {
+            case .drop: return []
+            case .hash: return quoted(redactor.hmac!.tag(text))
+            case .mask: return quoted(Detectors.mask(text, kind: kind))
+            }
+        }
+
+        private func quoted(_ text: [UInt8]) -> [UInt8] {
+            var out: [UInt8] = []
+            text.withUnsafeBytes { JSONText.appendString(utf8: $0, to: &out) }
+            return out
+        }
+
+        /// A rule's action on any value: nil drops it.
+        private func apply(_ action: RedactionAction, to node: Int) -> [UInt8]? {
+            let value = tape.nodes[node]
+            switch action {
+            case .drop: return nil
+            case .hash:
+                // A string's text; any other value's JSON as written.
+                if value.kind == .string { return withText(value) { quoted(redactor.hmac!.tag($0)) } }
+                return quoted(redactor.hmac!.tag(UnsafeRawBufferPointer(rebasing: bytes[JSONTape.rawRange(value)])))
+            case .mask:
+                var out: [UInt8] = []
+                masked(node, into: &out)
+                return out
+            }
+        }
+
+        /// The value with every string masked (by its detected kind) and every number and
+        /// boolean replaced by `"***"`; keys and null kept.
+        private func masked(_ node: Int, into out: inout [UInt8]) {
+            let value = tape.nodes[node]
+            switch value.kind {
+            case .object:
+                out.append(UInt8(ascii: "{"))
+                var child = node + 1
+                for position in 0..<Int(value.count) {
+                    if position > 0 { out.append(UInt8(ascii: ",")) }
+                    out.append(contentsOf: bytes[JSONTape.rawRange(tape.nodes[child])])
+                    out.append(UInt8(ascii: ":"))
+                    masked(child + 1, into: &out)
+                    child = Int(tape.nodes[child + 1].next)
+                }
+                out.append(UInt8(ascii: "}"))
+            case .array:
+                out.append(UInt8(ascii: "["))
+                var child = node + 1
+                for position in 0..<Int(value.count) {
+                    if position > 0 { out.append(UInt8(ascii: ",")) }
+                    masked(child, into: &out)
+                    child = Int(tape.nodes[child].next)
+                }
+                out.append(UInt8(ascii: "]"))
+            case .string:
+                out += withText(value) { quoted(Detectors.mask($0, kind: Detectors.classify($0, kinds: .all, key: nil))) }
+            case .number, .true, .false: out.append(contentsOf: #""***""#.utf8)
+            case .null: out.append(contentsOf: "null".utf8)
+            }
+        }
+
+        /// Writes the document with the edits applied; `nextEdit` is the first edit not written.
+        func emit(_ node: Int, into out: inout [UInt8], nextEdit: inout Int) {
+            let value = tape.nodes[node]
+            // Nothing to change in this subtree: its bytes as they are.
+            if nextEdit == edits.count || edits[nextEdit].node >= Int(value.next) {
+                out.append(contentsOf: bytes[JSONTape.rawRange(value)])
+                return
+            }
+            if edits[nextEdit].node == node {
+                if let replacement = edits[nextEdit].replacement { out.append(contentsOf: replacement) }
+                nextEdit += 1
+                return
+            }
+            switch value.kind {
+            case .object:
+                out.append(UInt8(ascii: "{"))
+                var child = node + 1
+                var first = true
+                for _ in 0..<Int(value.count) {
+                    let valueNode = child + 1
+                    if nextEdit < edits.count, edits[nextEdit].node == valueNode, edits[nextEdit].replacement == nil {
+                        nextEdit += 1  // dropped with its key
+                    } else {
+                        if !first { out.append(UInt8(ascii: ",")) }
+                        first = false
+                        out.append(contentsOf: bytes[JSONTape.rawRange(tape.nodes[child])])
+                        out.append(UInt8(ascii: ":"))
+                        emit(valueNode, into: &out, nextEdit: &nextEdit)
+                    }
+                    child = Int(tape.nodes[valueNode].next)
+                }
+                out.append(UInt8(ascii: "}"))
+            case .array:
+                out.append(UInt8(ascii: "["))
+                var child = node + 1
+                var first = true
+                for _ in 0..<Int(value.count) {
+                    if nextEdit < edits.count, edits[nextEdit].node == child, edits[nextEdit].replacement == nil {
+                        nextEdit += 1
+                    } else {
+                        if !first { out.append(UInt8(ascii: ",")) }
+                        first = false
+                        emit(child, into: &out, nextEdit: &nextEdit)
+                    }
+                    child = Int(tape.nodes[child].next)
+                }
+                out.append(UInt8(ascii: "]"))
+            default:
+                out.append(contentsOf: bytes[JSONTape.rawRange(value)])
+            }
+        }
+    }
+}
