@@ -101,7 +101,7 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryPeer", "FerryProtocol", "FerryStorage", "FerryThreads",
+                "ZeroMQ", "FerryPeer", "FerryProtocol", "FerryQuality", "FerryStorage", "FerryThreads",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -230,7 +230,7 @@ let package = Package(
             name: "FerryAgentTests",
             dependencies: [
                 "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryPeer", "FerryMetrics",
-                "FerryTestKit", "FerryIntegrationKit",
+                "FerryTestKit", "FerryIntegrationKit", "FerryQuality", "FerryMetricSamples",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

@@ -232,10 +232,11 @@ package struct DeadLetterReplayReply: Sendable, Hashable, Codable {
     package static func refused(_ message: String) -> Self { .init(ok: false, error: message) }
 }
 
-/// The reply to `quarantine_replay` and `quarantine_drop`: `{"ok":…,"results":[…]}`, one result
-/// per quarantined event the request named (every one for `all`). `ok` is false when the
-/// request named an event that is not there, or when any event could not be replayed or dropped
-/// (still violating, a storage error): those stay quarantined and their results say why.
+/// The reply to `quarantine_replay` and `quarantine_drop`: `{"ok":true,"results":[…]}`, one
+/// result per quarantined event the request named (every one for `all`); an event that could
+/// not be replayed or dropped (still violating, a storage error) stays quarantined and its
+/// result says why. `{"ok":false,"error":…}` when the request was refused as a whole (no such
+/// event).
 package struct QuarantineReply: Sendable, Hashable, Codable {
     /// What became of one quarantined event.
     package struct Result: Sendable, Hashable, Codable {
@@ -259,12 +260,18 @@ package struct QuarantineReply: Sendable, Hashable, Codable {
         }
     }
 
-    /// False when any result is `violating`, `failed` or `corrupt`, or the request was refused.
+    /// False when the request was refused as a whole (``error`` says why).
     package var ok: Bool
     /// The results, oldest event first.
     package var results: [Result]
-    /// Why the request was refused as a whole (no such event, no agent ready).
+    /// Why the request was refused as a whole (no such event).
     package var error: String?
+
+    /// Whether every result is settled (`stored`, `duplicate`, `blocked`, `dropped`): nothing
+    /// the request named is left in the quarantine.
+    package var settled: Bool {
+        ok && results.allSatisfy { ["stored", "duplicate", "blocked", "dropped"].contains($0.outcome) }
+    }
 
     package init(ok: Bool, results: [Result] = [], error: String? = nil) {
         self.ok = ok

@@ -48,6 +48,10 @@ struct ControlProtocolTests {
          #"{"actor":"ops","category":"advertising","op":"set_consent","status":"denied"}"#),
         (ControlRequest(.status, actor: "settings-ui"), #"{"actor":"settings-ui","op":"status"}"#),
         (ControlRequest(.whoami), #"{"op":"whoami"}"#),
+        (.quarantineReplay(id: "0190f5c2-7a3b"), #"{"id":"0190f5c2-7a3b","op":"quarantine_replay"}"#),
+        (.quarantineReplay(id: nil), #"{"all":true,"op":"quarantine_replay"}"#),
+        (.quarantineDrop(id: "0190f5c2-7a3b"), #"{"id":"0190f5c2-7a3b","op":"quarantine_drop"}"#),
+        (.quarantineDrop(id: nil), #"{"all":true,"op":"quarantine_drop"}"#),
     ]
 
     @Test("every op encodes to the documented JSON object (sorted keys, as clients have always sent it)")
@@ -61,7 +65,7 @@ struct ControlProtocolTests {
     func opNames() {
         let names = Set(Self.requests.map(\.0.op))
         #expect(names == Set(ControlRequest.ops))
-        #expect(ControlRequest.ops.count == 15)
+        #expect(ControlRequest.ops.count == 17)
         #expect(ControlRequest.ops.first == "status" && ControlRequest.ops[1] == "deadletter_replay")
     }
 

@@ -147,7 +147,8 @@ enum AgentStartup {
     /// Loads (or creates) the consent state, checks the audit chain, loads the once-key marks and
     /// recovers the held area (whose events join the dedup window).
     static func loadConsent(
-        configuration: AgentConfiguration, log: SegmentedLog, dedup: DedupWindow, bus: EventBus, logger: Logger
+        configuration: AgentConfiguration, log: SegmentedLog, dedup: DedupWindow, bus: EventBus,
+        quarantine: QuarantineStore? = nil, logger: Logger
     ) throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) {
         let consentConfiguration = configuration.consent
         let directory = configuration.dataDirectory + "/consent"
@@ -204,7 +205,7 @@ enum AgentStartup {
         let worker = try ConsentWorker(
             engine: engine, heldLog: heldLog, onceKeys: onceKeys, mainLog: log, stateFile: stateFile,
             auditLog: auditLog, journalFile: journalFile, deadLetters: DeadLetterStore(dataDirectory: configuration.dataDirectory),
-            pending: pending, bus: bus, logger: logger)
+            pending: pending, bus: bus, quarantine: quarantine, logger: logger)
         if worker.pending != nil {
             // A writer of its own for the queue, closed before the commit thread opens its own.
             try worker.finishPendingAtStart(writer: try LogWriter(log: log))

@@ -20,4 +20,8 @@ struct RunningAgent: Sendable {
     var auditLog: AuditLog
     /// Who may send events, control the agent and subscribe.
     var access: AccessControl
+    /// The quality stage in effect (a reload swaps it).
+    var quality: QualityStageHolder
+    /// The quarantine area.
+    var quarantine: QuarantineStore
 }

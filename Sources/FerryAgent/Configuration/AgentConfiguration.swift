@@ -46,6 +46,11 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var metrics: Metrics
     /// The local Segment-compatible HTTP API (key `http`): a Unix socket by default, TCP on request.
     public var httpIngest = HTTPIngest()
+    /// The tracking plan and its action (key `quality`, docs/QUALITY.md). Reloadable but for
+    /// `quality.quarantineMaxBytes`.
+    public var quality = Quality()
+    /// PII redaction before the write (key `redact`, docs/QUALITY.md); nil for none. Reloadable.
+    public var redact: Redaction?
 
     /// Where `ferryd` serves `GET /metrics` (the same exposition as `ferry metrics`).
     public struct Metrics: Sendable, Hashable {
@@ -198,6 +203,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         if mode == .system { try AccessControl.checkBusRule(access.events) }
         _ = try metrics.listenAddress()
         try httpIngest.validate(fail)
+        guard quality.quarantineMaxBytes >= 4096 else { throw fail("quality.quarantineMaxBytes must be at least 4096") }
         var names: Set<String> = [], fileDirectories: [String: String] = [:]
         for sink in sinks {
             try sink.validate(fail)

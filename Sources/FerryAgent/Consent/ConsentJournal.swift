@@ -34,6 +34,8 @@ struct ConsentJournal: Codable, Sendable {
     var eraseHeld: [ErasedRecord] = []
     /// Dead letters holding covered events, and those events' ids.
     var deadLetters: [DeadLetterErasure] = []
+    /// Quarantined events the change covers (their ids), deleted from the quarantine.
+    var quarantine: [String] = []
     /// Held records to move to the queue (a grant); each is appended at most once after
     /// ``queueEnd`` and then erased from the held area.
     var release: [ErasedRecord] = []
@@ -87,6 +89,7 @@ struct ConsentJournal: Codable, Sendable {
     private enum CodingKeys: String, CodingKey {
         case version, entry, state, change, old, new, eraseQueued = "erase_queued", eraseHeld = "erase_held"
         case deadLetters = "dead_letters", release, queueEnd = "queue_end", consentUpdated = "consent_updated", purged
+        case quarantine
     }
 
     init(entry: AuditEntry?, state: PersistedConsent?, change: String, old: String, new: String, queueEnd: LogPosition) {
@@ -117,6 +120,7 @@ struct ConsentJournal: Codable, Sendable {
         queueEnd = LogPosition(segment: UInt64(end[0]), offset: end[1])
         consentUpdated = try container.decodeIfPresent(QueuedEvent.self, forKey: .consentUpdated)
         purged = try container.decodeIfPresent(PurgeReport.self, forKey: .purged)
+        quarantine = try container.decodeIfPresent([String].self, forKey: .quarantine) ?? []
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -134,6 +138,7 @@ struct ConsentJournal: Codable, Sendable {
         try container.encode([Int64(queueEnd.segment), queueEnd.offset], forKey: .queueEnd)
         try container.encodeIfPresent(consentUpdated, forKey: .consentUpdated)
         try container.encodeIfPresent(purged, forKey: .purged)
+        if !quarantine.isEmpty { try container.encode(quarantine, forKey: .quarantine) }
     }
 }
 

@@ -41,6 +41,8 @@ final class ConsentWorker {
     private let auditLog: AuditLog
     private let journalFile: ConsentJournalFile
     private let deadLetters: DeadLetterStore
+    /// The quarantine, which erasures reach like the queue (nil: none).
+    let quarantine: QuarantineStore?
     private let mainLog: SegmentedLog
     private let logger: Logger
     private let ids = EventIDGenerator()
@@ -57,7 +59,8 @@ final class ConsentWorker {
 
     init(engine: ConsentEngine, heldLog: SegmentedLog, onceKeys: OnceKeyStore, mainLog: SegmentedLog,
          stateFile: ConsentStateFile, auditLog: AuditLog, journalFile: ConsentJournalFile, deadLetters: DeadLetterStore,
-         pending: ConsentJournal?, bus: EventBus, logger: Logger) throws {
+         pending: ConsentJournal?, bus: EventBus, quarantine: QuarantineStore? = nil, logger: Logger) throws {
+        self.quarantine = quarantine
         self.bus = bus
         self.engine = engine
         self.heldLog = heldLog
@@ -291,6 +294,7 @@ final class ConsentWorker {
         journal.deadLetters = try deadLetters.letters(holding: matches).map {
             ConsentJournal.DeadLetterErasure(sink: $0.sink, id: $0.id, events: $0.events.map(\.description))
         }
+        journal.quarantine = try planQuarantineErasure(matching: matches)
         journal.purged = PurgeReport(queued: queued, held: journal.eraseHeld.count)
     }
 
@@ -353,6 +357,7 @@ final class ConsentWorker {
                 try CrashPoints.reach("consent.deadletter")
             }
         }
+        try finishQuarantineErasure(journal)
         if !journal.release.isEmpty || journal.consentUpdated != nil {
             do {
                 try appendOnce(journal, writer: writer)

@@ -60,6 +60,19 @@ extension MetricDescriptor {
     /// `ferry_events_held_total`.
     public static let eventsHeldTotal = MetricDescriptor(
         "ferry_events_held_total", .counter, help: "Events put in the held area.")
+    /// `ferry_events_quarantined_total`.
+    public static let eventsQuarantinedTotal = MetricDescriptor(
+        "ferry_events_quarantined_total", .counter, help: "Events that broke the tracking plan put in the quarantine.")
+    /// `ferry_plan_violations_total{event,rule}`.
+    public static let planViolations = MetricDescriptor(
+        "ferry_plan_violations_total", .counter, labels: ["event", "rule"],
+        help: "Tracking plan violations found at ingest, by the plan's event and the broken rule.")
+    /// `ferry_events_redacted_total`.
+    public static let eventsRedacted = MetricDescriptor(
+        "ferry_events_redacted_total", .counter, help: "Events redaction changed before they were stored.")
+    /// `ferry_quarantined_events`.
+    public static let quarantinedEvents = MetricDescriptor(
+        "ferry_quarantined_events", .gauge, help: "Events in the quarantine now.")
     /// `ferry_events_dropped_total`.
     public static let eventsDropped = MetricDescriptor(
         "ferry_events_dropped_total", .counter, help: "Undelivered events deleted by the drop-oldest policy.")
@@ -112,7 +125,7 @@ extension MetricDescriptor {
     /// `ferry_http_events_total{listener,outcome}`.
     public static let httpEvents = MetricDescriptor(
         "ferry_http_events_total", .counter, labels: ["listener", "outcome"],
-        help: "Events of the local HTTP API's requests, by listener and outcome (accepted, duplicate, blocked, suppressed, refused, retry).")
+        help: "Events of the local HTTP API's requests, by listener and outcome (accepted, quarantined, duplicate, blocked, suppressed, refused, retry).")
     /// `ferry_http_connections{listener}`.
     public static let httpConnections = MetricDescriptor(
         "ferry_http_connections", .gauge, labels: ["listener"], help: "Open connections to the local HTTP API, by listener.")
@@ -145,8 +158,8 @@ extension MetricDescriptor {
     /// Every metric of the agent, in the order of `docs/METRICS.md` (the deprecated ones too: they
     /// are exported until they are removed).
     public static let catalog: [MetricDescriptor] = [
-        eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsDropped,
-        messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
+        eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsQuarantinedTotal, planViolations,
+        eventsRedacted, quarantinedEvents, eventsDropped, messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
         clientsConnected, ackLatency, commitEvents, fsync, httpRequests, httpEvents, httpConnections, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
         sinkBacklog, sinkCircuitOpen, deliveryLatency,
     ] + deprecated

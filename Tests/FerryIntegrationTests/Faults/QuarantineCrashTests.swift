@@ -1,0 +1,176 @@
+import FerryIntegrationKit
+import FerryProtocol
+import FerryTestKit
+import Foundation
+import Testing
+
+/// The quarantine across `kill -9` (docs/QUALITY.md, "Quarantine"): the real `ferryd`, a plan that
+/// makes two events violate it under `"onViolation": "quarantine"`, killed at each quarantine
+/// crash point it reports (a first run without a crash lists them: the entry's temp file synced,
+/// its rename, a replay between the log's commit and the removal), then restarted; the client
+/// sends again what was not acked, the plan is fixed, `SIGHUP`, and `ferry quarantine replay
+/// --all` must deliver each event exactly once and leave the quarantine empty. The first run
+/// also walks the CLI: `list`, `show`, `replay` while still violating (exit 1), `drop`.
+@Suite("Faults: crash in the quarantine")
+struct QuarantineCrashTests {
+    static let plan = #"{"events":[{"type":"track","name":"Good","properties":{"type":"object"}}]}"#
+    static let fixedPlan = #"{"events":[{"type":"track","name":"Good","properties":{"type":"object"}},{"type":"track","name":"Bad","properties":{"type":"object"}}]}"#
+
+    static func frames() -> (good: [UInt8], bad: [[UInt8]]) {
+        let ids = EventIDGenerator()
+        func event(_ name: String, _ sequence: UInt64) -> [UInt8] {
+            WireEvent(id: ids.next(), timestamp: WallClock.unixMilliseconds(), sequence: sequence, pid: 1, type: .track,
+                      source: "quarantine-crash", name: name, properties: Array(#"{"i":\#(sequence)}"#.utf8)).encoded()
+        }
+        return (event("Good", 1), [event("Bad", 2), event("Bad", 3)])
+    }
+
+    static func header(_ id: UInt32) -> [UInt8] { MessageHeader(kind: .events, requestID: id).encoded() }
+
+    /// Sends `frames` in one message; nil when the agent died before answering.
+    static func send(_ frames: [[UInt8]], to agent: AgentProcess, timeout: Duration = .seconds(10)) async -> [AckEntry]? {
+        guard let replies = try? await RawIngestClient.exchange(runtimeDirectory: agent.runtimeDirectory,
+                                                                messages: [[header(1)] + frames], timeout: timeout),
+              case .ack(_, let entries) = replies.first else { return nil }
+        return entries
+    }
+
+    struct Run {
+        let dir: TemporaryDirectory
+        let agent: AgentProcess
+        let planPath: String
+
+        init(crashAt: String?, progress: String? = nil) throws {
+            dir = try TemporaryDirectory()
+            planPath = dir.appending("plan.json")
+            try Data(QuarantineCrashTests.plan.utf8).write(to: URL(fileURLWithPath: planPath))
+            let config = dir.appending("ferryd.json")
+            let object: [String: Any] = ["quality": ["plan": planPath, "onViolation": "quarantine", "allowUnplanned": false]]
+            try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: config))
+            agent = try AgentProcess(in: dir, extraArguments: ["--config", config], start: false)
+            var environment: [String: String] = [:]
+            if let crashAt { environment["FERRY_CRASH_AT"] = crashAt }
+            if let progress { environment["FERRY_PROGRESS_FILE"] = progress }
+            try agent.start(extraEnvironment: environment)
+        }
+
+        /// Fixes the plan and reloads it; waits until a replay stores what was quarantined.
+        func fixPlanAndReload() throws {
+            try Data(QuarantineCrashTests.fixedPlan.utf8).write(to: URL(fileURLWithPath: planPath))
+            agent.kill(signal: SIGHUP)
+        }
+
+        func cleanup() {
+            agent.cleanup()
+            dir.remove()
+        }
+    }
+
+    /// Replays until the reload took effect (the first replay may come before the SIGHUP is
+    /// handled: it answers `violating` and changes nothing); returns the last reply.
+    static func replayAll(_ agent: AgentProcess) async throws -> [String: Any] {
+        var reply: [String: Any] = [:]
+        try await eventually("the fixed plan in effect", timeout: .seconds(20)) {
+            reply = try await agent.control(["op": "quarantine_replay", "all": true])
+            let outcomes = (reply["results"] as? [[String: Any]] ?? []).compactMap { $0["outcome"] as? String }
+            return !outcomes.contains("violating")
+        }
+        return reply
+    }
+
+    /// The checks every run ends with: the quarantine empty, no temp file, each event delivered
+    /// exactly once.
+    static func checkDelivered(_ agent: AgentProcess, ids: Set<String>, label: String) async throws {
+        let quarantine = agent.dataDirectory + "/quarantine"
+        try await eventually("\(ids.count) events delivered (\(label))", timeout: .seconds(20)) {
+            try DeliveryReport(sinkDirectory: agent.sinkDirectory).uniqueIDs.isSuperset(of: ids)
+        }
+        let report = try DeliveryReport(sinkDirectory: agent.sinkDirectory)
+        #expect(report.duplicateIDs.isEmpty, "\(label): delivered twice: \(report.duplicateIDs)")
+        #expect(report.uniqueIDs == ids, "\(label): \(report)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: quarantine)) ?? []).isEmpty, "\(label): quarantine not empty")
+    }
+
+    @Test("kill -9 at each quarantine crash point: nothing half-written, each event delivered once after the plan is fixed; the CLI")
+    func crashPoints() async throws {
+        // The run without a crash learns the points, and walks the CLI.
+        let progressDir = try TemporaryDirectory()
+        defer { progressDir.remove() }
+        let progressPath = progressDir.appending("progress")
+        let (good, bad) = Self.frames()
+        let ids = Set(([good] + bad).map { EventID(bytes: $0).description })
+        do {
+            let run = try Run(crashAt: nil, progress: progressPath)
+            defer { run.cleanup() }
+            let agent = run.agent
+            try await agent.waitUntilReady()
+            let entries = try #require(await Self.send([good] + bad, to: agent))
+            #expect(entries.map(\.status) == [.accepted, .accepted, .accepted])
+            #expect(entries.map(\.reason) == [.none, .quarantined, .quarantined])
+            let environment = agent.environment
+            let list = try await runCLI(["quarantine", "list", "--data-dir", agent.dataDirectory], environment: environment)
+            #expect(list.status == .exited(0) && list.stdout.contains("2 quarantined events") && list.stdout.contains("unplanned"), "\(list)")
+            let badID = EventID(bytes: bad[0]).description
+            let show = try await runCLI(["quarantine", "show", badID, "--data-dir", agent.dataDirectory], environment: environment)
+            #expect(show.status == .exited(0) && show.stdout.contains("[unplanned]") && show.stdout.contains(#""name":"Bad""#), "\(show)")
+            let early = try await runCLI(["quarantine", "replay", "--all"], environment: environment)
+            #expect(early.status == .exited(1) && early.stdout.contains("violating"), "\(early)")
+            try run.fixPlanAndReload()
+            _ = try await Self.replayAll(agent)
+            try await Self.checkDelivered(agent, ids: ids, label: "no crash")
+            // drop: a new violating event under a plan that fails it again.
+            try Data(Self.plan.utf8).write(to: URL(fileURLWithPath: run.planPath))
+            agent.kill(signal: SIGHUP)
+            let extra = Self.frames().bad[0]
+            try await eventually("the strict plan in effect again", timeout: .seconds(20)) {
+                await Self.send([extra], to: agent)?.first?.reason == .quarantined
+            }
+            let drop = try await runCLI(["quarantine", "drop", "--all"], environment: environment)
+            #expect(drop.status == .exited(0) && drop.stdout.contains("dropped"), "\(drop)")
+            let after = try await runCLI(["quarantine", "list", "--data-dir", agent.dataDirectory], environment: environment)
+            #expect(after.stdout.contains("no quarantined events"), "\(after)")
+            _ = try await agent.terminate()
+        }
+        let progress = CrashPointProgress(path: progressPath)
+        let points = progress.killPoints(everyReach: true).filter { $0.name.hasPrefix("quarantine.") }
+        #expect(Set(points.map(\.name)) == ["quarantine.temp_synced", "quarantine.renamed", "quarantine.replayed"], "\(progress)")
+
+        for point in points {
+            let label = "\(point.name):\(point.count)"
+            let run = try Run(crashAt: label)
+            defer { run.cleanup() }
+            let agent = run.agent
+            try await agent.waitUntilReady()
+            let (good, bad) = Self.frames()
+            let ids = Set(([good] + bad).map { EventID(bytes: $0).description })
+            var acked = await Self.send([good] + bad, to: agent, timeout: .seconds(5))
+            if point.name == "quarantine.replayed" {
+                #expect(acked != nil, "\(label): the events were not acked")
+                try run.fixPlanAndReload()
+                try await eventually("the agent to die at \(label)", timeout: .seconds(20)) {
+                    _ = try? await agent.control(["op": "quarantine_replay", "all": true], timeout: .seconds(1))
+                    return !agent.isRunning
+                }
+            } else {
+                #expect(acked == nil, "\(label): acked though the agent died before the ack")
+                try await agent.waitForExit(timeout: .seconds(20))
+            }
+            #expect(agent.process?.exitStatus == .signaled(SIGKILL), "\(label): \(agent.logs.suffix(2000))")
+            // Whatever is in the quarantine now is whole; no temp file survives the restart.
+            try agent.start()
+            try await agent.waitUntilReady()
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: agent.dataDirectory + "/quarantine")) ?? []
+            #expect(names.allSatisfy { $0.hasSuffix(".q") && !$0.hasPrefix(".") }, "\(label): \(names)")
+            #expect(!agent.logs.contains("quarantine entry skipped"), "\(label): a damaged entry after the crash")
+            if acked == nil {
+                // The client sends again what was not acked.
+                acked = await Self.send([good] + bad, to: agent)
+                #expect(acked?.map(\.status) == [.accepted, .accepted, .accepted] || acked?.first?.status == .duplicate, "\(label): \(String(describing: acked))")
+                try run.fixPlanAndReload()
+            }
+            let replay = try await Self.replayAll(agent)
+            #expect(replay["ok"] as? Bool == true, "\(label): \(replay)")
+            try await Self.checkDelivered(agent, ids: ids, label: label)
+        }
+    }
+}
