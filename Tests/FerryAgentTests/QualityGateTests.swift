@@ -6,6 +6,7 @@ import FerryProtocol
 import FerryQuality
 @testable import FerryStorage
 import FerryTestKit
+import FerryIntegrationKit
 import Foundation
 import Glibc
 import Synchronization
@@ -193,6 +194,52 @@ struct QualityGateTests {
         let drop = try await controlJSON(runtime, ["op": "quarantine_drop", "id": damaged.id.description])
         #expect((drop["results"] as? [[String: Any]])?.first?["outcome"] as? String == "dropped")
         #expect(try store.ids().count == 2)
+        try await running.stop()
+    }
+}
+
+extension QualityGateTests {
+    static func event(_ sequence: UInt64, name: String, email: String) -> [UInt8] {
+        WireEvent(id: Events.ids.next(), timestamp: WallClock.unixMilliseconds(), sequence: sequence, pid: 4242, type: .track,
+                  source: "agent-tests", name: name, properties: Array(#"{"email":"\#(email)","i":\#(sequence)}"#.utf8)).encoded()
+    }
+
+    @Test("redaction before the write over both paths: the raw value is nowhere under the data directory, in the sink or the quarantine; a replay does not hash a hash")
+    func redaction() async throws {
+        var setup = try Self.setup(.quarantine)
+        defer { setup.scratch.remove() }
+        let keyPath = setup.scratch.appending("hmac.key")
+        try Data((0..<32).map { UInt8($0) }).write(to: URL(fileURLWithPath: keyPath))
+        chmod(keyPath, 0o600)
+        var configuration = setup.configuration
+        configuration.redact = .init(RedactionConfiguration(keyFile: keyPath, rules: [RedactionRule(path: "properties.email", action: .hash)]))
+        setup = Setup(scratch: setup.scratch, configuration: configuration, planPath: setup.planPath)
+        let gateway = GatewayPath()
+        let running = try await InProcessAgent(configuration, paths: [gateway])
+        let runtime = configuration.runtimeDirectory
+        let raw = "jane.\(UInt32.random(in: 0...UInt32.max))@example.com"
+        let viaSocket = Self.event(1, name: "Test Event", email: raw), viaGateway = Self.event(2, name: "Test Event", email: raw)
+        let bad = Self.event(3, name: "Unplanned Thing", email: raw)
+        #expect(try await Self.send([viaSocket, bad], by: .zeromq, agent: running, gateway: gateway, runtimeDirectory: runtime).map(\.status)
+                == [.accepted, .accepted])
+        #expect(try await Self.send([viaGateway], by: .gateway, agent: running, gateway: gateway, runtimeDirectory: runtime).map(\.status)
+                == [.accepted])
+        let sinkDirectory = configuration.fileSinkDirectory
+        try await waitUntil("2 events delivered") { try sinkLines(sinkDirectory).count >= 2 }
+        let hashes = try sinkLines(sinkDirectory).compactMap { ($0["properties"] as? [String: Any])?["email"] as? String }
+        #expect(hashes.count == 2 && Set(hashes).count == 1 && hashes[0].hasPrefix("hmac:"), "\(hashes)")
+        #expect(filesContaining(raw, under: configuration.dataDirectory).isEmpty)
+        let samples = MetricSamples(parsing: running.agent.metricsExposition())
+        #expect(samples.value("ferry_events_redacted_total") == 3)
+        // The plan fixed: the quarantined event is released with the same hash, not a hash of it.
+        try Data(Self.fixedPlan.utf8).write(to: URL(fileURLWithPath: setup.planPath))
+        try await running.agent.reload(configuration)
+        let replay = try await controlJSON(runtime, ["op": "quarantine_replay", "all": true])
+        #expect((replay["results"] as? [[String: Any]])?.first?["outcome"] as? String == "stored", "\(replay)")
+        try await waitUntil("3 events delivered") { try sinkLines(sinkDirectory).count >= 3 }
+        let released = try #require(try sinkLines(sinkDirectory).first { $0["id"] as? String == Events.id(of: bad).description })
+        #expect((released["properties"] as? [String: Any])?["email"] as? String == hashes.first)
+        #expect(filesContaining(raw, under: configuration.dataDirectory).isEmpty)
         try await running.stop()
     }
 }

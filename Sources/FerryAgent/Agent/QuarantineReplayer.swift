@@ -5,7 +5,8 @@ import FerryThreads
 import Synchronization
 
 /// `quarantine_replay` and `quarantine_drop` (docs/QUALITY.md, "Quarantine"): judges quarantined
-/// events again against the quality gate in effect and hands those that pass to the commit
+/// events again against the plan in effect (their frames were redacted when they were
+/// quarantined, and are not redacted twice) and hands those that pass to the commit
 /// thread like any ingested event (consent, the id window, the group commit), or deletes
 /// entries for good.
 ///
@@ -98,8 +99,8 @@ struct QuarantineReplayer: Sendable {
         case kept(QuarantineReply.Result)
     }
 
-    /// One entry judged again by the gate in effect: the item to store when it passes (redacted
-    /// again if the redaction changed), else its `violating` result.
+    /// One entry judged again by the plan in effect (not redacted again: it was when it was
+    /// quarantined): the stored frame when it passes, else its `violating` result.
     static func judge(_ entry: QuarantinedEvent, stage: QualityStage?) -> Judged {
         let id = entry.id.description
         guard let header = try? EventHeader(entry.frame) else {
@@ -109,16 +110,12 @@ struct QuarantineReplayer: Sendable {
         guard let event = try? WireEvent(decoding: entry.frame) else {
             return .kept(.init(id: id, outcome: "corrupt", error: "the stored frame does not decode"))
         }
-        let judgement = stage.gate.judge(event)
-        guard judgement.violations.isEmpty else {
-            return .kept(.init(id: id, outcome: "violating", violations: judgement.violations.map(\.json)))
+        // The stored frame was redacted when it was quarantined: the plan alone judges it now.
+        let violations = stage.planOnly.judge(event).violations
+        guard violations.isEmpty else {
+            return .kept(.init(id: id, outcome: "violating", violations: violations.map(\.json)))
         }
-        guard judgement.redacted else { return .passes(.event(header, frame: entry.frame)) }
-        let frame = judgement.event.encoded()
-        guard let redactedHeader = try? EventHeader(frame) else {
-            return .kept(.init(id: id, outcome: "corrupt", error: "the redacted frame does not decode"))
-        }
-        return .passes(.event(redactedHeader, frame: frame))
+        return .passes(.event(header, frame: entry.frame))
     }
 
     /// Hands `chunk` to the commit thread (each event with its own origin), waits for the

@@ -11,11 +11,15 @@ final class QualityStage: Sendable {
     let gate: QualityGate
     /// The plan's action (`quality.onViolation`).
     let action: ViolationAction
+    /// The plan alone, without redaction: what a quarantined event (redacted when it was
+    /// quarantined) is judged by again on replay — redacting it again would hash a hash.
+    let planOnly: QualityGate
 
     /// A stage applying `gate` with `action`.
     init(gate: QualityGate, action: ViolationAction) {
         self.gate = gate
         self.action = action
+        planOnly = QualityGate(plan: gate.plan, allowUnplanned: gate.allowUnplanned, redactor: nil)
     }
 
     /// Loads the plan and the redaction key the configuration names and compiles them (file
