@@ -212,7 +212,7 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "Ferry", "FerryStorage", "FerryProtocol", "FerryThreads", "FerryMetricSamples", "ZeroMQ",
+                "Ferry", "FerryStorage", "FerryProtocol", "FerryQuality", "FerryThreads", "FerryMetricSamples", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]

@@ -47,6 +47,18 @@ public struct RedactionConfiguration: Sendable, Equatable {
     public init(json: [UInt8]) throws(QualityError) {
         self = try RedactionConfigurationParser.parse(json)
     }
+
+    /// Reads the redact table of the file at `path`: a ferryd configuration file (its `"redact"`
+    /// member) or a bare table (`ferry plan check --redact`).
+    public init(file path: String) throws(QualityError) {
+        let document = try JSONValue.parse(try FileAccess.read(path), file: path)
+        let table = document["redact"] ?? document
+        do throws(QualityError) {
+            try self.init(json: Array(table.text.utf8))
+        } catch {
+            throw .invalidRedaction(path: path, message: error.description)
+        }
+    }
 }
 
 /// One redaction rule by path.

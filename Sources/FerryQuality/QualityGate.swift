@@ -68,30 +68,35 @@ public struct QualityGate: Sendable {
         if let redactor { redacted = redactor.redact(&event, parsed: &parsed) }
         guard let plan else { return Judgement(event: event, redacted: redacted, violations: []) }
         let rule = plan.rule(type: event.type, name: event.name)
-        let label = rule?.label ?? TrackingPlan.label(type: event.type, name: event.name)
         var violations: [Violation] = []
-        if rule == nil && !allowUnplanned {
-            violations.append(Violation(event: label, rule: "unplanned", path: "", message: "the plan does not name this event"))
+        if rule < 0 && !allowUnplanned {
+            violations.append(Violation(event: "", rule: "unplanned", path: "", message: "the plan does not name this event"))
         }
-        guard rule != nil || !plan.common.isEmpty else { return Judgement(event: event, redacted: redacted, violations: violations) }
-        let isTraits = event.type == .identify || event.type == .group
-        let properties: ParsedJSON
-        if let already = parsed.properties {
-            properties = already
-        } else if event.properties.isEmpty {
-            properties = .empty
-        } else if let parsedProperties = ParsedJSON(object: event.properties) {
-            properties = parsedProperties
-        } else {
-            violations.append(Violation(event: label, rule: "type", path: isTraits ? "traits" : "properties", message: "must be a JSON object"))
-            properties = .empty
+        if rule >= 0 || !plan.common.isEmpty {
+            let isTraits = event.type == .identify || event.type == .group
+            let properties: ParsedJSON
+            if let already = parsed.properties {
+                properties = already
+            } else if event.properties.isEmpty {
+                properties = .empty
+            } else if let parsedProperties = ParsedJSON(object: event.properties) {
+                properties = parsedProperties
+            } else {
+                violations.append(Violation(event: "", rule: "type", path: isTraits ? "traits" : "properties", message: "must be a JSON object"))
+                properties = .empty
+            }
+            var context: ParsedJSON? = parsed.context
+            if context == nil && !event.context.isEmpty {
+                // The agent refuses an event whose context is not an object before the gate.
+                context = ParsedJSON(object: event.context)
+            }
+            plan.check(type: event.type, rule: rule, properties: properties, context: context, into: &violations)
         }
-        var context: ParsedJSON? = parsed.context
-        if context == nil && !event.context.isEmpty {
-            // The agent refuses an event whose context is not an object before the gate.
-            context = ParsedJSON(object: event.context)
+        if !violations.isEmpty {
+            // Named only now: building the label costs an allocation the passing path never pays.
+            let label = rule >= 0 ? plan.rules[rule].label : TrackingPlan.label(type: event.type, name: event.name)
+            for index in violations.indices { violations[index].event = label }
         }
-        plan.check(type: event.type, rule: rule, label: label, properties: properties, context: context, into: &violations)
         return Judgement(event: event, redacted: redacted, violations: violations)
     }
 }

@@ -4,13 +4,34 @@ import FerryProtocol
 public struct Redactor: Sendable {
     /// The configuration it was compiled from.
     public let configuration: RedactionConfiguration
-    private let rules: [Compiled]
-    private let hmac: HMACSHA256?
-    /// The action of each detector kind (indexed as ``DetectorKind/allCases``), nil when off.
-    private let detectorActions: [RedactionAction?]
-    private let detectorKinds: Detectors.KindSet
-    /// Bits of the rules that start at each root (indexed as ``RedactionPath/Root/allCases``).
-    private let rootMasks: [UInt64]
+    private let core: Core
+
+    /// The compiled redaction, shared by every copy.
+    private final class Core: Sendable {
+        let rules: [Compiled]
+        let hmac: HMACSHA256?
+        /// The action of each detector kind (indexed as ``DetectorKind/allCases``), nil when off.
+        let detectorActions: [RedactionAction?]
+        let detectorKinds: Detectors.KindSet
+        /// Bits of the rules that start at each root (indexed as ``RedactionPath/Root/allCases``).
+        let rootMasks: [UInt64]
+
+        init(rules: [Compiled], hmac: HMACSHA256?, detectorActions: [RedactionAction?], detectorKinds: Detectors.KindSet, rootMasks: [UInt64]) {
+            self.rules = rules
+            self.hmac = hmac
+            self.detectorActions = detectorActions
+            self.detectorKinds = detectorKinds
+            self.rootMasks = rootMasks
+        }
+
+        func action(for kind: DetectorKind) -> RedactionAction? {
+            detectorActions[DetectorKind.allCases.firstIndex(of: kind)!]
+        }
+
+        func rootMask(_ root: RedactionPath.Root) -> UInt64 {
+            rootMasks[RedactionPath.Root.allCases.firstIndex(of: root)!]
+        }
+    }
 
     private struct Compiled: Sendable {
         var path: RedactionPath
@@ -34,16 +55,12 @@ public struct Redactor: Sendable {
             masks[RedactionPath.Root.allCases.firstIndex(of: path.root)!] |= 1 << UInt64(index)
             rules.append(Compiled(path: path, action: rule.action))
         }
-        self.rules = rules
-        rootMasks = masks
         var actions = [RedactionAction?](repeating: nil, count: DetectorKind.allCases.count)
         var kinds: Detectors.KindSet = []
         for detector in configuration.detectors {
             actions[DetectorKind.allCases.firstIndex(of: detector.kind)!] = detector.action
             kinds.insert(Detectors.KindSet(detector.kind))
         }
-        detectorActions = actions
-        detectorKinds = kinds
         let hashes = configuration.rules.contains { $0.action == .hash } || configuration.detectors.contains { $0.action == .hash }
         if hashes {
             guard key.count >= FileAccess.minimumKeyBytes else {
@@ -52,10 +69,9 @@ public struct Redactor: Sendable {
                     ? "a rule hashes, so redact.keyFile must name a key file"
                     : "holds \(key.count) bytes; a key needs at least \(FileAccess.minimumKeyBytes)")
             }
-            hmac = HMACSHA256(key: key)
-        } else {
-            hmac = key.isEmpty ? nil : HMACSHA256(key: key)
         }
+        let hmac = hashes || !key.isEmpty ? HMACSHA256(key: key) : nil
+        core = Core(rules: rules, hmac: hmac, detectorActions: actions, detectorKinds: kinds, rootMasks: masks)
     }
 
     /// Reads the key file named by `configuration.keyFile` (a regular file, not a symlink, owned
@@ -107,35 +123,27 @@ public struct Redactor: Sendable {
         return changed
     }
 
-    private func action(for kind: DetectorKind) -> RedactionAction? {
-        detectorActions[DetectorKind.allCases.firstIndex(of: kind)!]
-    }
-
-    private func rootMask(_ root: RedactionPath.Root) -> UInt64 {
-        rootMasks[RedactionPath.Root.allCases.firstIndex(of: root)!]
-    }
-
     private func redactIdentifier(_ value: inout String, _ root: RedactionPath.Root) -> Bool {
         guard !value.isEmpty else { return false }
         var chosen: RedactionAction?
         var kind: DetectorKind?
-        var mask = rootMask(root)
+        var mask = core.rootMask(root)
         while mask != 0 {
             let index = mask.trailingZeroBitCount
             mask &= mask - 1
-            chosen = Self.stronger(chosen, rules[index].action)
+            chosen = Self.stronger(chosen, core.rules[index].action)
         }
         var copy = value
         let replacement: [UInt8]? = copy.withUTF8 { utf8 in
             let text = UnsafeRawBufferPointer(utf8)
-            if chosen == nil, !detectorKinds.isEmpty, let detected = Detectors.classify(text, kinds: detectorKinds, key: nil) {
-                chosen = action(for: detected)
+            if chosen == nil, !core.detectorKinds.isEmpty, let detected = Detectors.classify(text, kinds: core.detectorKinds, key: nil) {
+                chosen = core.action(for: detected)
                 kind = detected
             }
             guard let chosen else { return nil }
             switch chosen {
             case .drop: return []
-            case .hash: return hmac!.tag(text)
+            case .hash: return core.hmac!.tag(text)
             case .mask: return Detectors.mask(text, kind: kind ?? Detectors.classify(text, kinds: .all, key: nil))
             }
         }
@@ -160,74 +168,77 @@ public struct Redactor: Sendable {
     /// Redacts one JSON field (properties, traits or context).
     private func redactJSON(_ bytes: [UInt8], root: RedactionPath.Root) -> Outcome {
         guard let document = ParsedJSON(object: bytes) else { return .invalid }
-        let mask = rootMask(root)
-        if mask == 0 && detectorKinds.isEmpty { return .unchanged(document) }
-        return bytes.withUnsafeBytes { raw in
-            var walker = Walker(redactor: self, bytes: raw, tape: document.tape)
-            walker.walk(0, depth: 0, active: mask, key: nil)
-            guard !walker.edits.isEmpty else { return .unchanged(document) }
-            var out: [UInt8] = []
-            out.reserveCapacity(bytes.count + 64 * walker.edits.count)
-            var next = 0
-            walker.emit(0, into: &out, nextEdit: &next)
-            return .changed(out)
+        let mask = core.rootMask(root)
+        if mask == 0 && core.detectorKinds.isEmpty { return .unchanged(document) }
+        let edited: [UInt8]? = bytes.withUnsafeBytes { raw in
+            document.tape.nodes.withUnsafeBufferPointer { nodes in
+                var walker = Walker(core: core, bytes: raw, nodes: nodes)
+                walker.walk(0, depth: 0, active: mask, key: -1)
+                guard !walker.edits.isEmpty else { return nil }
+                var out: [UInt8] = []
+                out.reserveCapacity(bytes.count + 64 * walker.edits.count)
+                var next = 0
+                walker.emit(0, into: &out, nextEdit: &next)
+                return out
+            }
         }
+        return edited.map { .changed($0) } ?? .unchanged(document)
     }
 
     /// Walks a document's tape, deciding each value's fate, then writes the result.
     private struct Walker {
-        let redactor: Redactor
+        let core: Core
         let bytes: UnsafeRawBufferPointer
-        let tape: JSONTape
-        /// Replacements by tape index, in tape order; an empty replacement drops the value.
+        let nodes: UnsafeBufferPointer<JSONNode>
+        /// Replacements by tape index, in tape order; nil drops the value.
         var edits: [(node: Int, replacement: [UInt8]?)] = []
 
-        init(redactor: Redactor, bytes: UnsafeRawBufferPointer, tape: JSONTape) {
-            self.redactor = redactor
+        init(core: Core, bytes: UnsafeRawBufferPointer, nodes: UnsafeBufferPointer<JSONNode>) {
+            self.core = core
             self.bytes = bytes
-            self.tape = tape
+            self.nodes = nodes
         }
 
-        /// `active`: the rules whose first `depth` steps led here.
-        mutating func walk(_ node: Int, depth: Int, active: UInt64, key: Int?) {
-            let value = tape.nodes[node]
+        /// `active`: the rules whose first `depth` steps led here; `key`: the tape index of the
+        /// member name the value is under, -1 for none.
+        mutating func walk(_ node: Int, depth: Int, active: UInt64, key: Int) {
+            let value = nodes[node]
             switch value.kind {
             case .object:
                 var child = node + 1
                 for _ in 0..<Int(value.count) {
-                    let keyNode = tape.nodes[child]
-                    let next = follow(active, depth: depth) { step in
-                        guard case .key(let name) = step else { return true }
-                        return keyEquals(keyNode, name)
-                    }
+                    let next = active == 0 ? (nil, 0) : follow(active, depth: depth, key: child, position: -1)
                     visit(child + 1, depth: depth + 1, matched: next, key: child)
-                    child = Int(tape.nodes[child + 1].next)
+                    child = Int(nodes[child + 1].next)
                 }
             case .array:
                 var child = node + 1
                 for position in 0..<Int(value.count) {
-                    let next = follow(active, depth: depth) { step in
-                        guard case .key(let name) = step else { return true }
-                        return name.elementsEqual(String(position).utf8)
-                    }
+                    let next = active == 0 ? (nil, 0) : follow(active, depth: depth, key: -1, position: position)
                     visit(child, depth: depth + 1, matched: next, key: key)
-                    child = Int(tape.nodes[child].next)
+                    child = Int(nodes[child].next)
                 }
             case .string:
-                guard !redactor.detectorKinds.isEmpty else { return }
-                let detected: (DetectorKind, [UInt8])? = withText(value) { text in
-                    let keyText = key.map { UnsafeRawBufferPointer(rebasing: bytes[Int(tape.nodes[$0].start)..<Int(tape.nodes[$0].end)]) }
-                    guard let kind = Detectors.classify(text, kinds: redactor.detectorKinds, key: keyText),
-                          let action = redactor.action(for: kind) else { return nil }
-                    return (kind, replacement(action, text: text, kind: kind))
+                guard !core.detectorKinds.isEmpty else { return }
+                if value.escaped {
+                    let decoded = JSONTape.decodedString(value, in: bytes)
+                    decoded.withUnsafeBytes { detect(node, $0, key: key) }
+                } else {
+                    detect(node, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]), key: key)
                 }
-                if let (_, bytes) = detected { edits.append((node, bytes.isEmpty ? nil : bytes)) }
             default: return
             }
         }
 
+        private mutating func detect(_ node: Int, _ text: UnsafeRawBufferPointer, key: Int) {
+            let keyText = key < 0 ? nil : UnsafeRawBufferPointer(rebasing: bytes[Int(nodes[key].start)..<Int(nodes[key].end)])
+            guard let kind = Detectors.classify(text, kinds: core.detectorKinds, key: keyText), let action = core.action(for: kind) else { return }
+            let replaced = replacement(action, text: text, kind: kind)
+            edits.append((node, replaced.isEmpty ? nil : replaced))
+        }
+
         /// A member or element: a rule ends here (its action), or the walk goes on below.
-        private mutating func visit(_ node: Int, depth: Int, matched: (ended: RedactionAction?, goingOn: UInt64), key: Int?) {
+        private mutating func visit(_ node: Int, depth: Int, matched: (ended: RedactionAction?, goingOn: UInt64), key: Int) {
             if let action = matched.ended {
                 edits.append((node, apply(action, to: node)))
                 return
@@ -237,15 +248,19 @@ public struct Redactor: Sendable {
 
         /// The rules of `active` whose step at `depth` matches: the strongest action of those that
         /// end there, and the bits of those that go on.
-        private func follow(_ active: UInt64, depth: Int, _ matches: (RedactionPath.Step) -> Bool) -> (ended: RedactionAction?, goingOn: UInt64) {
+        private func follow(_ active: UInt64, depth: Int, key: Int, position: Int) -> (ended: RedactionAction?, goingOn: UInt64) {
             var ended: RedactionAction?
             var goingOn: UInt64 = 0
             var mask = active
             while mask != 0 {
                 let index = mask.trailingZeroBitCount
                 mask &= mask - 1
-                let rule = redactor.rules[index]
-                guard depth < rule.path.steps.count, matches(rule.path.steps[depth]) else { continue }
+                let rule = core.rules[index]
+                guard depth < rule.path.steps.count else { continue }
+                if case .key(let name) = rule.path.steps[depth] {
+                    let matches = key >= 0 ? keyEquals(nodes[key], name) : name.elementsEqual(String(position).utf8)
+                    guard matches else { continue }
+                }
                 if depth + 1 == rule.path.steps.count {
                     ended = Redactor.stronger(ended, rule.action)
                 } else {
@@ -270,7 +285,7 @@ public struct Redactor: Sendable {
         private func replacement(_ action: RedactionAction, text: UnsafeRawBufferPointer, kind: DetectorKind?) -> [UInt8] {
             switch action {
             case .drop: return []
-            case .hash: return quoted(redactor.hmac!.tag(text))
+            case .hash: return quoted(core.hmac!.tag(text))
             case .mask: return quoted(Detectors.mask(text, kind: kind))
             }
         }
@@ -283,13 +298,13 @@ public struct Redactor: Sendable {
 
         /// A rule's action on any value: nil drops it.
         private func apply(_ action: RedactionAction, to node: Int) -> [UInt8]? {
-            let value = tape.nodes[node]
+            let value = nodes[node]
             switch action {
             case .drop: return nil
             case .hash:
                 // A string's text; any other value's JSON as written.
-                if value.kind == .string { return withText(value) { quoted(redactor.hmac!.tag($0)) } }
-                return quoted(redactor.hmac!.tag(UnsafeRawBufferPointer(rebasing: bytes[JSONTape.rawRange(value)])))
+                if value.kind == .string { return withText(value) { quoted(core.hmac!.tag($0)) } }
+                return quoted(core.hmac!.tag(UnsafeRawBufferPointer(rebasing: bytes[JSONTape.rawRange(value)])))
             case .mask:
                 var out: [UInt8] = []
                 masked(node, into: &out)
@@ -300,17 +315,17 @@ public struct Redactor: Sendable {
         /// The value with every string masked (by its detected kind) and every number and
         /// boolean replaced by `"***"`; keys and null kept.
         private func masked(_ node: Int, into out: inout [UInt8]) {
-            let value = tape.nodes[node]
+            let value = nodes[node]
             switch value.kind {
             case .object:
                 out.append(UInt8(ascii: "{"))
                 var child = node + 1
                 for position in 0..<Int(value.count) {
                     if position > 0 { out.append(UInt8(ascii: ",")) }
-                    out.append(contentsOf: bytes[JSONTape.rawRange(tape.nodes[child])])
+                    out.append(contentsOf: bytes[JSONTape.rawRange(nodes[child])])
                     out.append(UInt8(ascii: ":"))
                     masked(child + 1, into: &out)
-                    child = Int(tape.nodes[child + 1].next)
+                    child = Int(nodes[child + 1].next)
                 }
                 out.append(UInt8(ascii: "}"))
             case .array:
@@ -319,7 +334,7 @@ public struct Redactor: Sendable {
                 for position in 0..<Int(value.count) {
                     if position > 0 { out.append(UInt8(ascii: ",")) }
                     masked(child, into: &out)
-                    child = Int(tape.nodes[child].next)
+                    child = Int(nodes[child].next)
                 }
                 out.append(UInt8(ascii: "]"))
             case .string:
@@ -331,7 +346,7 @@ public struct Redactor: Sendable {
 
         /// Writes the document with the edits applied; `nextEdit` is the first edit not written.
         func emit(_ node: Int, into out: inout [UInt8], nextEdit: inout Int) {
-            let value = tape.nodes[node]
+            let value = nodes[node]
             // Nothing to change in this subtree: its bytes as they are.
             if nextEdit == edits.count || edits[nextEdit].node >= Int(value.next) {
                 out.append(contentsOf: bytes[JSONTape.rawRange(value)])
@@ -354,11 +369,11 @@ public struct Redactor: Sendable {
                     } else {
                         if !first { out.append(UInt8(ascii: ",")) }
                         first = false
-                        out.append(contentsOf: bytes[JSONTape.rawRange(tape.nodes[child])])
+                        out.append(contentsOf: bytes[JSONTape.rawRange(nodes[child])])
                         out.append(UInt8(ascii: ":"))
                         emit(valueNode, into: &out, nextEdit: &nextEdit)
                     }
-                    child = Int(tape.nodes[valueNode].next)
+                    child = Int(nodes[valueNode].next)
                 }
                 out.append(UInt8(ascii: "}"))
             case .array:
@@ -373,7 +388,7 @@ public struct Redactor: Sendable {
                         first = false
                         emit(child, into: &out, nextEdit: &nextEdit)
                     }
-                    child = Int(tape.nodes[child].next)
+                    child = Int(nodes[child].next)
                 }
                 out.append(UInt8(ascii: "]"))
             default:

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import FerryProtocol
 
 /// A tracking plan, compiled once per load: for each planned event (its type, and its name for
@@ -22,18 +27,30 @@ public struct TrackingPlan: Sendable {
         var requiresContext = false
     }
 
-    let schemas: [Schema]
-    let rules: [Rule]
-    let common: [Rule]
+    /// The compiled plan, shared by every copy (one reference to retain, not one per array).
+    final class Core: Sendable {
+        let schemas: [Schema]
+        let rules: [Rule]
+        let common: [Rule]
+
+        init(schemas: [Schema], rules: [Rule], common: [Rule]) {
+            self.schemas = schemas
+            self.rules = rules
+            self.common = common
+        }
+    }
+
+    let core: Core
+    var schemas: [Schema] { core.schemas }
+    var rules: [Rule] { core.rules }
+    var common: [Rule] { core.common }
 
     /// Parses and compiles a plan. `source` names it in error messages (the path).
     public init(json: [UInt8], source: String) throws(QualityError) {
         let document = try JSONValue.parse(json, file: source)
         var compiler = PlanCompiler(file: source)
         try compiler.compile(document)
-        schemas = compiler.set.schemas
-        rules = compiler.rules
-        common = compiler.common
+        core = Core(schemas: compiler.set.schemas, rules: compiler.rules, common: compiler.common)
     }
 
     /// Reads and compiles the plan at `path`.
@@ -60,20 +77,26 @@ public struct TrackingPlan: Sendable {
         }
     }
 
-    /// The rule naming an event of `type` called `name`: the one with that name, else the one for
-    /// the type alone (identify, group and alias always; page and screen when no named rule fits).
-    func rule(type: EventType, name: String) -> Rule? {
-        var unnamed: Rule?
+    /// The index in ``rules`` of the rule naming an event of `type` called `name`: the one with
+    /// that name, else the one for the type alone (identify, group and alias always; page and
+    /// screen when no named rule fits); -1 for none.
+    func rule(type: EventType, name: String) -> Int {
         var copy = name
         return copy.withUTF8 { bytes in
-            for rule in rules where rule.type == type {
-                guard let ruleName = rule.name else {
-                    unnamed = rule
-                    continue
+            core.rules.withUnsafeBufferPointer { rules in
+                var unnamed = -1
+                for index in 0..<rules.count where rules[index].type == type {
+                    guard rules[index].name != nil else {
+                        unnamed = index
+                        continue
+                    }
+                    let equal = rules[index].name!.withUnsafeBufferPointer { ruleName in
+                        ruleName.count == bytes.count && (bytes.isEmpty || memcmp(ruleName.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+                    }
+                    if equal { return index }
                 }
-                if ruleName.count == bytes.count && ruleName.withUnsafeBufferPointer({ $0.elementsEqual(bytes) }) { return rule }
+                return unnamed
             }
-            return unnamed
         }
     }
 
@@ -85,24 +108,38 @@ public struct TrackingPlan: Sendable {
         }
     }
 
-    /// Checks one event's fields (parsed) against `rule` and the common rules.
-    func check(type: EventType, rule: Rule?, label: String, properties: ParsedJSON, context: ParsedJSON?,
-               into violations: inout [Violation]) {
-        for applied in (rule.map { [$0] } ?? []) + common {
-            let isTraits = type == .identify || type == .group
-            if let schema = isTraits ? applied.traits : applied.properties {
-                properties.check(schemas, schema, event: label, root: isTraits ? "traits" : "properties", into: &violations)
-            }
-            if applied.requiresContext && context == nil {
-                violations.append(Violation(event: label, rule: "required", path: "context", message: "is required"))
-            }
-            if let context {
-                if let schema = applied.context {
-                    context.check(schemas, schema, event: label, root: "context", into: &violations)
+    /// Checks one event's fields (parsed) against rule `rule` (an index in ``rules``, or -1) and
+    /// the common rules. The violations' `event` is left empty (the gate names the event).
+    func check(type: EventType, rule: Int, properties: ParsedJSON, context: ParsedJSON?, into violations: inout [Violation]) {
+        core.schemas.withUnsafeBufferPointer { schemas in
+            if rule >= 0 {
+                core.rules.withUnsafeBufferPointer { rules in
+                    Self.apply(rules.baseAddress! + rule, schemas, type: type, properties: properties, context: context, into: &violations)
                 }
-                if let schema = applied.contextTraits, !isTraits {
-                    context.checkMember("traits", schemas, schema, event: label, into: &violations)
+            }
+            core.common.withUnsafeBufferPointer { common in
+                for index in 0..<common.count {
+                    Self.apply(common.baseAddress! + index, schemas, type: type, properties: properties, context: context, into: &violations)
                 }
+            }
+        }
+    }
+
+    private static func apply(_ applied: UnsafePointer<Rule>, _ schemas: UnsafeBufferPointer<Schema>, type: EventType, properties: ParsedJSON,
+                              context: ParsedJSON?, into violations: inout [Violation]) {
+        let isTraits = type == .identify || type == .group
+        if let schema = isTraits ? applied.pointee.traits : applied.pointee.properties {
+            properties.check(schemas, schema, root: isTraits ? "traits" : "properties", into: &violations)
+        }
+        if applied.pointee.requiresContext && context == nil {
+            violations.append(Violation(event: "", rule: "required", path: "context", message: "is required"))
+        }
+        if let context {
+            if let schema = applied.pointee.context {
+                context.check(schemas, schema, root: "context", into: &violations)
+            }
+            if let schema = applied.pointee.contextTraits, !isTraits {
+                context.checkMember("traits", schemas, schema, into: &violations)
             }
         }
     }
@@ -128,29 +165,33 @@ struct ParsedJSON {
     /// `{}`, for an event without properties.
     static let empty = ParsedJSON(bytes: Array("{}".utf8), tape: try! JSONTape.parse(Array("{}".utf8)))
 
-    func check(_ schemas: [Schema], _ schema: Int, event: String, root: String, into violations: inout [Violation]) {
+    func check(_ schemas: UnsafeBufferPointer<Schema>, _ schema: Int, root: String, into violations: inout [Violation]) {
         guard !schemas[schema].isTrivial else { return }
         bytes.withUnsafeBytes { raw in
-            var validator = Validator(schemas: schemas, bytes: raw, tape: tape, event: event, root: root, violations: violations)
-            validator.check(schema, node: 0)
-            violations = validator.violations
+            tape.nodes.withUnsafeBufferPointer { nodes in
+                var validator = Validator(schemas: schemas, bytes: raw, nodes: nodes, root: root)
+                validator.check(schema, node: 0)
+                if !validator.violations.isEmpty { violations += validator.violations }
+            }
         }
     }
 
     /// Checks the top-level member `name` (if present) against `schema`.
-    func checkMember(_ name: String, _ schemas: [Schema], _ schema: Int, event: String, into violations: inout [Violation]) {
+    func checkMember(_ name: String, _ schemas: UnsafeBufferPointer<Schema>, _ schema: Int, into violations: inout [Violation]) {
         guard tape.nodes.first?.kind == .object else { return }
         bytes.withUnsafeBytes { raw in
-            var child = 1
-            for _ in 0..<Int(tape.nodes[0].count) {
-                if JSONTape.decodedString(tape.nodes[child], in: raw).elementsEqual(name.utf8) {
-                    var validator = Validator(schemas: schemas, bytes: raw, tape: tape, event: event, root: "context." + name,
-                                              violations: violations)
-                    validator.check(schema, node: child + 1)
-                    violations = validator.violations
-                    return
+            tape.nodes.withUnsafeBufferPointer { nodes in
+                var child = 1
+                for _ in 0..<Int(nodes[0].count) {
+                    if JSONTape.decodedString(nodes[child], in: raw).elementsEqual(name.utf8) {
+                        // The path is rebuilt from the tape's root: name the context, not context.traits twice.
+                        var validator = Validator(schemas: schemas, bytes: raw, nodes: nodes, root: "context")
+                        validator.check(schema, node: child + 1)
+                        violations += validator.violations
+                        return
+                    }
+                    child = Int(nodes[child + 1].next)
                 }
-                child = Int(tape.nodes[child + 1].next)
             }
         }
     }

@@ -1,184 +1,218 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Checks one parsed JSON document (a ``JSONTape`` over its bytes) against compiled schemas,
-/// collecting violations. The path of a value is built only when it breaks a rule.
+/// collecting violations. Nothing is allocated on the passing path: schemas are read in place
+/// and the path of a value is rebuilt from the tape only when it breaks a rule.
 struct Validator {
-    let schemas: [Schema]
+    let schemas: UnsafeBufferPointer<Schema>
     let bytes: UnsafeRawBufferPointer
-    let tape: JSONTape
-    let event: String
-    var violations: [Violation]
-    /// The steps from the checked field down to the value being checked.
-    private var steps: [Step] = []
-    private let root: String
+    let nodes: UnsafeBufferPointer<JSONNode>
+    let root: String
+    /// Violations found, their `event` left empty (the caller names the event).
+    var violations: [Violation] = []
 
-    enum Step {
-        case key(Int)  // tape index of the key
-        case index(Int)
-        case name(String)
-    }
-
-    init(schemas: [Schema], bytes: UnsafeRawBufferPointer, tape: JSONTape, event: String, root: String, violations: [Violation]) {
+    init(schemas: UnsafeBufferPointer<Schema>, bytes: UnsafeRawBufferPointer, nodes: UnsafeBufferPointer<JSONNode>, root: String) {
         self.schemas = schemas
         self.bytes = bytes
-        self.tape = tape
-        self.event = event
+        self.nodes = nodes
         self.root = root
-        self.violations = violations
     }
 
-    /// The path of the value being checked: `properties.items[2].sku`.
-    private func path(appending extra: String? = nil) -> String {
+    /// The path of the value at tape index `target`: `properties.items[2].sku`, rebuilt by
+    /// descending from the root through the subtrees that hold it.
+    func path(of target: Int, appending extra: String? = nil) -> String {
         var text = root
-        for step in steps {
-            switch step {
-            case .key(let node): text += "." + String(decoding: JSONTape.decodedString(tape.nodes[node], in: bytes), as: UTF8.self)
-            case .index(let position): text += "[\(position)]"
-            case .name(let name): text += "." + name
+        var node = 0
+        while node != target {
+            let container = nodes[node]
+            var child = node + 1
+            var found = false
+            for position in 0..<Int(container.count) {
+                if container.kind == .object {
+                    let valueNode = child + 1
+                    if target >= valueNode && target < Int(nodes[valueNode].next) {
+                        text += "." + String(decoding: JSONTape.decodedString(nodes[child], in: bytes), as: UTF8.self)
+                        node = valueNode
+                        found = true
+                        break
+                    }
+                    child = Int(nodes[valueNode].next)
+                } else {
+                    if target >= child && target < Int(nodes[child].next) {
+                        text += "[\(position)]"
+                        node = child
+                        found = true
+                        break
+                    }
+                    child = Int(nodes[child].next)
+                }
             }
+            if !found { break }
         }
         if let extra { text += "." + extra }
         return text
     }
 
-    private mutating func fail(_ rule: String, _ message: String, member: String? = nil) {
-        violations.append(Violation(event: event, rule: rule, path: path(appending: member), message: message))
+    private mutating func fail(_ node: Int, _ rule: String, _ message: String, member: String? = nil) {
+        violations.append(Violation(event: "", rule: rule, path: path(of: node, appending: member), message: message))
     }
 
     /// Checks the value at tape index `node` against schema `index`.
     mutating func check(_ index: Int, node: Int) {
-        let schema = schemas[index]
-        if schema.ruleCount == 0 { return }
-        if schema.never {
-            fail("false", "is not allowed here (the schema is false)")
+        let schema = schemas.baseAddress! + index
+        if schema.pointee.ruleCount == 0 { return }
+        if schema.pointee.never {
+            fail(node, "false", "is not allowed here (the schema is false)")
             return
         }
-        let value = tape.nodes[node]
-        if let types = schema.types, !matches(types, value) {
-            fail("type", "must be \(types.description), not \(Self.typeName(value.kind))")
+        let value = nodes[node]
+        if let types = schema.pointee.types, !matches(types, value) {
+            fail(node, "type", "must be \(types.description), not \(Self.typeName(value.kind))")
             return
         }
-        if let constValue = schema.constValue, !equals(node, constValue) {
-            fail("const", "must be \(constValue.text)")
+        if let constValue = schema.pointee.constValue, !equals(node, constValue) {
+            fail(node, "const", "must be \(constValue.text)")
         }
-        if let values = schema.enumValues, !values.contains(where: { equals(node, $0) }) {
+        if schema.pointee.enumValues != nil, !enumContains(schema, node) {
+            let values = schema.pointee.enumValues!
             let listed = values.prefix(8).map(\.text).joined(separator: ", ")
-            fail("enum", "must be one of \(listed)\(values.count > 8 ? ", …" : "")")
+            fail(node, "enum", "must be one of \(listed)\(values.count > 8 ? ", …" : "")")
         }
-        if let not = schema.not {
-            var inner = Validator(schemas: schemas, bytes: bytes, tape: tape, event: event, root: root, violations: [])
+        if let not = schema.pointee.not {
+            var inner = Validator(schemas: schemas, bytes: bytes, nodes: nodes, root: root)
             inner.check(not, node: node)
-            if inner.violations.isEmpty { fail("not", "must not match the schema under \"not\"") }
+            if inner.violations.isEmpty { fail(node, "not", "must not match the schema under \"not\"") }
         }
         switch value.kind {
         case .object: checkObject(schema, node: node)
         case .array:
-            guard let items = schema.items else { break }
+            guard let items = schema.pointee.items else { break }
             var child = node + 1
-            for position in 0..<Int(value.count) {
-                steps.append(.index(position))
+            for _ in 0..<Int(value.count) {
                 check(items, node: child)
-                steps.removeLast()
-                child = Int(tape.nodes[child].next)
+                child = Int(nodes[child].next)
             }
-        case .string: checkString(schema, value)
-        case .number: checkNumber(schema, value)
+        case .string: checkString(schema, node)
+        case .number: checkNumber(schema, node)
         default: break
         }
     }
 
-    private mutating func checkObject(_ schema: Schema, node: Int) {
-        let value = tape.nodes[node]
+    private func enumContains(_ schema: UnsafePointer<Schema>, _ node: Int) -> Bool {
+        for value in schema.pointee.enumValues! where equals(node, value) { return true }
+        return false
+    }
+
+    private mutating func checkObject(_ schema: UnsafePointer<Schema>, node: Int) {
+        let value = nodes[node]
         var seen: UInt64 = 0
         var child = node + 1
+        let memberCount = schema.pointee.members.count
         for _ in 0..<Int(value.count) {
-            let key = tape.nodes[child]
+            let key = nodes[child]
             let valueNode = child + 1
-            var found: Schema.Member?
-            if !schema.members.isEmpty {
-                if key.escaped {
-                    let decoded = JSONTape.decodedString(key, in: bytes)
-                    found = schema.members.first { $0.key == decoded }
-                } else {
-                    let raw = UnsafeRawBufferPointer(rebasing: bytes[Int(key.start)..<Int(key.end)])
-                    found = schema.members.first { member in
-                        member.key.count == raw.count && member.key.withUnsafeBytes { $0.elementsEqual(raw) }
+            var found = -1
+            if memberCount > 0 {
+                found = schema.pointee.members.withUnsafeBufferPointer { members in
+                    if key.escaped {
+                        let decoded = JSONTape.decodedString(key, in: bytes)
+                        return members.firstIndex { $0.key == decoded } ?? -1
                     }
+                    let start = bytes.baseAddress! + Int(key.start), length = Int(key.end - key.start)
+                    for position in 0..<members.count where members[position].key.count == length {
+                        let equal = members[position].key.withUnsafeBytes { memcmp($0.baseAddress!, start, length) == 0 }
+                        if equal { return position }
+                    }
+                    return -1
                 }
             }
-            if let found {
-                if let bit = found.requiredBit { seen |= 1 << UInt64(bit) }
-                if let index = found.schema {
-                    steps.append(.key(child))
-                    check(index, node: valueNode)
-                    steps.removeLast()
-                }
+            if found >= 0 {
+                let (bit, index) = schema.pointee.members.withUnsafeBufferPointer { ($0[found].requiredBit, $0[found].schema) }
+                if let bit { seen |= 1 << UInt64(bit) }
+                if let index { check(index, node: valueNode) }
             } else {
-                switch schema.additional {
+                switch schema.pointee.additional {
                 case .allowed: break
-                case .forbidden:
-                    steps.append(.key(child))
-                    fail("additionalProperties", "is not in the plan (additionalProperties is false)")
-                    steps.removeLast()
-                case .schema(let index):
-                    steps.append(.key(child))
-                    check(index, node: valueNode)
-                    steps.removeLast()
+                case .forbidden: fail(valueNode, "additionalProperties", "is not in the plan (additionalProperties is false)")
+                case .schema(let index): check(index, node: valueNode)
                 }
             }
-            child = Int(tape.nodes[valueNode].next)
+            child = Int(nodes[valueNode].next)
         }
-        if schema.requiredCount > 0 {
-            let all: UInt64 = schema.requiredCount == 64 ? .max : (1 << UInt64(schema.requiredCount)) - 1
+        let requiredCount = schema.pointee.requiredCount
+        if requiredCount > 0 {
+            let all: UInt64 = requiredCount == 64 ? .max : (1 << UInt64(requiredCount)) - 1
             if seen != all {
-                for member in schema.members {
+                for member in schema.pointee.members {
                     if let bit = member.requiredBit, seen & (1 << UInt64(bit)) == 0 {
-                        fail("required", "is required", member: member.name)
+                        fail(node, "required", "is required", member: member.name)
                     }
                 }
             }
         }
     }
 
-    private mutating func checkString(_ schema: Schema, _ value: JSONNode) {
-        guard schema.pattern != nil || schema.minLength != nil || schema.maxLength != nil || schema.format != nil else { return }
-        let decoded: [UInt8]? = value.escaped ? JSONTape.decodedString(value, in: bytes) : nil
-        let failures: [(String, String)] = withText(value, decoded) { text in
-            var failures: [(String, String)] = []
-            if schema.minLength != nil || schema.maxLength != nil {
-                // Code points: every byte that does not continue a sequence starts one.
-                var length = 0
-                for byte in text where byte & 0xC0 != 0x80 { length += 1 }
-                if let minimum = schema.minLength, length < minimum {
-                    failures.append(("minLength", "must be at least \(minimum) characters, is \(length)"))
-                }
-                if let maximum = schema.maxLength, length > maximum {
-                    failures.append(("maxLength", "must be at most \(maximum) characters, is \(length)"))
-                }
-            }
-            if let pattern = schema.pattern, !pattern.matches(text) {
-                failures.append(("pattern", "must match the pattern \(schema.patternText)"))
-            }
-            if let format = schema.format, !Formats.check(format, text) {
-                failures.append(("format", "must be a \(format.rawValue)"))
-            }
-            return failures
+    private mutating func checkString(_ schema: UnsafePointer<Schema>, _ node: Int) {
+        guard schema.pointee.pattern != nil || schema.pointee.minLength != nil || schema.pointee.maxLength != nil
+            || schema.pointee.format != nil else { return }
+        let value = nodes[node]
+        if value.escaped {
+            let decoded = JSONTape.decodedString(value, in: bytes)
+            decoded.withUnsafeBytes { checkText(schema, node, $0) }
+        } else {
+            checkText(schema, node, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
         }
-        for (rule, message) in failures { fail(rule, message) }
     }
 
-    private func withText<Result>(_ value: JSONNode, _ decoded: [UInt8]?, _ body: (UnsafeRawBufferPointer) -> Result) -> Result {
-        if let decoded { return decoded.withUnsafeBytes(body) }
-        return body(UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
+    private mutating func checkText(_ schema: UnsafePointer<Schema>, _ node: Int, _ text: UnsafeRawBufferPointer) {
+        let minLength = schema.pointee.minLength, maxLength = schema.pointee.maxLength
+        if minLength != nil || maxLength != nil {
+            // Code points never outnumber bytes: a string within maxLength bytes needs no count.
+            let needsCount = minLength != nil || maxLength.map { text.count > $0 } == true
+            let length = needsCount ? Self.codePoints(text) : text.count
+            if let minimum = minLength, length < minimum {
+                fail(node, "minLength", "must be at least \(minimum) characters, is \(length)")
+            }
+            if let maximum = maxLength, length > maximum {
+                fail(node, "maxLength", "must be at most \(maximum) characters, is \(length)")
+            }
+        }
+        if let pattern = schema.pointee.pattern, !pattern.matches(text) {
+            fail(node, "pattern", "must match the pattern \(schema.pointee.patternText)")
+        }
+        if let format = schema.pointee.format, !Formats.check(format, text) {
+            fail(node, "format", "must be a \(format.rawValue)")
+        }
     }
 
-    private mutating func checkNumber(_ schema: Schema, _ value: JSONNode) {
-        guard schema.minimum != nil || schema.maximum != nil || schema.exclusiveMinimum != nil || schema.exclusiveMaximum != nil else {
-            return
+    /// Code points in valid UTF-8: bytes that do not continue a sequence, eight at a time.
+    static func codePoints(_ text: UnsafeRawBufferPointer) -> Int {
+        var continuation = 0, index = 0
+        while text.count - index >= 8 {
+            let word = text.loadUnaligned(fromByteOffset: index, as: UInt64.self)
+            continuation += (word & ~(word << 1) & 0x8080_8080_8080_8080).nonzeroBitCount
+            index += 8
         }
-        let number = JSONTape.double(value, in: bytes)
-        if let minimum = schema.minimum, !(number >= minimum) { fail("minimum", "must be ≥ \(Self.format(minimum))") }
-        if let maximum = schema.maximum, !(number <= maximum) { fail("maximum", "must be ≤ \(Self.format(maximum))") }
-        if let bound = schema.exclusiveMinimum, !(number > bound) { fail("exclusiveMinimum", "must be > \(Self.format(bound))") }
-        if let bound = schema.exclusiveMaximum, !(number < bound) { fail("exclusiveMaximum", "must be < \(Self.format(bound))") }
+        while index < text.count {
+            if text[index] & 0xC0 == 0x80 { continuation += 1 }
+            index += 1
+        }
+        return text.count - continuation
+    }
+
+    private mutating func checkNumber(_ schema: UnsafePointer<Schema>, _ node: Int) {
+        let minimum = schema.pointee.minimum, maximum = schema.pointee.maximum
+        let exclusiveMinimum = schema.pointee.exclusiveMinimum, exclusiveMaximum = schema.pointee.exclusiveMaximum
+        guard minimum != nil || maximum != nil || exclusiveMinimum != nil || exclusiveMaximum != nil else { return }
+        let number = JSONTape.double(nodes[node], in: bytes)
+        if let minimum, !(number >= minimum) { fail(node, "minimum", "must be ≥ \(Self.format(minimum))") }
+        if let maximum, !(number <= maximum) { fail(node, "maximum", "must be ≤ \(Self.format(maximum))") }
+        if let bound = exclusiveMinimum, !(number > bound) { fail(node, "exclusiveMinimum", "must be > \(Self.format(bound))") }
+        if let bound = exclusiveMaximum, !(number < bound) { fail(node, "exclusiveMaximum", "must be < \(Self.format(bound))") }
     }
 
     static func format(_ number: Double) -> String { JSONValue.number(number).text }
@@ -207,16 +241,18 @@ struct Validator {
 
     /// JSON equality of the value at `node` and `value` (numbers by value, objects unordered).
     func equals(_ node: Int, _ value: JSONValue) -> Bool {
-        let item = tape.nodes[node]
+        let item = nodes[node]
         switch (item.kind, value) {
         case (.null, .null): return true
         case (.true, .bool(let flag)): return flag
         case (.false, .bool(let flag)): return !flag
         case (.number, .number(let number)): return JSONTape.double(item, in: bytes) == number
-        case (.string, .string(let text)):
+        case (.string, .string(var text)):
             if !item.escaped {
-                let raw = UnsafeRawBufferPointer(rebasing: bytes[Int(item.start)..<Int(item.end)])
-                return text.utf8.elementsEqual(raw)
+                let length = Int(item.end - item.start)
+                return text.withUTF8 { utf8 in
+                    utf8.count == length && memcmp(utf8.baseAddress!, bytes.baseAddress! + Int(item.start), length) == 0
+                }
             }
             return JSONTape.decodedString(item, in: bytes).elementsEqual(text.utf8)
         case (.array, .array(let elements)):
@@ -224,16 +260,16 @@ struct Validator {
             var child = node + 1
             for element in elements {
                 guard equals(child, element) else { return false }
-                child = Int(tape.nodes[child].next)
+                child = Int(nodes[child].next)
             }
             return true
         case (.object, .object(let members)):
             guard Int(item.count) == members.count else { return false }
             var child = node + 1
             for _ in 0..<Int(item.count) {
-                let key = String(decoding: JSONTape.decodedString(tape.nodes[child], in: bytes), as: UTF8.self)
+                let key = String(decoding: JSONTape.decodedString(nodes[child], in: bytes), as: UTF8.self)
                 guard let member = members.first(where: { $0.key == key }), equals(child + 1, member.value) else { return false }
-                child = Int(tape.nodes[child + 1].next)
+                child = Int(nodes[child + 1].next)
             }
             return true
         default: return false

@@ -28,7 +28,7 @@ struct FerryCommand: AsyncParsableCommand {
         version: FerryVersion.current,
         subcommands: [
             Emit.self, Tail.self, Status.self, Top.self, Metrics.self, Health.self, Queue.self, DeadLetterCommand.self, QuarantineCommand.self, Consent.self, Tracking.self,
-            Features.self, Purge.self, Forget.self, Start.self, WhoAmI.self,
+            Features.self, Purge.self, Forget.self, Start.self, WhoAmI.self, PlanCommand.self,
         ]
     )
 }
