@@ -99,19 +99,35 @@ struct QuarantineCrashTests {
         defer { progressDir.remove() }
         let progressPath = progressDir.appending("progress")
         let (good, bad) = Self.frames()
-        let ids = Set(([good] + bad).map { EventID(bytes: $0).description })
+        var ids = Set(([good] + bad).map { EventID(bytes: $0).description })
         var progress = CrashPointProgress(path: progressPath)
         do {
             let run = try Run(crashAt: nil, progress: progressPath)
             defer { run.cleanup() }
             let agent = run.agent
             try await agent.waitUntilReady()
+            let tail = try BusTail(topics: ["quarantined"], environment: agent.environment, outputDirectory: run.dir.path)
+            defer { tail.cleanup() }
+            try await tail.waitUntilSubscribed()
+            // The tail's probe events break the plan too: dropped before the test's own.
+            _ = try await agent.control(["op": "quarantine_drop", "all": true])
+            let probes = try tail.messages(topic: "quarantined").count
             let entries = try #require(await Self.send([good] + bad, to: agent))
             #expect(entries.map(\.status) == [.accepted, .accepted, .accepted])
             #expect(entries.map(\.reason) == [.none, .quarantined, .quarantined])
+            // The HTTP API's message through the same stage: its result says quarantined.
+            let body = #"{"batch":[{"type":"track","event":"Bad","userId":"u1","messageId":"m-bad","properties":{}}]}"#
+            let response = try await httpPost(unixSocket: agent.runtimeDirectory + "/http", path: "/v1/batch", json: body)
+            #expect(response.status == 200 && response.body.contains(#""status":"quarantined""#), "\(response)")
+            // Each is on the bus's quarantined topic with its reason.
+            try await eventually("3 quarantined events on the bus") { try tail.messages(topic: "quarantined").count >= probes + 3 }
+            let published = Array(try tail.messages(topic: "quarantined").dropFirst(probes))
+            #expect(published.allSatisfy { $0["reason"] as? String == "plan_violation" && $0["name"] as? String == "Bad" }, "\(published)")
+            ids.formUnion(published.compactMap { $0["id"] as? String })
+            #expect(ids.count == 4)
             let environment = agent.environment
             let list = try await runCLI(["quarantine", "list", "--data-dir", agent.dataDirectory], environment: environment)
-            #expect(list.status == .exited(0) && list.stdout.contains("2 quarantined events") && list.stdout.contains("unplanned"), "\(list)")
+            #expect(list.status == .exited(0) && list.stdout.contains("3 quarantined events") && list.stdout.contains("unplanned"), "\(list)")
             let badID = EventID(bytes: bad[0]).description
             let show = try await runCLI(["quarantine", "show", badID, "--data-dir", agent.dataDirectory], environment: environment)
             #expect(show.status == .exited(0) && show.stdout.contains("[unplanned]") && show.stdout.contains(#""name":"Bad""#), "\(show)")
