@@ -248,6 +248,52 @@ package final class QuarantineStore: Sendable {
         }
     }
 
+    // MARK: The replay marker
+
+    /// What a replay in progress handed to the log: the log's end before it, and the events.
+    /// Written durably before a replay's events are submitted and deleted once their entries are
+    /// removed, so a replay cut short between the log's commit and the removal finds, in the log
+    /// after `from`, the events it already stored, however long ago that was.
+    package struct ReplayMarker: Sendable, Equatable {
+        /// The log's end position before the events were submitted.
+        package var from: LogPosition
+        /// The events submitted.
+        package var ids: [EventID]
+
+        /// A marker.
+        package init(from: LogPosition, ids: [EventID]) {
+            self.from = from
+            self.ids = ids
+        }
+    }
+
+    /// `<quarantine>/.replay`.
+    package var markerPath: String { directory + "/.replay" }
+
+    /// Writes `marker` durably (temp file, fsync, rename, directory fsync).
+    package func writeMarker(_ marker: ReplayMarker) throws {
+        let text = "\(marker.from.segment) \(marker.from.offset)\n" + marker.ids.map { $0.description + "\n" }.joined()
+        try FileIO.writeAtomically(Array(text.utf8), to: markerPath)
+    }
+
+    /// The marker a replay left, if any (one that cannot be read is treated as none: it only
+    /// ever narrows what a replay stores again).
+    package func loadMarker() throws -> ReplayMarker? {
+        guard let bytes = try FileIO.readFile(markerPath) else { return nil }
+        let lines = String(decoding: bytes, as: UTF8.self).split(separator: "\n")
+        guard let first = lines.first?.split(separator: " "), first.count == 2,
+              let segment = UInt64(first[0]), let offset = Int64(first[1]) else { return nil }
+        return ReplayMarker(from: LogPosition(segment: segment, offset: offset), ids: lines.dropFirst().compactMap { EventID(String($0)) })
+    }
+
+    /// Deletes the marker durably.
+    package func clearMarker() throws {
+        var st = stat()
+        guard lstat(markerPath, &st) == 0 else { return }
+        try FileIO.unlink(markerPath)
+        try FileIO.syncDirectory(directory)
+    }
+
     /// Erases every entry for which `matches` is true (consent revoked, `forget`): readable
     /// entries are decoded and tested; returns how many were removed. Running it again after a
     /// crash removes what is left, so it is safe to repeat.

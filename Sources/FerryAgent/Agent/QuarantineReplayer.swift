@@ -13,9 +13,10 @@ import Synchronization
 /// A replayed event is removed from the quarantine only once its ack says the log holds it
 /// (`accepted`, or `duplicate`: an earlier replay stored it) or consent refuses it for good
 /// (`blocked`, `suppressed`). `kill -9` between the log's write and the removal (crash point
-/// `quarantine.replayed`) leaves the entry; replayed again, it is answered `duplicate` by the id
-/// window (`dedup.maxAgeSeconds`, 15 minutes by default, recovered from the log on restart) and
-/// removed: stored once.
+/// `quarantine.replayed`) leaves the entry, and the replay marker written before the events were
+/// submitted (the log's end then, and their ids): the next replay finds them in the log after
+/// that position and removes them (`duplicate`) before anything is submitted — stored once,
+/// however much later it runs (within the window the id window would answer `duplicate` too).
 struct QuarantineReplayer: Sendable {
     /// Events per batch handed to the commit thread.
     static let batchSize = 256
@@ -29,9 +30,12 @@ struct QuarantineReplayer: Sendable {
         case .refused(let refusal): return refusal
         }
         var results: [QuarantineReply.Result] = []
+        // A replay cut short: the events it already stored leave the quarantine first.
+        let settled = await Self.settleInterrupted(running)
+        results += settled.results
         let stage = running.quality.stage
         var passing: [(QuarantinedEvent, IngestBatch.Item)] = []
-        for id in ids {
+        for id in ids where !settled.removed.contains(id) {
             let loaded: QuarantinedEvent?
             do {
                 loaded = try await BlockingExecutor.runDetached(name: "ferry-quarantine-read") { try store.load(id) }
@@ -118,10 +122,40 @@ struct QuarantineReplayer: Sendable {
         return .passes(.event(header, frame: entry.frame))
     }
 
+    /// The marker of a replay cut short (``QuarantineStore/ReplayMarker``): each of its events
+    /// still quarantined that the log holds after the marker's position is removed (answered
+    /// `duplicate`); then the marker is deleted.
+    static func settleInterrupted(_ running: RunningAgent) async -> (results: [QuarantineReply.Result], removed: Set<EventID>) {
+        let store = running.quarantine, log = running.log
+        let found = try? await BlockingExecutor.runDetached(name: "ferry-quarantine-marker") { () throws -> [EventID] in
+            guard let marker = try store.loadMarker() else { return [] }
+            let waiting = Set(marker.ids).intersection(try store.ids())
+            var stored: [EventID] = []
+            if !waiting.isEmpty {
+                try log.forEachRecord(from: marker.from) { event in
+                    if !event.isErased, waiting.contains(event.decodedID) { stored.append(event.decodedID) }
+                }
+                try store.remove(stored)
+            }
+            try store.clearMarker()
+            return stored
+        }
+        let removed = found ?? []
+        return (removed.map { .init(id: $0.description, outcome: "duplicate") }, Set(removed))
+    }
+
     /// Hands `chunk` to the commit thread (each event with its own origin), waits for the
-    /// answer, publishes the outcomes on the bus and removes what the log now holds.
+    /// answer, publishes the outcomes on the bus and removes what the log now holds. A marker
+    /// naming the chunk is durable before it is submitted and deleted once it is settled.
     private func commit(_ chunk: [(QuarantinedEvent, IngestBatch.Item)], running: RunningAgent) async -> [QuarantineReply.Result] {
         let pipeline = running.pipeline
+        let store = running.quarantine
+        let marker = QuarantineStore.ReplayMarker(from: running.log.endPosition, ids: chunk.map(\.0.id))
+        do {
+            try await BlockingExecutor.runDetached(name: "ferry-quarantine-marker") { try store.writeMarker(marker) }
+        } catch {
+            return chunk.map { .init(id: $0.0.id.description, outcome: "failed", error: "cannot write the replay marker: \(error)") }
+        }
         let answers: [CommittedBatch] = await withCheckedContinuation { continuation in
             let destination = ReplayDestination(expected: chunk.count) { continuation.resume(returning: $0) }
             for (index, (entry, item)) in chunk.enumerated() {
@@ -154,12 +188,14 @@ struct QuarantineReplayer: Sendable {
                 results.append(.init(id: id, outcome: "failed", error: "rejected: \(ack.reason.description)"))
             }
         }
-        guard !settled.isEmpty else { return results }
-        let store = running.quarantine, removing = settled
+        let removing = settled
         do {
             try await BlockingExecutor.runDetached(name: "ferry-quarantine-remove") {
-                try CrashPoints.reach("quarantine.replayed")
-                try store.remove(removing)
+                if !removing.isEmpty {
+                    try CrashPoints.reach("quarantine.replayed")
+                    try store.remove(removing)
+                }
+                try store.clearMarker()
             }
         } catch {
             let failed = Set(settled.map(\.description))

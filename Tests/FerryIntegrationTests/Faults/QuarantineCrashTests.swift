@@ -41,12 +41,15 @@ struct QuarantineCrashTests {
         let agent: AgentProcess
         let planPath: String
 
-        init(crashAt: String?, progress: String? = nil) throws {
+        /// `shortWindow`: an id window of 1 s, so a replay run again after the restart cannot rely
+        /// on it (the replay marker must find what was stored).
+        init(crashAt: String?, progress: String? = nil, shortWindow: Bool = false) throws {
             dir = try TemporaryDirectory()
             planPath = dir.appending("plan.json")
             try Data(QuarantineCrashTests.plan.utf8).write(to: URL(fileURLWithPath: planPath))
             let config = dir.appending("ferryd.json")
-            let object: [String: Any] = ["quality": ["plan": planPath, "onViolation": "quarantine", "allowUnplanned": false]]
+            var object: [String: Any] = ["quality": ["plan": planPath, "onViolation": "quarantine", "allowUnplanned": false]]
+            if shortWindow { object["dedup"] = ["maxAgeSeconds": 1] }
             try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: config))
             agent = try AgentProcess(in: dir, extraArguments: ["--config", config], start: false)
             var environment: [String: String] = [:]
@@ -158,7 +161,7 @@ struct QuarantineCrashTests {
 
         for point in points {
             let label = "\(point.name):\(point.count)"
-            let run = try Run(crashAt: label)
+            let run = try Run(crashAt: label, shortWindow: point.name == "quarantine.replayed")
             defer { run.cleanup() }
             let agent = run.agent
             try await agent.waitUntilReady()
@@ -177,11 +180,16 @@ struct QuarantineCrashTests {
                 try await agent.waitForExit(timeout: .seconds(20))
             }
             #expect(agent.process?.exitStatus == .signaled(SIGKILL), "\(label): \(agent.logs.suffix(2000))")
+            // Past the 1 s id window: only the replay marker can tell what was stored.
+            if point.name == "quarantine.replayed" {
+                let killedAt = WallClock.unixMilliseconds()
+                try await eventually("the id window (1 s) past the replay's store") { WallClock.unixMilliseconds() > killedAt + 1500 }
+            }
             // Whatever is in the quarantine now is whole; no temp file survives the restart.
             try agent.start()
             try await agent.waitUntilReady()
             let names = (try? FileManager.default.contentsOfDirectory(atPath: agent.dataDirectory + "/quarantine")) ?? []
-            #expect(names.allSatisfy { $0.hasSuffix(".q") && !$0.hasPrefix(".") }, "\(label): \(names)")
+            #expect(names.allSatisfy { ($0.hasSuffix(".q") && !$0.hasPrefix(".")) || $0 == ".replay" }, "\(label): \(names)")
             #expect(!agent.logs.contains("quarantine entry skipped"), "\(label): a damaged entry after the crash")
             if acked == nil {
                 // The client sends again what was not acked.
