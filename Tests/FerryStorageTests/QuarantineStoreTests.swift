@@ -112,4 +112,24 @@ struct QuarantineStoreTests {
         #expect(try store.ids() == [entries[0].id, entries[2].id])
         #expect(store.count == 2)
     }
+
+    @Test("the replay marker round-trips, survives open, is never listed as an entry, and clears durably")
+    func replayMarker() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let store = QuarantineStore(dataDirectory: scratch.path)
+        let entries = [Self.entry(1), Self.entry(2)]
+        #expect(store.add(entries).allSatisfy { $0 == nil })
+        #expect(try store.loadMarker() == nil)
+        let marker = QuarantineStore.ReplayMarker(from: LogPosition(segment: 7, offset: 4096), ids: entries.map(\.id))
+        try store.writeMarker(marker)
+        #expect(try store.loadMarker() == marker)
+        let reopened = QuarantineStore(dataDirectory: scratch.path)
+        #expect(try reopened.open().isEmpty)
+        #expect(try reopened.loadMarker() == marker)
+        #expect(try reopened.ids() == entries.map(\.id))
+        try reopened.clearMarker()
+        try reopened.clearMarker()
+        #expect(try reopened.loadMarker() == nil)
+    }
 }
