@@ -82,4 +82,21 @@ import Testing
             #expect(!bytes.withUnsafeBytes(Detectors.mayBePersonal))
         }
     }
+
+    /// The parser's `candidate` flag (the detectors' prefilter, computed while parsing) agrees
+    /// with the prefilter itself wherever the byte that makes a string a candidate falls.
+    @Test func parserMarksTheSameCandidates() throws {
+        for length in 1..<30 {
+            for trigger in Array("5:@xé".utf8) {
+                for position in 0..<length {
+                    var text = [UInt8](repeating: UInt8(ascii: "y"), count: length)
+                    text[position] = trigger
+                    let document = Array(#"{"k":""#.utf8) + text + Array(#""}"#.utf8)
+                    guard String(validating: document, as: UTF8.self) != nil else { continue }
+                    let tape = try JSONTape.parse(document)
+                    #expect(tape.nodes[2].candidate == text.withUnsafeBytes(Detectors.mayBePersonal), "\(String(decoding: text, as: UTF8.self))")
+                }
+            }
+        }
+    }
 }
