@@ -164,13 +164,20 @@ struct JSONTape: Sendable {
                 while count &- at >= 8 {
                     let word = bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self)
                     let quote = word ^ (ones &* 0x22), backslash = word ^ (ones &* 0x5C)
-                    if (((word &- ones &* 0x20) & ~word) | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & highs != 0 {
-                        break
-                    }
+                    let stop = (((word &- ones &* 0x20) & ~word) | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & highs
                     // A digit or ':' (0x30…0x3A, Bit Twiddling Hacks' hasbetween) or '@'.
                     let at40 = word ^ (ones &* 0x40)
-                    candidate |= ((ones &* (127 + 0x3B) &- (word & lows)) & ~word & ((word & lows) &+ ones &* (127 - 0x2F)))
-                        | ((at40 &- ones) & ~at40)
+                    let found = (((ones &* (127 + 0x3B) &- (word & lows)) & ~word & ((word & lows) &+ ones &* (127 - 0x2F)))
+                        | ((at40 &- ones) & ~at40)) & highs
+                    if stop != 0 {
+                        // The lowest flagged byte is a real one (a borrow only flags bytes above a
+                        // real hit): the bytes below it are plain, skip them at once.
+                        let offset = stop.trailingZeroBitCount >> 3
+                        if offset > 0 { candidate |= found & (UInt64.max >> UInt64(64 - offset * 8)) }
+                        at &+= offset
+                        break
+                    }
+                    candidate |= found
                     at &+= 8
                 }
                 guard at < count else { index = at; throw fail("unterminated string") }

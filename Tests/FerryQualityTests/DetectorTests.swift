@@ -1,4 +1,5 @@
 @testable import FerryQuality
+import Foundation
 import Testing
 
 /// Each detector on values it must find and on values it must leave alone (false positives).
@@ -95,6 +96,25 @@ import Testing
                     guard String(validating: document, as: UTF8.self) != nil else { continue }
                     let tape = try JSONTape.parse(document)
                     #expect(tape.nodes[2].candidate == text.withUnsafeBytes(Detectors.mayBePersonal), "\(String(decoding: text, as: UTF8.self))")
+                }
+            }
+        }
+    }
+
+    /// Escapes and the closing quote at every position of strings around the 8-byte steps of
+    /// the parser's scan: each string decodes to what was written.
+    @Test func parserFindsEveryEscapeAndEnd() throws {
+        for length in 1..<26 {
+            for position in 0..<length {
+                for escape in [#"\""#, #"\\"#, #"\n"#, #"\u00e9"#, #"\ud83d\ude00"#] {
+                    let plain = String(repeating: "a", count: length)
+                    let written = String(plain.prefix(position)) + escape + String(plain.dropFirst(position))
+                    let document = Array(#"{"k":""#.utf8) + Array(written.utf8) + Array(#"","n":1}"#.utf8)
+                    let tape = try JSONTape.parse(document)
+                    let expected = try JSONSerialization.jsonObject(with: Data(document)) as? [String: Any]
+                    let decoded = document.withUnsafeBytes { String(decoding: JSONTape.decodedString(tape.nodes[2], in: $0), as: UTF8.self) }
+                    #expect(decoded == expected?["k"] as? String)
+                    #expect(tape.nodes.count == 5)
                 }
             }
         }
