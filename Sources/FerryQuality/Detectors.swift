@@ -25,8 +25,9 @@ enum Detectors {
 
     /// The first of `kinds` that `text` is, or nil. `key` is the member name the value is under
     /// (the ip detector skips `version` and `build`: `1.2.3.4` there is a version).
-    static func classify(_ text: UnsafeRawBufferPointer, kinds: KindSet, key: UnsafeRawBufferPointer?) -> DetectorKind? {
-        guard text.count >= 2, text.count <= 320, mayBePersonal(text) else { return nil }
+    /// `prefiltered`: the caller knows the text may be personal (the parser's ``JSONNode/candidate``).
+    static func classify(_ text: UnsafeRawBufferPointer, kinds: KindSet, key: UnsafeRawBufferPointer?, prefiltered: Bool = false) -> DetectorKind? {
+        guard text.count >= 2, text.count <= 320, prefiltered || mayBePersonal(text) else { return nil }
         // Values Ferry wrote itself.
         if text.count > 5 && text[0] == UInt8(ascii: "h") && text.starts(with: "hmac:".utf8) { return nil }
         if kinds.contains(.email), Formats.isEmail(text) { return .email }

@@ -13,6 +13,9 @@ struct JSONNode: Sendable {
     var kind: JSONKind
     /// A string holds an escape (its bytes must be decoded before comparing).
     var escaped: Bool
+    /// A string holds a digit, `:` or `@` (raw bytes): only such a string can be a value the
+    /// detectors look for (``Detectors/mayBePersonal(_:)``, found while parsing at no extra pass).
+    var candidate: Bool = false
     /// First byte of the value (for a string: just after the opening quote).
     var start: Int32
     /// One past the last byte (for a string: the closing quote).
@@ -148,28 +151,52 @@ struct JSONTape: Sendable {
 
         /// A string from its opening quote.
         mutating func string() throws(Failure) {
-            index += 1
-            let start = index
+            let start = index + 1
+            var at = start
             var escaped = false
+            var candidate: UInt64 = 0
+            var candidateByte = false
+            let count = bytes.count
+            let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080, lows: UInt64 = 0x7F7F_7F7F_7F7F_7F7F
             while true {
-                // Eight bytes at a time while none is a quote, a backslash or a control byte.
-                while bytes.count - index >= 8, !Self.needsAttention(bytes.loadUnaligned(fromByteOffset: index, as: UInt64.self)) {
-                    index += 8
+                // Eight bytes at a time while none is a quote, a backslash or a control byte
+                // (wrapping arithmetic: no overflow checks in the loop that reads most bytes).
+                while count &- at >= 8 {
+                    let word = bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self)
+                    let quote = word ^ (ones &* 0x22), backslash = word ^ (ones &* 0x5C)
+                    let stop = (((word &- ones &* 0x20) & ~word) | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & highs
+                    // A digit or ':' (0x30…0x3A, Bit Twiddling Hacks' hasbetween) or '@'.
+                    let at40 = word ^ (ones &* 0x40)
+                    let found = (((ones &* (127 + 0x3B) &- (word & lows)) & ~word & ((word & lows) &+ ones &* (127 - 0x2F)))
+                        | ((at40 &- ones) & ~at40)) & highs
+                    if stop != 0 {
+                        // The lowest flagged byte is a real one (a borrow only flags bytes above a
+                        // real hit): the bytes below it are plain, skip them at once.
+                        let offset = stop.trailingZeroBitCount >> 3
+                        if offset > 0 { candidate |= found & (UInt64.max >> UInt64(64 - offset * 8)) }
+                        at &+= offset
+                        break
+                    }
+                    candidate |= found
+                    at &+= 8
                 }
-                guard index < bytes.count else { throw fail("unterminated string") }
-                let byte = bytes[index]
+                guard at < count else { index = at; throw fail("unterminated string") }
+                let byte = bytes[at]
                 if byte == UInt8(ascii: "\"") { break }
-                if byte < 0x20 { throw fail("control character in a string") }
-                index += 1
+                if byte < 0x20 { index = at; throw fail("control character in a string") }
+                at &+= 1
+                if byte &- 0x30 <= 0x0A || byte == 0x40 { candidateByte = true }
                 guard byte == UInt8(ascii: "\\") else { continue }
                 escaped = true
+                index = at
                 guard let escape = peek else { throw fail("unterminated string") }
                 index += 1
                 switch escape {
                 case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
                      UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
-                    continue
+                    break
                 case UInt8(ascii: "u"):
+                    candidateByte = true  // it may stand for one
                     guard let unit = hex4() else { throw fail("invalid \\u escape") }
                     if unit >= 0xD800 && unit < 0xDC00 {
                         // A high surrogate must be followed by a low one.
@@ -183,10 +210,11 @@ struct JSONTape: Sendable {
                     }
                 default: throw fail("invalid escape")
                 }
+                at = index
             }
-            nodes.append(JSONNode(kind: .string, escaped: escaped, start: Int32(start), end: Int32(index),
-                                  next: Int32(nodes.count + 1), count: 0))
-            index += 1
+            nodes.append(JSONNode(kind: .string, escaped: escaped, candidate: candidateByte || candidate & highs != 0,
+                                  start: Int32(start), end: Int32(at), next: Int32(nodes.count + 1), count: 0))
+            index = at + 1
         }
 
         mutating func hex4() -> UInt32? {

@@ -61,8 +61,7 @@ public struct QualityGate: Sendable {
     public var isEmpty: Bool { plan == nil && redactor == nil }
 
     /// Redacts, then checks `event` against the plan.
-    public func judge(_ event: WireEvent) -> Judgement {
-        var event = event
+    public func judge(_ event: consuming WireEvent) -> Judgement {
         var redacted = false
         var parsed = ParsedFields()
         if let redactor { redacted = redactor.redact(&event, parsed: &parsed) }

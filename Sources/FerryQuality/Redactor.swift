@@ -219,7 +219,7 @@ public struct Redactor: Sendable {
                     child = Int(nodes[child].next)
                 }
             case .string:
-                guard !core.detectorKinds.isEmpty else { return }
+                guard value.candidate, !core.detectorKinds.isEmpty else { return }
                 if value.escaped {
                     let decoded = JSONTape.decodedString(value, in: bytes)
                     decoded.withUnsafeBytes { detect(node, $0, key: key) }
@@ -232,7 +232,7 @@ public struct Redactor: Sendable {
 
         private mutating func detect(_ node: Int, _ text: UnsafeRawBufferPointer, key: Int) {
             let keyText = key < 0 ? nil : UnsafeRawBufferPointer(rebasing: bytes[Int(nodes[key].start)..<Int(nodes[key].end)])
-            guard let kind = Detectors.classify(text, kinds: core.detectorKinds, key: keyText), let action = core.action(for: kind) else { return }
+            guard let kind = Detectors.classify(text, kinds: core.detectorKinds, key: keyText, prefiltered: true), let action = core.action(for: kind) else { return }
             let replaced = replacement(action, text: text, kind: kind)
             edits.append((node, replaced.isEmpty ? nil : replaced))
         }

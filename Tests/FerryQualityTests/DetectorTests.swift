@@ -1,4 +1,5 @@
 @testable import FerryQuality
+import Foundation
 import Testing
 
 /// Each detector on values it must find and on values it must leave alone (false positives).
@@ -80,6 +81,42 @@ import Testing
         for other in Array("/;?AZaz .-+é".utf8) {
             let bytes = [UInt8](repeating: other, count: 20)
             #expect(!bytes.withUnsafeBytes(Detectors.mayBePersonal))
+        }
+    }
+
+    /// The parser's `candidate` flag (the detectors' prefilter, computed while parsing) agrees
+    /// with the prefilter itself wherever the byte that makes a string a candidate falls.
+    @Test func parserMarksTheSameCandidates() throws {
+        for length in 1..<30 {
+            for trigger in Array("5:@xé".utf8) {
+                for position in 0..<length {
+                    var text = [UInt8](repeating: UInt8(ascii: "y"), count: length)
+                    text[position] = trigger
+                    let document = Array(#"{"k":""#.utf8) + text + Array(#""}"#.utf8)
+                    guard String(validating: document, as: UTF8.self) != nil else { continue }
+                    let tape = try JSONTape.parse(document)
+                    #expect(tape.nodes[2].candidate == text.withUnsafeBytes(Detectors.mayBePersonal), "\(String(decoding: text, as: UTF8.self))")
+                }
+            }
+        }
+    }
+
+    /// Escapes and the closing quote at every position of strings around the 8-byte steps of
+    /// the parser's scan: each string decodes to what was written.
+    @Test func parserFindsEveryEscapeAndEnd() throws {
+        for length in 1..<26 {
+            for position in 0..<length {
+                for escape in [#"\""#, #"\\"#, #"\n"#, #"\u00e9"#, #"\ud83d\ude00"#] {
+                    let plain = String(repeating: "a", count: length)
+                    let written = String(plain.prefix(position)) + escape + String(plain.dropFirst(position))
+                    let document = Array(#"{"k":""#.utf8) + Array(written.utf8) + Array(#"","n":1}"#.utf8)
+                    let tape = try JSONTape.parse(document)
+                    let expected = try JSONSerialization.jsonObject(with: Data(document)) as? [String: Any]
+                    let decoded = document.withUnsafeBytes { String(decoding: JSONTape.decodedString(tape.nodes[2], in: $0), as: UTF8.self) }
+                    #expect(decoded == expected?["k"] as? String)
+                    #expect(tape.nodes.count == 5)
+                }
+            }
         }
     }
 }
