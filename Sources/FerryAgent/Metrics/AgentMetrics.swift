@@ -155,7 +155,7 @@ public final class AgentMetrics: Sendable {
     /// `unplanned`); any other is counted as `other`.
     static let violationRules: Set<String> = [
         "type", "properties", "required", "additionalProperties", "enum", "const", "pattern", "minimum", "maximum",
-        "minLength", "maxLength", "items", "format", "unplanned",
+        "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "items", "format", "not", "false", "unplanned",
     ]
 
     struct ViolationKey: Hashable {
