@@ -17,10 +17,12 @@ extension AgentConfiguration {
             self.quarantineMaxBytes = quarantineMaxBytes
         }
 
+        /// Equal when every key is.
         public static func == (lhs: Self, rhs: Self) -> Bool {
             lhs.configuration == rhs.configuration && lhs.quarantineMaxBytes == rhs.quarantineMaxBytes
         }
 
+        /// Hashes every key.
         public func hash(into hasher: inout Hasher) {
             hasher.combine(configuration.planPath)
             hasher.combine(configuration.onViolation)
@@ -39,8 +41,10 @@ extension AgentConfiguration {
             self.configuration = configuration
         }
 
+        /// Equal when the tables are.
         public static func == (lhs: Self, rhs: Self) -> Bool { lhs.configuration == rhs.configuration }
 
+        /// Hashes the key file and the number of rules and detectors (equal tables hash alike).
         public func hash(into hasher: inout Hasher) {
             hasher.combine(configuration.keyFile)
             hasher.combine(configuration.rules.count)
