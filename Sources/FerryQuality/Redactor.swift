@@ -3,11 +3,14 @@ import FerryProtocol
 /// Redaction compiled once per load: the rules by path, the detectors and the HMAC key.
 public struct Redactor: Sendable {
     /// The configuration it was compiled from.
-    public let configuration: RedactionConfiguration
+    public var configuration: RedactionConfiguration { core.configuration }
+    /// Everything compiled, behind one reference: copying a redactor (the gate does per event)
+    /// retains one object.
     private let core: Core
 
     /// The compiled redaction, shared by every copy.
     private final class Core: Sendable {
+        let configuration: RedactionConfiguration
         let rules: [Compiled]
         let hmac: HMACSHA256?
         /// The action of each detector kind (indexed as ``DetectorKind/allCases``), nil when off.
@@ -16,7 +19,9 @@ public struct Redactor: Sendable {
         /// Bits of the rules that start at each root (indexed as ``RedactionPath/Root/allCases``).
         let rootMasks: [UInt64]
 
-        init(rules: [Compiled], hmac: HMACSHA256?, detectorActions: [RedactionAction?], detectorKinds: Detectors.KindSet, rootMasks: [UInt64]) {
+        init(configuration: RedactionConfiguration, rules: [Compiled], hmac: HMACSHA256?, detectorActions: [RedactionAction?],
+             detectorKinds: Detectors.KindSet, rootMasks: [UInt64]) {
+            self.configuration = configuration
             self.rules = rules
             self.hmac = hmac
             self.detectorActions = detectorActions
@@ -44,7 +49,6 @@ public struct Redactor: Sendable {
     /// Compiles `configuration`; `key` is the HMAC key (at least 32 bytes when a rule or detector
     /// hashes).
     public init(configuration: RedactionConfiguration, key: [UInt8]) throws(QualityError) {
-        self.configuration = configuration
         guard configuration.rules.count <= Self.maxRules else {
             throw .invalidRedaction(path: "rules", message: "has \(configuration.rules.count) rules; at most \(Self.maxRules) are supported")
         }
@@ -71,7 +75,7 @@ public struct Redactor: Sendable {
             }
         }
         let hmac = hashes || !key.isEmpty ? HMACSHA256(key: key) : nil
-        core = Core(rules: rules, hmac: hmac, detectorActions: actions, detectorKinds: kinds, rootMasks: masks)
+        core = Core(configuration: configuration, rules: rules, hmac: hmac, detectorActions: actions, detectorKinds: kinds, rootMasks: masks)
     }
 
     /// Reads the key file named by `configuration.keyFile` (a regular file, not a symlink, owned

@@ -247,12 +247,13 @@ struct Validator {
         case (.true, .bool(let flag)): return flag
         case (.false, .bool(let flag)): return !flag
         case (.number, .number(let number)): return JSONTape.double(item, in: bytes) == number
-        case (.string, .string(var text)):
+        case (.string, .string(let text)):
             if !item.escaped {
                 let length = Int(item.end - item.start)
-                return text.withUTF8 { utf8 in
-                    utf8.count == length && memcmp(utf8.baseAddress!, bytes.baseAddress! + Int(item.start), length) == 0
-                }
+                let start = bytes.baseAddress! + Int(item.start)
+                return text.utf8.withContiguousStorageIfAvailable { utf8 in
+                    utf8.count == length && (length == 0 || memcmp(utf8.baseAddress!, start, length) == 0)
+                } ?? text.utf8.elementsEqual(UnsafeRawBufferPointer(start: start, count: length))
             }
             return JSONTape.decodedString(item, in: bytes).elementsEqual(text.utf8)
         case (.array, .array(let elements)):
