@@ -14,6 +14,7 @@ let package = Package(
         .library(name: "FerryMetricsHTTP", targets: ["FerryMetricsHTTP"]),
         .library(name: "FerryStorage", targets: ["FerryStorage"]),
         .library(name: "FerryProtocol", targets: ["FerryProtocol"]),
+        .library(name: "FerryQuality", targets: ["FerryQuality"]),
         .library(name: "FerryMetricSamples", targets: ["FerryMetricSamples"]),
         .library(name: "ZeroMQ", targets: ["ZeroMQ"]),
         .library(name: "NATS", targets: ["NATS"]),
@@ -64,6 +65,10 @@ let package = Package(
         .target(name: "CFerryCRC32C"),
         // Wire format v1, event model, record codec, CRC32C, UUIDv7.
         .target(name: "FerryProtocol", dependencies: ["CFerryCRC32C"]),
+        // Data quality at the edge: tracking plans (a JSON Schema subset compiled once), PII
+        // redaction (paths, detectors, HMAC), the gate that judges one event. Pure: no I/O but
+        // loading its files, no threads.
+        .target(name: "FerryQuality", dependencies: ["FerryProtocol"]),
         // The thread runtime our targets share (package access): dedicated threads, the inbox
         // between threads, the executor for blocking file I/O, the wake pipe, the async signal.
         .target(name: "FerryThreads"),
@@ -96,7 +101,7 @@ let package = Package(
         .target(
             name: "FerryAgent",
             dependencies: [
-                "ZeroMQ", "FerryPeer", "FerryProtocol", "FerryStorage", "FerryThreads",
+                "ZeroMQ", "FerryPeer", "FerryProtocol", "FerryQuality", "FerryStorage", "FerryThreads",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
@@ -207,7 +212,7 @@ let package = Package(
         .executableTarget(
             name: "ferry",
             dependencies: [
-                "Ferry", "FerryStorage", "FerryProtocol", "FerryThreads", "FerryMetricSamples", "ZeroMQ",
+                "Ferry", "FerryStorage", "FerryProtocol", "FerryQuality", "FerryThreads", "FerryMetricSamples", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -215,6 +220,7 @@ let package = Package(
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "FerryPeer"]),
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit", "FerryIntegrationKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol", "FerryMetricSamples"]),
+        .testTarget(name: "FerryQualityTests", dependencies: ["FerryQuality", "FerryProtocol"]),
         .testTarget(name: "FerryThreadsTests", dependencies: ["FerryThreads"]),
         // Only the small kit: no NIO, NATS or AsyncHTTPClient in this build.
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),
@@ -224,7 +230,7 @@ let package = Package(
             name: "FerryAgentTests",
             dependencies: [
                 "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryPeer", "FerryMetrics",
-                "FerryTestKit", "FerryIntegrationKit", "FerryHTTPIngest",
+                "FerryTestKit", "FerryIntegrationKit", "FerryHTTPIngest", "FerryQuality", "FerryMetricSamples",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

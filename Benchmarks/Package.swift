@@ -45,6 +45,16 @@ let package = Package(
             ],
             path: "Sources/track-cost"
         ),
+        // The quality gate's cost under callgrind: N judgements of a 256-byte event against a
+        // 20-event plan with all five detectors (scripts/callgrind-gate).
+        .executableTarget(
+            name: "gate-cost",
+            dependencies: [
+                .product(name: "FerryQuality", package: "Ferry"),
+                .product(name: "FerryProtocol", package: "Ferry"),
+            ],
+            path: "Sources/gate-cost"
+        ),
         // Client cost: ns and allocations per FerryClient.track() (ordo-one/benchmark).
         .executableTarget(
             name: "ClientCost",

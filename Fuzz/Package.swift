@@ -1,5 +1,6 @@
 // swift-tools-version:6.0
-// The libFuzzer target for the agent's configuration loader. A package of its own (as
+// The libFuzzer targets for the agent's configuration loader and the tracking plan and redact
+// table parsers (FerryQuality). A package of its own (as
 // swift-protobuf's FuzzTesting) so that `swift build --sanitize fuzzer` instruments FerryAgent and
 // what it links without changing Ferry's own build. scripts/fuzz builds and runs it:
 //
@@ -16,6 +17,20 @@ let package = Package(
             name: "FuzzConfig",
             dependencies: [.product(name: "FerryAgent", package: "Ferry")],
             path: "FuzzConfig",
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]
+        ),
+        // LLVMFuzzerTestOneInput over TrackingPlan(json:source:) and judging with what compiles.
+        .executableTarget(
+            name: "FuzzPlan",
+            dependencies: [.product(name: "FerryQuality", package: "Ferry"), .product(name: "FerryProtocol", package: "Ferry")],
+            path: "FuzzPlan",
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]
+        ),
+        // LLVMFuzzerTestOneInput over RedactionConfiguration(json:) and redacting with what compiles.
+        .executableTarget(
+            name: "FuzzRedact",
+            dependencies: [.product(name: "FerryQuality", package: "Ferry"), .product(name: "FerryProtocol", package: "Ferry")],
+            path: "FuzzRedact",
             swiftSettings: [.unsafeFlags(["-parse-as-library"])]
         ),
     ],

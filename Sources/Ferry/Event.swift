@@ -88,8 +88,10 @@ public struct Receipt: Sendable, Hashable {
     /// ``Status/rejected(_:)``, the consent state's verdict for ``Status/blocked`` (such as
     /// `trackingDisabled`, `consentDenied`, `consentUndetermined`), `localOnly` for
     /// ``Status/suppressed``, `onceKey` for a ``Status/duplicate`` of an already used once-key,
-    /// `held` for an ``Status/accepted`` event held until consent for its category is decided.
-    /// `none` otherwise, and from agents older than these reasons.
+    /// `held` for an ``Status/accepted`` event held until consent for its category is decided,
+    /// `quarantined` for an ``Status/accepted`` event that breaks the host's tracking plan and is
+    /// kept in the agent's quarantine (durable, not delivered unless released: do not resend),
+    /// `planViolation` for one ``Status/rejected(_:)`` by the plan. `none` otherwise, and from agents older than these reasons.
     public var reason: RejectReason
 
     /// Final statuses.

@@ -153,7 +153,7 @@ extension IngestPathMetricSet {
             help: "Requests to the local HTTP API answered, by listener (unix, tcp) and HTTP status."),
         events: MetricDescriptor(
             "ferry_http_events_total", .counter, labels: ["listener", "outcome"],
-            help: "Events of the local HTTP API's requests, by listener and outcome (accepted, duplicate, blocked, suppressed, refused, retry)."),
+            help: "Events of the local HTTP API's requests, by listener and outcome (accepted, quarantined, duplicate, blocked, suppressed, refused, retry)."),
         connections: MetricDescriptor(
             "ferry_http_connections", .gauge, labels: ["listener"], help: "Open connections to the local HTTP API, by listener."))
 }

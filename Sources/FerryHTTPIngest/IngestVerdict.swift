@@ -25,6 +25,9 @@ package struct IngestResponse: Sendable, Equatable {
 package enum EventOutcome: Sendable, Equatable {
     /// Stored (`held`: in the held area, consent undetermined).
     case accepted(held: Bool)
+    /// Broke the tracking plan and was kept in the quarantine (action `quarantine`): durable,
+    /// not delivered unless released; not to be sent again.
+    case quarantined
     /// Stored before (same `messageId` from the same sender and write key).
     case duplicate
     /// Refused by consent (the host's state, or the message's own categoryPreferences), with the reason.
@@ -39,6 +42,7 @@ package enum EventOutcome: Sendable, Equatable {
     /// The outcome an ack entry of the commit stage means.
     package init(_ entry: AckEntry) {
         switch entry.status {
+        case .accepted where entry.reason == .quarantined: self = .quarantined
         case .accepted: self = .accepted(held: entry.reason == .held)
         case .duplicate: self = .duplicate
         case .blocked: self = .blocked(entry.reason.description)
@@ -46,6 +50,9 @@ package enum EventOutcome: Sendable, Equatable {
         default:
             switch entry.reason {
             case .full, .storage, .shuttingDown: self = .retry(entry.reason)
+            case .planViolation:
+                self = .refused(code: entry.reason.description,
+                                message: "refused: the event breaks the host's tracking plan (docs/QUALITY.md; `ferry plan check` shows how)")
             default: self = .refused(code: entry.reason.description, message: "refused: \(entry.reason.description)")
             }
         }
@@ -55,6 +62,7 @@ package enum EventOutcome: Sendable, Equatable {
     package var label: String {
         switch self {
         case .accepted: "accepted"
+        case .quarantined: "quarantined"
         case .duplicate: "duplicate"
         case .blocked: "blocked"
         case .suppressed: "suppressed"
@@ -143,7 +151,7 @@ package enum IngestVerdict {
         }
         var json = JSONWriter()
         json.field("success", true)
-        for label in ["accepted", "duplicate", "blocked", "suppressed", "refused"] {
+        for label in ["accepted", "quarantined", "duplicate", "blocked", "suppressed", "refused"] {
             json.field(named: label, UInt64(outcomes.count { $0.outcome.label == label }))
         }
         var results: [UInt8] = [UInt8(ascii: "[")]

@@ -231,3 +231,54 @@ package struct DeadLetterReplayReply: Sendable, Hashable, Codable {
     /// A failure before any sink was tried.
     package static func refused(_ message: String) -> Self { .init(ok: false, error: message) }
 }
+
+/// The reply to `quarantine_replay` and `quarantine_drop`: `{"ok":true,"results":[…]}`, one
+/// result per quarantined event the request named (every one for `all`); an event that could
+/// not be replayed or dropped (still violating, a storage error) stays quarantined and its
+/// result says why. `{"ok":false,"error":…}` when the request was refused as a whole (no such
+/// event).
+package struct QuarantineReply: Sendable, Hashable, Codable {
+    /// What became of one quarantined event.
+    package struct Result: Sendable, Hashable, Codable {
+        /// The event's id.
+        package var id: String
+        /// `stored` (judged again, it passed and is now in the log), `duplicate` (it was in the log
+        /// already: an earlier replay stored it), `blocked` (consent refuses it now: removed, never
+        /// stored), `violating` (still breaks the current plan: kept), `dropped`, `failed` (kept;
+        /// see `error`), `corrupt` (the entry cannot be read: kept, `drop` removes it).
+        package var outcome: String
+        /// The violations found when judged again (`violating`), as their JSON objects.
+        package var violations: [String]?
+        /// Why it failed (`failed`, `corrupt`).
+        package var error: String?
+
+        package init(id: String, outcome: String, violations: [String]? = nil, error: String? = nil) {
+            self.id = id
+            self.outcome = outcome
+            self.violations = violations
+            self.error = error
+        }
+    }
+
+    /// False when the request was refused as a whole (``error`` says why).
+    package var ok: Bool
+    /// The results, oldest event first.
+    package var results: [Result]
+    /// Why the request was refused as a whole (no such event).
+    package var error: String?
+
+    /// Whether every result is settled (`stored`, `duplicate`, `blocked`, `dropped`): nothing
+    /// the request named is left in the quarantine.
+    package var settled: Bool {
+        ok && results.allSatisfy { ["stored", "duplicate", "blocked", "dropped"].contains($0.outcome) }
+    }
+
+    package init(ok: Bool, results: [Result] = [], error: String? = nil) {
+        self.ok = ok
+        self.results = results
+        self.error = error
+    }
+
+    /// A refusal of the whole request.
+    package static func refused(_ message: String) -> Self { .init(ok: false, error: message) }
+}

@@ -63,6 +63,12 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         case start
         /// `deadletter_replay` {`id`, `sink` (optional when one sink holds `id`)}.
         case deadLetterReplay(id: String, sink: String?)
+        /// `quarantine_replay` {`id`, or `all`: true}: judges quarantined events again against the
+        /// current quality gate and stores those that pass (``QuarantineReply``). `id` nil: all.
+        case quarantineReplay(id: String?)
+        /// `quarantine_drop` {`id`, or `all`: true}: deletes quarantined events for good
+        /// (``QuarantineReply``). `id` nil: all.
+        case quarantineDrop(id: String?)
         /// `whoami`: the caller as the kernel reports it and what the access policy lets it do
         /// (``WhoAmIReply``). Answered to everyone.
         case whoami
@@ -85,6 +91,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             case .forgetStatus: "forget_status"
             case .start: "start"
             case .deadLetterReplay: "deadletter_replay"
+            case .quarantineReplay: "quarantine_replay"
+            case .quarantineDrop: "quarantine_drop"
             case .whoami: "whoami"
             }
         }
@@ -92,7 +100,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
 
     /// Every `op` the agent answers, in the order its refusal of an unknown op lists them.
     public static let ops = [
-        "status", "deadletter_replay", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
+        "status", "deadletter_replay", "quarantine_replay", "quarantine_drop", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
         "enable_features", "disable_features", "purge", "forget", "start", "whoami", "metrics", "forget_status",
     ]
 
@@ -135,6 +143,10 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public static func whoami() -> Self { .init(.whoami) }
     /// `deadletter_replay` of dead letter `id` (of `sink`, needed only when several sinks hold `id`).
     public static func deadLetterReplay(id: String, sink: String? = nil) -> Self { .init(.deadLetterReplay(id: id, sink: sink)) }
+    /// `quarantine_replay` of quarantined event `id`, or of every one (nil).
+    public static func quarantineReplay(id: String?) -> Self { .init(.quarantineReplay(id: id)) }
+    /// `quarantine_drop` of quarantined event `id`, or of every one (nil).
+    public static func quarantineDrop(id: String?) -> Self { .init(.quarantineDrop(id: id)) }
 
     // MARK: Wire form
 
@@ -170,6 +182,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         case .deadLetterReplay(let id, let sink):
             fields["id"] = .string(id)
             if let sink { fields["sink"] = .string(sink) }
+        case .quarantineReplay(let id), .quarantineDrop(let id):
+            if let id { fields["id"] = .string(id) } else { fields["all"] = .bool(true) }
         }
         return fields
     }
@@ -289,6 +303,13 @@ public struct ControlRequest: Sendable, Hashable, Codable {
                 throw ControlRefusal("deadletter_replay needs a string field \"id\" naming a dead letter")
             }
             return .deadLetterReplay(id: id, sink: try optional(String.self, "sink", object, "a string"))
+        case "quarantine_replay", "quarantine_drop":
+            let id = string("id")
+            let all = (try? object.decodeIfPresent(Bool.self, forKey: "all")) ?? nil
+            guard (id != nil) != (all == true) else {
+                throw ControlRefusal("\(op) needs either a string field \"id\" naming a quarantined event or \"all\": true")
+            }
+            return op == "quarantine_replay" ? .quarantineReplay(id: id) : .quarantineDrop(id: id)
         case "set_tracking":
             guard let enabled = try? object.decode(Bool.self, forKey: "enabled") else {
                 throw ControlRefusal("\"enabled\" must be true or false")

@@ -104,9 +104,9 @@ public enum EventStatus: UInt8, Sendable, CaseIterable, CustomStringConvertible 
     }
 }
 
-/// Why an event got its status: why it was rejected (codes 1–8), blocked or suppressed by the
-/// consent state (9–17), answered `duplicate` for its once-key (18), or accepted but held until
-/// consent is decided (19). A plainly `accepted` event and a `duplicate` by id or session carry
+/// Why an event got its status: why it was rejected (codes 1–8, and 20: the tracking plan),
+/// blocked or suppressed by the consent state (9–17), answered `duplicate` for its once-key (18),
+/// accepted but held until consent is decided (19), or accepted into the quarantine (21). A plainly `accepted` event and a `duplicate` by id or session carry
 /// ``none``.
 ///
 /// Older agents send ``none`` for `blocked` and `suppressed`; a client decodes a code it does
@@ -160,6 +160,13 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
     /// under the `hold` policy): delivered once consent is granted, erased if it is denied or
     /// the hold expires.
     case held = 19
+    /// `rejected`: the event breaks the host's tracking plan and the plan's action is `block`
+    /// (docs/QUALITY.md); nothing was stored. Sending it again gives the same answer.
+    case planViolation = 20
+    /// `accepted`: the event breaks the host's tracking plan and the plan's action is
+    /// `quarantine`: stored durably in the quarantine area, never delivered unless released
+    /// (`ferry quarantine replay`). Like every `accepted`, do not send it again.
+    case quarantined = 21
 
     public var description: String {
         switch self {
@@ -183,6 +190,8 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
         case .consentUndetermined: "consent_undetermined"
         case .onceKey: "once_key"
         case .held: "held"
+        case .planViolation: "plan_violation"
+        case .quarantined: "quarantined"
         }
     }
 }
@@ -190,7 +199,7 @@ public enum RejectReason: UInt8, Sendable, CaseIterable, CustomStringConvertible
 extension RejectReason {
     /// The reasons a `rejected` ack carries.
     public static let rejections: [RejectReason] = [
-        .malformed, .tooLarge, .full, .storage, .shuttingDown, .invalidUTF8, .unsupportedField, .invalidField,
+        .malformed, .tooLarge, .full, .storage, .shuttingDown, .invalidUTF8, .unsupportedField, .invalidField, .planViolation,
     ]
     /// The reasons a `blocked` ack carries (the consent state's verdicts).
     public static let consentBlocks: [RejectReason] = [

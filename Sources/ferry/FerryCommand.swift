@@ -27,8 +27,8 @@ struct FerryCommand: AsyncParsableCommand {
         abstract: "Emit events to, watch, inspect and control consent of the local Ferry agent (ferryd).",
         version: FerryVersion.current,
         subcommands: [
-            Emit.self, Tail.self, Status.self, Top.self, Metrics.self, Health.self, Queue.self, DeadLetterCommand.self, Consent.self, Tracking.self,
-            Features.self, Purge.self, Forget.self, Start.self, WhoAmI.self,
+            Emit.self, Tail.self, Status.self, Top.self, Metrics.self, Health.self, Queue.self, DeadLetterCommand.self, QuarantineCommand.self, Consent.self, Tracking.self,
+            Features.self, Purge.self, Forget.self, Start.self, WhoAmI.self, PlanCommand.self,
         ]
     )
 }

@@ -8,7 +8,7 @@ import ZeroMQ
 struct Tail: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Watch the agent's event bus live (no replay of earlier messages).",
-        discussion: "Topics: accepted, delivered, dropped, rejected, blocked, suppressed, held, purged, consent, circuit, lost (see docs/PROTOCOL.md). Without --topic, all of them."
+        discussion: "Topics: accepted, delivered, dropped, rejected, blocked, suppressed, held, quarantined, purged, consent, circuit, lost (see docs/PROTOCOL.md). Without --topic, all of them."
     )
 
     @Option(name: .customLong("topic"), help: "Only this topic (prefix match). Repeatable.")

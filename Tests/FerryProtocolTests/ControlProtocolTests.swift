@@ -49,6 +49,10 @@ struct ControlProtocolTests {
          #"{"actor":"ops","category":"advertising","op":"set_consent","status":"denied"}"#),
         (ControlRequest(.status, actor: "settings-ui"), #"{"actor":"settings-ui","op":"status"}"#),
         (ControlRequest(.whoami), #"{"op":"whoami"}"#),
+        (.quarantineReplay(id: "0190f5c2-7a3b"), #"{"id":"0190f5c2-7a3b","op":"quarantine_replay"}"#),
+        (.quarantineReplay(id: nil), #"{"all":true,"op":"quarantine_replay"}"#),
+        (.quarantineDrop(id: "0190f5c2-7a3b"), #"{"id":"0190f5c2-7a3b","op":"quarantine_drop"}"#),
+        (.quarantineDrop(id: nil), #"{"all":true,"op":"quarantine_drop"}"#),
     ]
 
     @Test("every op encodes to the documented JSON object (sorted keys, as clients have always sent it)")
@@ -62,7 +66,7 @@ struct ControlProtocolTests {
     func opNames() {
         let names = Set(Self.requests.map(\.0.op))
         #expect(names == Set(ControlRequest.ops))
-        #expect(ControlRequest.ops.count == 16)
+        #expect(ControlRequest.ops.count == 18)
         #expect(ControlRequest.ops.first == "status" && ControlRequest.ops[1] == "deadletter_replay")
     }
 

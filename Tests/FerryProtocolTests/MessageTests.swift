@@ -103,8 +103,9 @@ struct AckCodecTests {
             == ["0=none", "1=malformed", "2=too_large", "3=full", "4=storage", "5=shutting_down", "6=invalid_utf8",
                 "7=unsupported_field", "8=invalid_field", "9=local_only", "10=no_op", "11=kill_switch",
                 "12=tracking_disabled", "13=gdpr_data_usage_denied", "14=unknown_category", "15=feature_disabled",
-                "16=consent_denied", "17=consent_undetermined", "18=once_key", "19=held"])
-        #expect(Set(RejectReason.rejections + RejectReason.consentBlocks + [.none, .localOnly, .onceKey, .held])
+                "16=consent_denied", "17=consent_undetermined", "18=once_key", "19=held", "20=plan_violation",
+                "21=quarantined"])
+        #expect(Set(RejectReason.rejections + RejectReason.consentBlocks + [.none, .localOnly, .onceKey, .held, .quarantined])
             == Set(RejectReason.allCases))
         #expect(RejectReason.allCases.allSatisfy { RejectReason(name: $0.description) == $0 })
     }

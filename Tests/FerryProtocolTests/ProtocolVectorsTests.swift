@@ -197,6 +197,7 @@ enum ProtocolVectors {
     static func acks() -> [[String: Any]] {
         var every: [AckEntry] = [
             AckEntry(id: id, status: .accepted), AckEntry(id: id, status: .accepted, reason: .held),
+            AckEntry(id: id, status: .accepted, reason: .quarantined),
             AckEntry(id: id, status: .duplicate), AckEntry(id: id, status: .duplicate, reason: .onceKey),
         ]
         every += RejectReason.rejections.map { AckEntry(id: id, status: .rejected, reason: $0) }
@@ -208,7 +209,7 @@ enum ProtocolVectors {
                 AckEntry(id: id, status: .duplicate),
             ], about: "docs/PROTOCOL.md ack example: accepted, rejected malformed (all-zero id), duplicate"),
             ack("every-status-and-reason", requestID: 11, every,
-                about: "each status with each reason it can carry (rejected 1-8, blocked 10-17, suppressed 9, duplicate 18, accepted 19)"),
+                about: "each status with each reason it can carry (rejected 1-8 and 20, blocked 10-17, suppressed 9, duplicate 18, accepted 19 and 21)"),
             ack("older-agent-consent", requestID: 12, [
                 AckEntry(id: id, status: .blocked), AckEntry(id: id, status: .suppressed),
             ], about: "blocked and suppressed with reason 0, as agents before the consent reasons send them"),
@@ -254,6 +255,10 @@ enum ProtocolVectors {
             ("start", .start()),
             ("deadletter_replay", .deadLetterReplay(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab-3")),
             ("deadletter_replay-sink", .deadLetterReplay(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab-3", sink: "collector")),
+            ("quarantine_replay", .quarantineReplay(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab")),
+            ("quarantine_replay-all", .quarantineReplay(id: nil)),
+            ("quarantine_drop", .quarantineDrop(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab")),
+            ("quarantine_drop-all", .quarantineDrop(id: nil)),
         ]
         return requests.map { name, request in
             ["kind": "control_request", "name": "request-\(name)", "op": request.op,
@@ -319,6 +324,16 @@ enum ProtocolVectors {
                 ok: true, sink: "collector", id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab-3", events: 12)),
             ("deadletter_replay-failed", "deadletter_replay", DeadLetterReplayReply(
                 ok: false, sink: "collector", id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab-3", error: "HTTP 503")),
+            ("quarantine_replay", "quarantine_replay", QuarantineReply(ok: true, results: [
+                .init(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab", outcome: "stored"),
+                .init(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ac", outcome: "violating", violations: [
+                    #"{"event":"track:Order Completed","rule":"required","path":"properties.total","message":"is required"}"#,
+                ]),
+            ])),
+            ("quarantine_replay-refused", "quarantine_replay", QuarantineReply.refused("no quarantined event 0190f5c2-7a3b-7c4d-8e5f-0123456789ad")),
+            ("quarantine_drop", "quarantine_drop", QuarantineReply(ok: true, results: [
+                .init(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab", outcome: "dropped"),
+            ])),
             ("refused-unknown-category", "set_consent", ControlRefusal(
                 "unknown category \"analytcs\"", valid: ["advertising", "analytics", "diagnostics", "personalization", "push", "all"])),
             ("refused-access-denied", "purge", ControlRefusal(

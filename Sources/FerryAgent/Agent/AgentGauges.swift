@@ -21,6 +21,7 @@ struct AgentGauges: Sendable {
         metrics.queueOldestAge.record(age)
         metrics.eventsHeld.record(running.consent.snapshot().heldEvents)
         metrics.erasuresPending.record(running.erasures?.pendingCount ?? 0)
+        metrics.quarantinedEvents.record(running.quarantine.count)
         for delivery in running.deliveries {
             delivery.metrics.backlog.record(log.backlog[delivery.name] ?? 0)
         }

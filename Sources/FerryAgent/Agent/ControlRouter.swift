@@ -5,7 +5,7 @@ import FerryStorage
 /// Routes one control request (JSON in, JSON out; the types are FerryProtocol's
 /// ``ControlRequest`` and replies): checks the caller's rights, answers the ops that read
 /// (status, metrics, whoami, consent state, audit log) itself, hands dead-letter replays to the
-/// ``DeadLetterReplayer`` and the consent changes (and `start`) to the commit thread, which
+/// ``DeadLetterReplayer``, quarantine replays and drops to the ``QuarantineReplayer`` and the consent changes (and `start`) to the commit thread, which
 /// applies them between two groups.
 struct ControlRouter: Sendable {
     /// The agent's mode (`whoami` tells it).
@@ -20,6 +20,8 @@ struct ControlRouter: Sendable {
     let gauges: AgentGauges
     /// Answers `deadletter_replay`.
     let replayer: DeadLetterReplayer
+    /// Answers `quarantine_replay` and `quarantine_drop`.
+    let quarantine = QuarantineReplayer()
 
     /// Which right `operation` needs from a caller who may (or may not) send events: nil for
     /// none. Reading ops are open to whoever may send events; changes (and the audit log, which
@@ -68,6 +70,14 @@ struct ControlRouter: Sendable {
         case .deadLetterReplay(let id, let sink):
             let replayer = self.replayer, deliveries = running.deliveries
             Task { reply(controlReplyJSON(await replayer.replay(id: id, sink: sink, deliveries: deliveries))) }
+            return
+        case .quarantineReplay(let id):
+            let quarantine = self.quarantine
+            Task { reply(controlReplyJSON(await quarantine.replay(id: id, running: running))) }
+            return
+        case .quarantineDrop(let id):
+            let quarantine = self.quarantine
+            Task { reply(controlReplyJSON(await quarantine.drop(id: id, running: running))) }
             return
         case .consentLog(let limit):
             let persisted = engine.persisted

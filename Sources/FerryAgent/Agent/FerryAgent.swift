@@ -149,6 +149,15 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         guard plan.restartOnly.isEmpty else {
             throw AgentError(code: .configuration, message: "these keys need a restart: \(plan.restartOnly.joined(separator: ", ")); the running configuration is kept")
         }
+        // The plan and the redaction key are read again on every reload (a fixed plan file is
+        // picked up by a SIGHUP that changes no key); one that does not load refuses the reload
+        // whole, and the gate in effect stays.
+        let quality: QualityStage?
+        do {
+            quality = try await BlockingExecutor.runDetached(name: "ferry-quality-reload") { try QualityStage.load(newConfiguration) }
+        } catch let error as AgentError {
+            throw AgentError(code: .configuration, message: "\(error.message); the running configuration and quality gate are kept")
+        }
         if let access = running.withLock({ $0?.access }) {
             // Resolved off the caller's thread like at start; checks switch to it at once. Every
             // reload looks the names up again, changed or not: a user just added to a group is
@@ -167,6 +176,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
                 await delivery.sink.reloadCredentials()
             }
         }
+        running.withLock { $0 }?.quality.replace(with: quality)
         live.withLock { $0 = newConfiguration }
         logger.notice("configuration reloaded", metadata: ["changed": "\(plan.changed.isEmpty ? "nothing" : plan.changed.joined(separator: ","))"])
         return plan.changed
@@ -216,13 +226,21 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let wakeup = try SocketWakeup()
         defer { wakeup.close() }
         let bus = EventBus(wakeup: wakeup)
+        // The quality gate (plan, redaction) and the quarantine, before consent (an unfinished
+        // erasure reaches the quarantine): a plan that does not load stops the start; an
+        // unreadable quarantine entry is reported and skipped.
+        let quarantine = QuarantineStore(dataDirectory: configuration.dataDirectory, maxBytes: configuration.quality.quarantineMaxBytes)
+        let quality = try await io.run { () throws -> QualityStageHolder in
+            for problem in try quarantine.open() { logger.warning("quarantine entry skipped", metadata: ["problem": "\(problem)"]) }
+            return QualityStageHolder(try QualityStage.load(configuration))
+        }
         // Consent: the persisted state (or the configured start), once-key marks, the held area.
         let recoveredDedup = recovered.dedup
         // The upstream erasures `forget` recorded (docs/CONSENT.md, "Erasure upstream").
         let erasures = try await io.run { try AgentStartup.openErasureOutbox(configuration) }
         let (engine, workerBox, dedup) = try await io.run { () throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) in
             try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, bus: bus,
-                                         erasures: erasures, logger: logger)
+                                         erasures: erasures, quarantine: quarantine, logger: logger)
         }
         let auditLog = AuditLog(path: configuration.dataDirectory + "/consent/audit.log")
 
@@ -267,7 +285,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let erasureWakeups = configuredSinks.map { _ in AsyncSignal() }
         let pipeline = CommitPipeline(
             log: log, configuration: configuration, counters: counters, bus: bus,
-            committedSignals: deliveries.map(\.wakeup), consentSignals: erasureWakeups, faults: .planted, logger: logger)
+            committedSignals: deliveries.map(\.wakeup), consentSignals: erasureWakeups, faults: .planted, quarantine: quarantine, logger: logger)
         let erasureSenders = Self.makeErasureSenders(
             sinks: sinks, configured: configuredSinks, threads: sinkThreads, outbox: erasures, gate: engine,
             wakeups: erasureWakeups, pipeline: pipeline, metrics: counters, logger: logger)
@@ -278,7 +296,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         running.withLock {
             $0 = RunningAgent(sinks: configuredSinks, log: log, deliveries: deliveries, recovery: report, pipeline: pipeline,
                          consent: engine, auditLog: auditLog, access: access, erasures: erasures,
-                         erasureSenders: erasureSenders)
+                         erasureSenders: erasureSenders, quality: quality, quarantine: quarantine)
         }
 
         // Control requests are answered on a thread of their own: status, the audit log and
@@ -287,7 +305,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let control = makeControlRouter()
         defer { controlThread.shutdown() }
         // The stages every ingest path's requests go through: admission, the commit, the bus, the ack.
-        let stages = IngestStages(configuration: configuration, commit: pipeline, access: access, bus: bus, metrics: counters)
+        let stages = IngestStages(configuration: configuration, commit: pipeline, access: access, bus: bus, metrics: counters,
+                                  quality: quality)
         let context = try ZMQContext()
         let sockets = AgentSockets(
             context: context, configuration: configuration, stages: stages, wakeup: wakeup, acks: AckQueue(wakeup: wakeup),

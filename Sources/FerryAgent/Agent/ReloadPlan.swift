@@ -5,6 +5,7 @@ struct ReloadPlan: Sendable, Hashable {
     /// The keys a reload applies without a restart (``FerryAgent/reloadableKeys``).
     static let reloadableKeys = [
         "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit", "sinks[].disclose", "access.ingest", "access.control",
+        "quality.plan", "quality.onViolation", "quality.allowUnplanned", "redact",
     ]
 
     /// One sink's settings after the reload (every sink gets one: its credentials are read
@@ -42,6 +43,8 @@ struct ReloadPlan: Sendable, Hashable {
         }
         if new.logLevel != old.logLevel { changed.append("logLevel") }
         if new.delivery != old.delivery { changed.append("delivery") }
+        if new.quality.configuration != old.quality.configuration { changed.append("quality") }
+        if new.redact != old.redact { changed.append("redact") }
         sinks = []
         for (index, (before, after)) in zip(old.sinks, new.sinks).enumerated() {
             if before.batch != after.batch { changed.append("sinks[\(index)].batch") }
@@ -67,6 +70,7 @@ struct ReloadPlan: Sendable, Hashable {
         where old.ingestPaths[key]?.anyHashable != new.ingestPaths[key]?.anyHashable {
             keys.append(key)
         }
+        if old.quality.quarantineMaxBytes != new.quality.quarantineMaxBytes { keys.append("quality.quarantineMaxBytes") }
         // The ingest and control rules reload; the bus is guarded by its socket file's group and
         // mode, set when it is bound.
         if old.access.events != new.access.events { keys.append("access.events") }

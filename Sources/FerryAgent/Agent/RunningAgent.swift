@@ -24,4 +24,8 @@ struct RunningAgent: Sendable {
     var erasures: ErasureOutbox? = nil
     /// One erasure sender per configured sink (same order as ``sinks``).
     var erasureSenders: [ErasureSender] = []
+    /// The quality stage in effect (a reload swaps it).
+    var quality: QualityStageHolder
+    /// The quarantine area.
+    var quarantine: QuarantineStore
 }

@@ -27,6 +27,9 @@ public enum BusTopic: String, Sendable, CaseIterable {
     /// A client session's sequence has a gap that stayed open: events the client lost before
     /// the agent stored them (protocol 2 clients).
     case lost
+    /// An event that breaks the tracking plan was put in the quarantine (reason
+    /// `plan_violation`); it is delivered only if released (`ferry quarantine replay`).
+    case quarantined
 }
 
 /// Builds the JSON objects published on the bus (for ``EventBus``, their one publisher).

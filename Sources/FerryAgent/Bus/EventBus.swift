@@ -66,6 +66,7 @@ final class EventBus: Sendable {
         case .consent: 8
         case .circuit: 9
         case .lost: 10
+        case .quarantined: 11
         }
         return 1 << index
     }
@@ -76,7 +77,7 @@ final class EventBus: Sendable {
     /// `accepted`, `rejected` with its reason, or the consent topic of its note (`blocked`,
     /// `suppressed`, `held`) with its reason. Built on the socket thread, for subscribers only.
     func publishOutcomes(of batch: CommittedBatch) {
-        let any = wants(.accepted) || wants(.rejected) || (!batch.notes.isEmpty && (wants(.blocked) || wants(.suppressed) || wants(.held)))
+        let any = wants(.accepted) || wants(.rejected) || (!batch.notes.isEmpty && (wants(.blocked) || wants(.suppressed) || wants(.held) || wants(.quarantined)))
         guard any else { return }
         queue.post(.outcomes(batch))
     }

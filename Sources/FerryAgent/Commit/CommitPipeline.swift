@@ -25,6 +25,10 @@ struct IngestBatch: Sendable {
         /// An event refused before the commit stage (validation, or a consent decision the
         /// ingest path made), with its ack entry and, for a consent refusal, its bus note.
         case refused(AckEntry, frame: [UInt8], note: CommittedBatch.Note? = nil)
+        /// An event that breaks the tracking plan under the `quarantine` action (its judged,
+        /// redacted frame and the violations as a JSON array): kept in the quarantine area
+        /// unless consent refuses it or the log already holds it (docs/QUALITY.md).
+        case quarantine(EventHeader, frame: [UInt8], violations: String)
     }
 }
 
@@ -103,14 +107,17 @@ final class CommitPipeline: Sendable {
     private let committedSignals: [AsyncSignal]
     /// Signalled after each consent change only (the erasure senders: a change may let them go).
     private let consentSignals: [AsyncSignal]
+    /// Where events the quality gate quarantines are kept (nil: none is ever quarantined).
+    let quarantine: QuarantineStore?
 
     /// `committedSignals` are signalled after each group that stored events and after each
     /// consent change (which may unpause delivery or have queued an event). `faults` are for the
     /// power-cut tests (``CommitFaults/planted``); `.none` otherwise.
     init(
         log: SegmentedLog, configuration: AgentConfiguration, counters: AgentMetrics, bus: EventBus,
-        committedSignals: [AsyncSignal], consentSignals: [AsyncSignal] = [], faults: CommitFaults = .none, logger: Logger
+        committedSignals: [AsyncSignal], consentSignals: [AsyncSignal] = [], faults: CommitFaults = .none, quarantine: QuarantineStore? = nil, logger: Logger
     ) {
+        self.quarantine = quarantine
         self.bus = bus
         self.committedSignals = committedSignals
         self.consentSignals = consentSignals
@@ -147,7 +154,7 @@ final class CommitPipeline: Sendable {
     static func weight(of batch: IngestBatch) -> Int {
         batch.items.reduce(0) { total, item in
             switch item {
-            case .event(_, let frame), .refused(_, let frame, _): total + frame.count + 64
+            case .event(_, let frame), .refused(_, let frame, _), .quarantine(_, let frame, _): total + frame.count + 64
             }
         }
     }
@@ -288,6 +295,7 @@ final class CommitPipeline: Sendable {
     ) -> (results: [CommittedBatch], answered: Bool) {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
+        var quarantined: [QuarantinePending] = []
         for batch in batches {
             var answer = CommittedBatch(answering: batch, acceptedAt: now)
             for item in batch.items {
@@ -297,10 +305,16 @@ final class CommitPipeline: Sendable {
                 case .event(let header, let frame):
                     judge(header, frame: frame, origin: batch.origin, uid: batch.uid, book: &book, machine: &machine,
                           now: now, into: &answer)
+                case .quarantine(let header, let frame, let violations):
+                    if let pending = judgeQuarantine(header, frame: frame, violations: violations, origin: batch.origin,
+                                                     book: book, now: now, into: &answer) {
+                        quarantined.append(QuarantinePending(batch: results.count, entry: answer.entries.count - 1, event: pending))
+                    }
                 }
             }
             results.append(consume answer)
         }
+        if !quarantined.isEmpty { storeQuarantined(quarantined, in: &results) }
         let (failed, reason, answered) = writeGroup(book: book, machine: machine, results: results)
         if !failed.isEmpty { Self.reject(machine.ids(waitingOn: failed), in: &results, reason: reason) }
         machine.settle(failed: failed, at: now, into: &book)
@@ -318,6 +332,7 @@ final class CommitPipeline: Sendable {
         for b in results.indices {
             for entry in results[b].entries {
                 switch entry.status {
+                case .accepted where entry.reason == .quarantined: tally.quarantined += 1
                 case .accepted: tally.accepted += 1
                 case .duplicate: tally.duplicate += 1
                 case .blocked: tally.blocked += 1

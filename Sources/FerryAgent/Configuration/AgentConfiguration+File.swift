@@ -1,4 +1,5 @@
 import FerryProtocol
+import FerryQuality
 import FerryStorage
 import Foundation
 import Logging
@@ -98,6 +99,15 @@ extension AgentConfiguration {
             "metrics": .object([
                 "listen": .string { config.metrics.listen = $0 },
             ]),
+            "quality": .object([
+                "plan": .string { config.quality.configuration.planPath = $0 },
+                "onViolation": .choice(ViolationAction.allCases.map(\.rawValue)) {
+                    config.quality.configuration.onViolation = ViolationAction(rawValue: $0)!
+                },
+                "allowUnplanned": .bool { config.quality.configuration.allowUnplanned = $0 },
+                "quarantineMaxBytes": .int { config.quality.quarantineMaxBytes = $0 },
+            ]),
+            "redact": .custom { value, at in config.redact = try Self.redaction(value, at: at, file: path) },
             "sink": .raw { sinkValue = $0 },
             "sinks": .raw { sinksValue = $0 },
         ]
@@ -163,6 +173,18 @@ extension AgentConfiguration {
             throw AgentError(code: error.code, message: "\(path): \(error.message)")
         }
         return config
+    }
+
+    /// The `redact` table, parsed by FerryQuality from its JSON text; its error names the key.
+    private static func redaction(_ value: Any, at key: String, file: String) throws -> Redaction {
+        guard value is [String: Any], let data = try? JSONSerialization.data(withJSONObject: value) else {
+            throw AgentError(code: .configuration, message: "\(file): \(key): expected an object")
+        }
+        do {
+            return Redaction(try RedactionConfiguration(json: Array(data)))
+        } catch {
+            throw AgentError(code: .configuration, message: "\(file): \(key): \(error)")
+        }
     }
 
     /// One scope of the `access` section: `users` and `groups` (names or numeric ids, `"*"`

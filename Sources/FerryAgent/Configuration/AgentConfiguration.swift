@@ -47,6 +47,11 @@ public struct AgentConfiguration: Sendable, Hashable {
     /// The settings of the ingest paths besides ZeroMQ, read by their kinds from their tables
     /// (the local HTTP API's, key `http`, by `FerryHTTPIngest`).
     public var ingestPaths = IngestPaths()
+    /// The tracking plan and its action (key `quality`, docs/QUALITY.md). Reloadable but for
+    /// `quality.quarantineMaxBytes`.
+    public var quality = Quality()
+    /// PII redaction before the write (key `redact`, docs/QUALITY.md); nil for none. Reloadable.
+    public var redact: Redaction?
 
     /// Where `ferryd` serves `GET /metrics` (the same exposition as `ferry metrics`).
     public struct Metrics: Sendable, Hashable {
@@ -199,6 +204,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         if mode == .system { try AccessControl.checkBusRule(access.events) }
         _ = try metrics.listenAddress()
         for key in ingestPaths.keys { try ingestPaths[key]?.validate() }
+        guard quality.quarantineMaxBytes >= 4096 else { throw fail("quality.quarantineMaxBytes must be at least 4096") }
         var names: Set<String> = [], fileDirectories: [String: String] = [:]
         for sink in sinks {
             try sink.validate(fail)

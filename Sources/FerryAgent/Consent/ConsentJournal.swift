@@ -34,6 +34,8 @@ struct ConsentJournal: Codable, Sendable {
     var eraseHeld: [ErasedRecord] = []
     /// Dead letters holding covered events, and those events' ids.
     var deadLetters: [DeadLetterErasure] = []
+    /// Quarantined events the change covers (their ids), deleted from the quarantine.
+    var quarantine: [String] = []
     /// Held records to move to the queue (a grant); each is appended at most once after
     /// ``queueEnd`` and then erased from the held area.
     var release: [ErasedRecord] = []
@@ -99,7 +101,7 @@ struct ConsentJournal: Codable, Sendable {
     private enum CodingKeys: String, CodingKey {
         case version, entry, state, change, old, new, eraseQueued = "erase_queued", eraseHeld = "erase_held"
         case deadLetters = "dead_letters", release, queueEnd = "queue_end", consentUpdated = "consent_updated", purged
-        case erasure, erasureOutcome = "erasure_outcome"
+        case erasure, erasureOutcome = "erasure_outcome", quarantine
     }
 
     init(entry: AuditEntry?, state: PersistedConsent?, change: String, old: String, new: String, queueEnd: LogPosition) {
@@ -132,6 +134,7 @@ struct ConsentJournal: Codable, Sendable {
         purged = try container.decodeIfPresent(PurgeReport.self, forKey: .purged)
         erasure = try container.decodeIfPresent(UpstreamErasure.self, forKey: .erasure)
         erasureOutcome = try container.decodeIfPresent(ErasureOutcome.self, forKey: .erasureOutcome)
+        quarantine = try container.decodeIfPresent([String].self, forKey: .quarantine) ?? []
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -151,6 +154,7 @@ struct ConsentJournal: Codable, Sendable {
         try container.encodeIfPresent(purged, forKey: .purged)
         try container.encodeIfPresent(erasure, forKey: .erasure)
         try container.encodeIfPresent(erasureOutcome, forKey: .erasureOutcome)
+        if !quarantine.isEmpty { try container.encode(quarantine, forKey: .quarantine) }
     }
 }
 

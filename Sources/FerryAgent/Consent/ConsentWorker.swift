@@ -44,6 +44,8 @@ final class ConsentWorker {
     private let auditLog: AuditLog
     private let journalFile: ConsentJournalFile
     private let deadLetters: DeadLetterStore
+    /// The quarantine, which erasures reach like the queue (nil: none).
+    let quarantine: QuarantineStore?
     let mainLog: SegmentedLog
     private let logger: Logger
     private let ids = EventIDGenerator()
@@ -62,7 +64,8 @@ final class ConsentWorker {
 
     init(engine: ConsentEngine, heldLog: SegmentedLog, onceKeys: OnceKeyStore, mainLog: SegmentedLog,
          stateFile: ConsentStateFile, auditLog: AuditLog, journalFile: ConsentJournalFile, deadLetters: DeadLetterStore,
-         pending: ConsentJournal?, bus: EventBus, erasures: ErasureOutbox? = nil, logger: Logger) throws {
+         pending: ConsentJournal?, bus: EventBus, erasures: ErasureOutbox? = nil, quarantine: QuarantineStore? = nil, logger: Logger) throws {
+        self.quarantine = quarantine
         self.bus = bus
         self.erasures = erasures
         self.engine = engine
@@ -303,6 +306,7 @@ final class ConsentWorker {
         journal.deadLetters = try deadLetters.letters(holding: matches).map {
             ConsentJournal.DeadLetterErasure(sink: $0.sink, id: $0.id, events: $0.events.map(\.description))
         }
+        journal.quarantine = try planQuarantineErasure(matching: matches)
         journal.purged = PurgeReport(queued: queued, held: journal.eraseHeld.count)
     }
 
@@ -365,6 +369,7 @@ final class ConsentWorker {
                 try CrashPoints.reach("consent.deadletter")
             }
         }
+        try finishQuarantineErasure(journal)
         try recordUpstreamErasure(journal)
         if !journal.release.isEmpty || journal.consentUpdated != nil {
             do {

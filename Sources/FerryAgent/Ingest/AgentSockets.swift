@@ -404,7 +404,8 @@ final class AgentSockets: Sendable {
         }
         var items: [IngestBatch.Item] = []
         items.reserveCapacity(count)
-        for frame in message[2...] { items.append(stages.item(frame, version: header.version)) }
+        let quality = stages.quality
+        for frame in message[2...] { items.append(stages.item(frame, version: header.version, quality: quality)) }
         let origin = origins.metadata(connection: peer, peer: credentials)
         let route = AckRoute(peer: peer, requestID: header.requestID, version: header.version)
         if !stages.submit(IngestBatch(replyTo: acks, route: route, origin: origin, uid: credentials?.uid, items: items,

@@ -90,10 +90,11 @@ package final class IngestGateway: Sendable {
         guard let frames = prepare() else { return .withdrawn }
         var items: [IngestBatch.Item] = []
         items.reserveCapacity(frames.count)
+        let quality = stages.quality
         for frame in frames {
             switch frame {
             case .event(let frame):
-                items.append(stages.item(frame, version: ferryProtocolVersion))
+                items.append(stages.item(frame, version: ferryProtocolVersion, quality: quality))
             case .refused(let id, let reason):
                 items.append(.refused(AckEntry(id: id, status: .rejected, reason: reason), frame: id.bytes))
             case .blocked(let frame, let ack, let reason):

@@ -10,9 +10,12 @@ import Synchronization
 ///
 /// 1. **Admission** (``admit(_:)``): stopping, back-pressure (the commit stage's backlog), the
 ///    access policy against the kernel's credentials; then the limits of each frame
-///    (``item(_:version:)``: `maxEventBytes`, a fixed header that decodes, known flags).
-/// 2. **The decision**: the ``CommitPipeline`` (dedup, consent, retention, the group commit).
-/// 3. **The bus and the ack** (``answered(_:)``): once a batch's answer is back, its outcomes go
+///    (``item(_:version:quality:)``: `maxEventBytes`, a fixed header that decodes, known flags).
+/// 2. **Quality** (``QualityStage``, when a plan or redaction is configured): redaction, then the
+///    tracking plan; an event that breaks it is refused, quarantined or tagged. The stage in
+///    effect is read once per batch (``quality``), so a reload applies from the next batch.
+/// 3. **The decision**: the ``CommitPipeline`` (dedup, consent, retention, the group commit).
+/// 4. **The bus and the ack** (``answered(_:)``): once a batch's answer is back, its outcomes go
 ///    to the ``EventBus`` and its ack latency is recorded; the path's ``AckDestination`` writes
 ///    the answer.
 ///
@@ -35,12 +38,19 @@ final class IngestStages: Sendable {
     /// The bus every outcome is published on.
     let bus: EventBus
 
+    /// The quality stage in effect (swapped by a reload).
+    let qualityHolder: QualityStageHolder
+
     private let commit: CommitPipeline
     private let access: AccessControl
     private let metrics: AgentMetrics
     private let stopping = Atomic<Bool>(false)
 
-    init(configuration: AgentConfiguration, commit: CommitPipeline, access: AccessControl, bus: EventBus, metrics: AgentMetrics) {
+    init(
+        configuration: AgentConfiguration, commit: CommitPipeline, access: AccessControl, bus: EventBus, metrics: AgentMetrics,
+        quality: QualityStageHolder = QualityStageHolder(nil)
+    ) {
+        qualityHolder = quality
         maxEventBytes = configuration.maxEventBytes
         categories = configuration.consent.categories
         typeCategories = configuration.consent.typeCategories
@@ -93,7 +103,20 @@ final class IngestStages: Sendable {
         return nil
     }
 
-    // MARK: Limits
+    // MARK: Limits and quality
+
+    /// The quality stage in effect: read it once per batch and pass it to each
+    /// ``item(_:version:quality:)`` (nil: no plan and no redaction).
+    var quality: QualityStage? { qualityHolder.stage }
+
+    /// One frame through the limits, then through `quality` (``QualityStage/apply(_:frame:metrics:)``)
+    /// when there is one.
+    @inline(__always)
+    func item(_ frame: [UInt8], version: UInt8, quality: QualityStage?) -> IngestBatch.Item {
+        let item = item(frame, version: version)
+        guard let quality, case .event(let header, let frame) = item else { return item }
+        return quality.apply(header, frame: frame, metrics: metrics)
+    }
 
     /// One frame through the limits: stored as an event, or refused with its ack entry (too
     /// large, a fixed header that does not decode, a flag this agent does not know, or the

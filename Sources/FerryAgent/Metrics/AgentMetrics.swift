@@ -113,6 +113,10 @@ public final class AgentMetrics: Sendable {
     let suppressed: MetricCounter
     /// `ferry_events_held_total`: events put in the held area.
     let heldTotal: MetricCounter
+    /// `ferry_events_quarantined_total`: events put in the quarantine.
+    let quarantinedTotal: MetricCounter
+    /// `ferry_events_redacted_total`: events redaction changed before they were stored.
+    let redacted: MetricCounter
     /// `ferry_events_dropped_total`: undelivered events deleted by the drop-oldest policy.
     let dropped: MetricCounter
     /// `ferry_messages_refused_total`: whole messages refused with an error reply.
@@ -143,6 +147,25 @@ public final class AgentMetrics: Sendable {
     let erasuresPending: Gauge
     /// `ferry_erasure_requests_total{sink,outcome}`, by sink and outcome.
     private let erasureCounters = Mutex<[String: MetricCounter]>([:])
+    /// `ferry_quarantined_events`: events in the quarantine now.
+    let quarantinedEvents: Gauge
+
+    /// `ferry_plan_violations_total{event,rule}` by `event` and `rule` (at most
+    /// ``maxViolationSeries`` pairs; the rest are counted under `other`/`other`).
+    private let violations = Mutex<[ViolationKey: MetricCounter]>([:])
+    /// Most (event, rule) pairs the violations counter keeps apart.
+    static let maxViolationSeries = 1024
+    /// The rules a violation names (the JSON Schema keywords the plan supports, and
+    /// `unplanned`); any other is counted as `other`.
+    static let violationRules: Set<String> = [
+        "type", "properties", "required", "additionalProperties", "enum", "const", "pattern", "minimum", "maximum",
+        "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "items", "format", "not", "false", "unplanned",
+    ]
+
+    struct ViolationKey: Hashable {
+        var event: String
+        var rule: String
+    }
 
     /// `ferry_client_events_lost_total{source}` by source (at most ``maxLossSources`` names; the
     /// rest are counted under `""`, a series at 0 from the start).
@@ -197,6 +220,8 @@ public final class AgentMetrics: Sendable {
         blockedAtSend = counter(.eventsBlocked, "send")
         suppressed = counter(.eventsSuppressed)
         heldTotal = counter(.eventsHeldTotal)
+        quarantinedTotal = counter(.eventsQuarantinedTotal)
+        redacted = counter(.eventsRedacted)
         dropped = counter(.eventsDropped)
         messagesRefused = counter(.messagesRefused)
         accessDenied = counter(.messagesDenied)
@@ -209,6 +234,10 @@ public final class AgentMetrics: Sendable {
         queueOldestAge = gauge(.queueOldestAge)
         clientsConnected = gauge(.clientsConnected)
         erasuresPending = gauge(.erasuresPending)
+        quarantinedEvents = gauge(.quarantinedEvents)
+        // The overflow pair, at 0: the family is in the exposition from the start.
+        let otherPair = ViolationKey(event: "other", rule: "other")
+        violations.withLock { $0[otherPair] = MetricCounter(.planViolations, ["other", "other"], factory: factory) }
         // The overflow series, at 0: the family is in the exposition (TYPE, HELP, a sample)
         // before the first loss, as every other counter.
         let overflow = counter(.clientEventsLost, "")
@@ -261,6 +290,26 @@ public final class AgentMetrics: Sendable {
         ingestPaths.withLock { $0.mapValues(\.snapshot) }
     }
 
+    /// Counts one violation of `rule` by `event` (as the plan names it: `track:Order
+    /// Completed`, `identify`). The label set stays bounded: an event the plan does not name
+    /// (rule `unplanned`) is counted under event `other`, a rule outside ``violationRules`` under
+    /// rule `other`, and past ``maxViolationSeries`` pairs every new one under `other`/`other`.
+    func recordViolation(event: String, rule: String) {
+        var key = ViolationKey(event: rule == "unplanned" ? "other" : event,
+                               rule: Self.violationRules.contains(rule) ? rule : "other")
+        let counter = violations.withLock { counters -> MetricCounter in
+            if let existing = counters[key] { return existing }
+            guard counters.count < Self.maxViolationSeries else {
+                key = ViolationKey(event: "other", rule: "other")
+                return counters[key]!
+            }
+            let made = MetricCounter(.planViolations, [key.event, key.rule], factory: backend.factory)
+            counters[key] = made
+            return made
+        }
+        counter.increment()
+    }
+
     /// Counts `events` lost by the client `source`.
     func recordLost(_ events: Int, source: String) {
         let counter = lostBySource.withLock { counters -> MetricCounter in
@@ -276,7 +325,7 @@ public final class AgentMetrics: Sendable {
 
     /// One group's outcomes, tallied by the commit thread and added once per group.
     struct GroupTally {
-        var accepted = 0, duplicate = 0, blocked = 0, suppressed = 0, held = 0
+        var accepted = 0, duplicate = 0, blocked = 0, suppressed = 0, held = 0, quarantined = 0
         var rejected: [Int] = []
     }
 
@@ -287,6 +336,7 @@ public final class AgentMetrics: Sendable {
         if tally.blocked > 0 { blockedAtIngest.increment(by: tally.blocked) }
         if tally.suppressed > 0 { suppressed.increment(by: tally.suppressed) }
         if tally.held > 0 { heldTotal.increment(by: tally.held) }
+        if tally.quarantined > 0 { quarantinedTotal.increment(by: tally.quarantined) }
         for (raw, count) in tally.rejected.enumerated() where count > 0 && raw < rejected.count {
             rejected[raw].increment(by: count)
         }
@@ -370,7 +420,7 @@ final class SinkMetrics: Sendable {
 /// labelled first with the path's name.
 package final class IngestPathMetrics: Sendable {
     /// The event outcomes counted (the `outcome` label of ``IngestPathMetricSet/events``).
-    package static let outcomes = ["accepted", "duplicate", "blocked", "suppressed", "refused", "retry"]
+    package static let outcomes = ["accepted", "quarantined", "duplicate", "blocked", "suppressed", "refused", "retry"]
     private let path: String
     private let metrics: IngestPathMetricSet
     private let factory: any MetricsFactory

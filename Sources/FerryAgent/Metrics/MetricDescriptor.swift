@@ -60,6 +60,19 @@ extension MetricDescriptor {
     /// `ferry_events_held_total`.
     public static let eventsHeldTotal = MetricDescriptor(
         "ferry_events_held_total", .counter, help: "Events put in the held area.")
+    /// `ferry_events_quarantined_total`.
+    public static let eventsQuarantinedTotal = MetricDescriptor(
+        "ferry_events_quarantined_total", .counter, help: "Events that broke the tracking plan put in the quarantine.")
+    /// `ferry_plan_violations_total{event,rule}`.
+    public static let planViolations = MetricDescriptor(
+        "ferry_plan_violations_total", .counter, labels: ["event", "rule"],
+        help: "Tracking plan violations found at ingest, by the plan's event and the broken rule.")
+    /// `ferry_events_redacted_total`.
+    public static let eventsRedacted = MetricDescriptor(
+        "ferry_events_redacted_total", .counter, help: "Events redaction changed before they were stored.")
+    /// `ferry_quarantined_events`.
+    public static let quarantinedEvents = MetricDescriptor(
+        "ferry_quarantined_events", .gauge, help: "Events in the quarantine now.")
     /// `ferry_events_dropped_total`.
     public static let eventsDropped = MetricDescriptor(
         "ferry_events_dropped_total", .counter, help: "Undelivered events deleted by the drop-oldest policy.")
@@ -142,8 +155,8 @@ extension MetricDescriptor {
     /// they are exported until they are removed). An ingest path's metrics are its kind's
     /// (``IngestPathKind/metrics``; the HTTP API's `ferry_http_*`).
     public static let catalog: [MetricDescriptor] = [
-        eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsDropped,
-        messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
+        eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsQuarantinedTotal, planViolations,
+        eventsRedacted, quarantinedEvents, eventsDropped, messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
         clientsConnected, ackLatency, commitEvents, fsync, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
         sinkBacklog, sinkCircuitOpen, deliveryLatency, erasuresPending, erasureRequests,
     ] + deprecated

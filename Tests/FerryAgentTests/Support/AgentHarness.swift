@@ -30,8 +30,13 @@ final class InProcessAgent: Sendable {
     }
 
     /// Starts an agent whose sinks named in `sinks` use those implementations.
-    init(_ configuration: AgentConfiguration, sinks: [String: any Sink], timeout: Duration = .seconds(30)) async throws {
+    convenience init(_ configuration: AgentConfiguration, sinks: [String: any Sink], timeout: Duration = .seconds(30)) async throws {
         let agent = FerryAgent(configuration: configuration, sinks: sinks, metrics: PrometheusBackend().agentBackend, logger: quietLogger)
+        try await self.init(agent: agent, timeout: timeout)
+    }
+
+    /// Starts `agent` and waits until it serves (or fails to start).
+    init(agent: FerryAgent, timeout: Duration = .seconds(30)) async throws {
         let task = Task { try await agent.run() }
         self.agent = agent
         self.task = task

@@ -71,16 +71,19 @@ TAG_CRITICAL = 0x8000
 
 #: Ack statuses by code.
 STATUSES: Dict[int, str] = {0: "accepted", 1: "duplicate", 2: "rejected", 3: "blocked", 4: "suppressed"}
-#: Ack reasons by code: 1-8 with `rejected`, 9 (`local_only`) with `suppressed`, 10-17 (the
-#: consent state's verdict) with `blocked`, 18 (`once_key`) with `duplicate`, 19 (`held`) with
-#: `accepted` (held until consent for its category is decided); 0 otherwise, and for
+#: Ack reasons by code: 1-8 and 20 (`plan_violation`: the host's tracking plan refused it) with
+#: `rejected`, 9 (`local_only`) with `suppressed`, 10-17 (the consent state's verdict) with
+#: `blocked`, 18 (`once_key`) with `duplicate`, 19 (`held`: held until consent for its category
+#: is decided) and 21 (`quarantined`: it breaks the tracking plan and is kept in the agent's
+#: quarantine, not delivered unless released) with `accepted`; 0 otherwise, and for
 #: `blocked`/`suppressed`/held events from agents older than these reasons. A client treats an unknown reason
 #: code as `malformed`.
 REASONS: Dict[int, str] = {
     0: "none", 1: "malformed", 2: "too_large", 3: "full", 4: "storage", 5: "shutting_down", 6: "invalid_utf8",
     7: "unsupported_field", 8: "invalid_field", 9: "local_only", 10: "no_op", 11: "kill_switch",
     12: "tracking_disabled", 13: "gdpr_data_usage_denied", 14: "unknown_category", 15: "feature_disabled",
-    16: "consent_denied", 17: "consent_undetermined", 18: "once_key", 19: "held",
+    16: "consent_denied", 17: "consent_undetermined", 18: "once_key", 19: "held", 20: "plan_violation",
+    21: "quarantined",
 }
 #: Error reply codes by code.
 ERROR_CODES: Dict[int, str] = {

@@ -1,0 +1,79 @@
+// A driver for counting what the quality gate (FerryQuality: redaction, then the tracking plan)
+// costs per event with callgrind: N judgements of the 256-byte event scripts/callgrind-ingest
+// sends (`{"plan":"pro","pad":"x…"}`, name "python example", source "ferry_emit.py"), against a
+// 20-event plan that names it and a redactor with all five detectors. Run through
+// scripts/callgrind-gate, which differences two N so that start-up and compilation cancel out.
+//
+// Usage: gate-cost N [judge|frame|none]
+//   judge  QualityGate.judge on a decoded WireEvent (the gate alone)
+//   frame  the frame decoded, judged, and re-encoded when redaction changed it (the gate as an
+//          ingest stage that starts from the frame)
+//   none   the frame decoded only (to subtract)
+#if canImport(Glibc)
+import Glibc
+#endif
+import FerryProtocol
+import FerryQuality
+
+let arguments = CommandLine.arguments
+guard arguments.count >= 2, let count = Int(arguments[1]) else {
+    print("usage: gate-cost N [judge|frame|none]")
+    exit(64)
+}
+let mode = arguments.count >= 3 ? arguments[2] : "judge"
+
+// 20 planned events: the benchmark's own and 19 others of the usual shapes.
+var events: [String] = [
+    #"{"type": "track", "name": "python example", "properties": {"type": "object", "required": ["plan"], "properties": {"plan": {"type": "string", "enum": ["free", "pro", "team"]}, "pad": {"type": "string", "maxLength": 200}}}}"#,
+]
+for index in 1..<17 {
+    events.append(#"{"type": "track", "name": "Event \#(index)", "properties": {"required": ["id", "total"], "properties": {"id": {"type": "string", "pattern": "^[A-Z]{2}-\\d{4,8}$"}, "total": {"type": "number", "minimum": 0}, "currency": {"enum": ["EUR", "USD"]}, "at": {"format": "date-time"}}, "additionalProperties": false}}"#)
+}
+events.append(#"{"type": "identify", "traits": {"properties": {"email": {"type": "string", "pattern": "^hmac:"}}}}"#)
+events.append(#"{"type": "page", "properties": {"required": ["path"]}}"#)
+events.append(#"{"type": "group", "traits": {"properties": {"size": {"type": "integer", "minimum": 1}}}}"#)
+let planJSON = #"{"events": [\#(events.joined(separator: ","))]}"#
+let redactJSON = #"{"detect": [{"kind": "email", "action": "hash"}, {"kind": "phone", "action": "mask"}, {"kind": "ip", "action": "mask"}, {"kind": "card", "action": "mask"}, {"kind": "iban", "action": "hash"}]}"#
+
+let gate: QualityGate
+do {
+    let plan = try TrackingPlan(json: Array(planJSON.utf8), source: "gate-cost plan")
+    let redactor = try Redactor(configuration: try RedactionConfiguration(json: Array(redactJSON.utf8)),
+                                key: [UInt8](repeating: 0x5A, count: 32))
+    gate = QualityGate(plan: plan, allowUnplanned: false, redactor: redactor)
+} catch {
+    print("gate-cost: \(error)")
+    exit(1)
+}
+
+// The event of scripts/callgrind-ingest, padded to a 256-byte frame.
+func makeEvent(pad: Int) -> WireEvent {
+    WireEvent(id: EventID(high: 0x0190_0000_0000_7000, low: 0x8000_0000_0000_0001), timestamp: 1_700_000_000_000, sequence: 1,
+              pid: 4242, type: .track, source: "ferry_emit.py", name: "python example",
+              properties: Array(#"{"plan":"pro","pad":"\#(String(repeating: "x", count: pad))"}"#.utf8))
+}
+var pad = 100
+while makeEvent(pad: pad).encoded().count < 256 { pad += 1 }
+let event = makeEvent(pad: pad)
+let frame = event.encoded()
+precondition(frame.count == 256, "frame is \(frame.count) bytes")
+precondition(gate.judge(event).violations.isEmpty && !gate.judge(event).redacted, "the benchmark event must pass untouched")
+
+var violations = 0, redacted = 0, bytes = 0
+for _ in 0..<count {
+    switch mode {
+    case "judge":
+        let judgement = gate.judge(event)
+        violations += judgement.violations.count
+        if judgement.redacted { redacted += 1 }
+    case "frame":
+        let decoded = try! WireEvent(decoding: frame)
+        let judgement = gate.judge(decoded)
+        violations += judgement.violations.count
+        if judgement.redacted { bytes += judgement.event.encoded().count; redacted += 1 }
+    default:
+        let decoded = try! WireEvent(decoding: frame)
+        bytes += decoded.properties.count
+    }
+}
+print("gate-cost \(mode) events=\(count) frame=\(frame.count) violations=\(violations) redacted=\(redacted) bytes=\(bytes)")

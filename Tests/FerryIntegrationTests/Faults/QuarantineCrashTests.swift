@@ -1,0 +1,205 @@
+import FerryIntegrationKit
+import FerryProtocol
+import FerryTestKit
+import Foundation
+import Testing
+
+/// The quarantine across `kill -9` (docs/QUALITY.md, "Quarantine"): the real `ferryd`, a plan that
+/// makes two events violate it under `"onViolation": "quarantine"`, killed at each quarantine
+/// crash point it reports (a first run without a crash lists them: the entry's temp file synced,
+/// its rename, a replay between the log's commit and the removal), then restarted; the client
+/// sends again what was not acked, the plan is fixed, `SIGHUP`, and `ferry quarantine replay
+/// --all` must deliver each event exactly once and leave the quarantine empty. The first run
+/// also walks the CLI: `list`, `show`, `replay` while still violating (exit 1), `drop`. CI kills
+/// at each point's first reach; `FERRY_SOAK=1` at every reach.
+@Suite("Faults: crash in the quarantine")
+struct QuarantineCrashTests {
+    static let plan = #"{"events":[{"type":"track","name":"Good","properties":{"type":"object"}}]}"#
+    static let fixedPlan = #"{"events":[{"type":"track","name":"Good","properties":{"type":"object"}},{"type":"track","name":"Bad","properties":{"type":"object"}}]}"#
+
+    static func frames() -> (good: [UInt8], bad: [[UInt8]]) {
+        let ids = EventIDGenerator()
+        func event(_ name: String, _ sequence: UInt64) -> [UInt8] {
+            WireEvent(id: ids.next(), timestamp: WallClock.unixMilliseconds(), sequence: sequence, pid: 1, type: .track,
+                      source: "quarantine-crash", name: name, properties: Array(#"{"i":\#(sequence)}"#.utf8)).encoded()
+        }
+        return (event("Good", 1), [event("Bad", 2), event("Bad", 3)])
+    }
+
+    static func header(_ id: UInt32) -> [UInt8] { MessageHeader(kind: .events, requestID: id).encoded() }
+
+    /// Sends `frames` in one message; nil when the agent died before answering.
+    static func send(_ frames: [[UInt8]], to agent: AgentProcess, timeout: Duration = .seconds(10)) async -> [AckEntry]? {
+        guard let replies = try? await RawIngestClient.exchange(runtimeDirectory: agent.runtimeDirectory,
+                                                                messages: [[header(1)] + frames], timeout: timeout),
+              case .ack(_, let entries) = replies.first else { return nil }
+        return entries
+    }
+
+    struct Run {
+        let dir: TemporaryDirectory
+        let agent: AgentProcess
+        let planPath: String
+
+        /// `shortWindow`: an id window of 1 s, so a replay run again after the restart cannot rely
+        /// on it (the replay marker must find what was stored).
+        init(crashAt: String?, progress: String? = nil, shortWindow: Bool = false) throws {
+            dir = try TemporaryDirectory()
+            planPath = dir.appending("plan.json")
+            try Data(QuarantineCrashTests.plan.utf8).write(to: URL(fileURLWithPath: planPath))
+            let config = dir.appending("ferryd.json")
+            var object: [String: Any] = ["quality": ["plan": planPath, "onViolation": "quarantine", "allowUnplanned": false]]
+            if shortWindow { object["dedup"] = ["maxAgeSeconds": 1] }
+            try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: config))
+            agent = try AgentProcess(in: dir, extraArguments: ["--config", config], start: false)
+            var environment: [String: String] = [:]
+            if let crashAt { environment["FERRY_CRASH_AT"] = crashAt }
+            if let progress { environment["FERRY_PROGRESS_FILE"] = progress }
+            try agent.start(extraEnvironment: environment)
+        }
+
+        /// Fixes the plan and reloads it; waits until a replay stores what was quarantined.
+        func fixPlanAndReload() throws {
+            try Data(QuarantineCrashTests.fixedPlan.utf8).write(to: URL(fileURLWithPath: planPath))
+            agent.kill(signal: SIGHUP)
+        }
+
+        func cleanup() {
+            agent.cleanup()
+            dir.remove()
+        }
+    }
+
+    /// Replays until the reload took effect (the first replay may come before the SIGHUP is
+    /// handled: it answers `violating` and changes nothing); returns the last reply.
+    static func replayAll(_ agent: AgentProcess) async throws -> [String: Any] {
+        var reply: [String: Any] = [:]
+        try await eventually("the fixed plan in effect", timeout: .seconds(20)) {
+            reply = try await agent.control(["op": "quarantine_replay", "all": true])
+            let outcomes = (reply["results"] as? [[String: Any]] ?? []).compactMap { $0["outcome"] as? String }
+            return !outcomes.contains("violating")
+        }
+        return reply
+    }
+
+    /// The checks every run ends with: the quarantine empty, no temp file, each event delivered
+    /// exactly once.
+    static func checkDelivered(_ agent: AgentProcess, ids: Set<String>, label: String) async throws {
+        let quarantine = agent.dataDirectory + "/quarantine"
+        try await eventually("\(ids.count) events delivered (\(label))", timeout: .seconds(20)) {
+            try DeliveryReport(sinkDirectory: agent.sinkDirectory).uniqueIDs.isSuperset(of: ids)
+        }
+        let report = try DeliveryReport(sinkDirectory: agent.sinkDirectory)
+        #expect(report.duplicateIDs.isEmpty, "\(label): delivered twice: \(report.duplicateIDs)")
+        #expect(report.uniqueIDs == ids, "\(label): \(report)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: quarantine)) ?? []).isEmpty, "\(label): quarantine not empty")
+    }
+
+    @Test("kill -9 at each quarantine crash point: nothing half-written, each event delivered once after the plan is fixed; the CLI")
+    func crashPoints() async throws {
+        // The run without a crash learns the points, and walks the CLI.
+        let progressDir = try TemporaryDirectory()
+        defer { progressDir.remove() }
+        let progressPath = progressDir.appending("progress")
+        let (good, bad) = Self.frames()
+        var ids = Set(([good] + bad).map { EventID(bytes: $0).description })
+        var progress = CrashPointProgress(path: progressPath)
+        do {
+            let run = try Run(crashAt: nil, progress: progressPath)
+            defer { run.cleanup() }
+            let agent = run.agent
+            try await agent.waitUntilReady()
+            let tail = try BusTail(topics: ["quarantined"], environment: agent.environment, outputDirectory: run.dir.path)
+            defer { tail.cleanup() }
+            try await tail.waitUntilSubscribed()
+            // The tail's probe events break the plan too: dropped before the test's own.
+            _ = try await agent.control(["op": "quarantine_drop", "all": true])
+            let probes = try tail.messages(topic: "quarantined").count
+            let entries = try #require(await Self.send([good] + bad, to: agent))
+            #expect(entries.map(\.status) == [.accepted, .accepted, .accepted])
+            #expect(entries.map(\.reason) == [.none, .quarantined, .quarantined])
+            // The HTTP API's message through the same stage: its result says quarantined.
+            let body = #"{"batch":[{"type":"track","event":"Bad","userId":"u1","messageId":"m-bad","properties":{}}]}"#
+            let response = try await httpPost(unixSocket: agent.runtimeDirectory + "/http", path: "/v1/batch", json: body)
+            #expect(response.status == 200 && response.body.contains(#""status":"quarantined""#), "\(response)")
+            // Each is on the bus's quarantined topic with its reason.
+            try await eventually("3 quarantined events on the bus") { try tail.messages(topic: "quarantined").count >= probes + 3 }
+            let published = Array(try tail.messages(topic: "quarantined").dropFirst(probes))
+            #expect(published.allSatisfy { $0["reason"] as? String == "plan_violation" && $0["name"] as? String == "Bad" }, "\(published)")
+            ids.formUnion(published.compactMap { $0["id"] as? String })
+            #expect(ids.count == 4)
+            let environment = agent.environment
+            let list = try await runCLI(["quarantine", "list", "--data-dir", agent.dataDirectory], environment: environment)
+            #expect(list.status == .exited(0) && list.stdout.contains("3 quarantined events") && list.stdout.contains("unplanned"), "\(list)")
+            let badID = EventID(bytes: bad[0]).description
+            let show = try await runCLI(["quarantine", "show", badID, "--data-dir", agent.dataDirectory], environment: environment)
+            #expect(show.status == .exited(0) && show.stdout.contains("[unplanned]") && show.stdout.contains(#""name":"Bad""#), "\(show)")
+            let early = try await runCLI(["quarantine", "replay", "--all"], environment: environment)
+            #expect(early.status == .exited(1) && early.stdout.contains("violating"), "\(early)")
+            try run.fixPlanAndReload()
+            _ = try await Self.replayAll(agent)
+            try await Self.checkDelivered(agent, ids: ids, label: "no crash")
+            // The points of the runs below: those reached so far (the drop below reaches more).
+            progress = CrashPointProgress(path: progressPath)
+            // drop: a new violating event under a plan that fails it again.
+            try Data(Self.plan.utf8).write(to: URL(fileURLWithPath: run.planPath))
+            agent.kill(signal: SIGHUP)
+            // A new event each try: one sent before the reload is stored, and would be a duplicate.
+            try await eventually("the strict plan in effect again", timeout: .seconds(20)) {
+                await Self.send([Self.frames().bad[0]], to: agent)?.first?.reason == .quarantined
+            }
+            let drop = try await runCLI(["quarantine", "drop", "--all"], environment: environment)
+            #expect(drop.status == .exited(0) && drop.stdout.contains("dropped"), "\(drop)")
+            let after = try await runCLI(["quarantine", "list", "--data-dir", agent.dataDirectory], environment: environment)
+            #expect(after.stdout.contains("no quarantined events"), "\(after)")
+            _ = try await agent.terminate()
+        }
+        // CI: each point's first reach (3 kills); FERRY_SOAK=1: every reach.
+        let soak = ProcessInfo.processInfo.environment["FERRY_SOAK"] == "1"
+        let points = progress.killPoints(everyReach: true).filter { $0.name.hasPrefix("quarantine.") && (soak || $0.count == 1) }
+        #expect(Set(points.map(\.name)) == ["quarantine.temp_synced", "quarantine.renamed", "quarantine.replayed"], "\(progress)")
+
+        for point in points {
+            let label = "\(point.name):\(point.count)"
+            let run = try Run(crashAt: label, shortWindow: point.name == "quarantine.replayed")
+            defer { run.cleanup() }
+            let agent = run.agent
+            try await agent.waitUntilReady()
+            let (good, bad) = Self.frames()
+            let ids = Set(([good] + bad).map { EventID(bytes: $0).description })
+            var acked = await Self.send([good] + bad, to: agent, timeout: .seconds(5))
+            if point.name == "quarantine.replayed" {
+                #expect(acked != nil, "\(label): the events were not acked")
+                try run.fixPlanAndReload()
+                try await eventually("the agent to die at \(label)", timeout: .seconds(20)) {
+                    _ = try? await agent.control(["op": "quarantine_replay", "all": true], timeout: .seconds(1))
+                    return !agent.isRunning
+                }
+            } else {
+                #expect(acked == nil, "\(label): acked though the agent died before the ack")
+                try await agent.waitForExit(timeout: .seconds(20))
+            }
+            #expect(agent.process?.exitStatus == .signaled(SIGKILL), "\(label): \(agent.logs.suffix(2000))")
+            // Past the 1 s id window: only the replay marker can tell what was stored.
+            if point.name == "quarantine.replayed" {
+                let killedAt = WallClock.unixMilliseconds()
+                try await eventually("the id window (1 s) past the replay's store") { WallClock.unixMilliseconds() > killedAt + 1500 }
+            }
+            // Whatever is in the quarantine now is whole; no temp file survives the restart.
+            try agent.start()
+            try await agent.waitUntilReady()
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: agent.dataDirectory + "/quarantine")) ?? []
+            #expect(names.allSatisfy { ($0.hasSuffix(".q") && !$0.hasPrefix(".")) || $0 == ".replay" }, "\(label): \(names)")
+            #expect(!agent.logs.contains("quarantine entry skipped"), "\(label): a damaged entry after the crash")
+            if acked == nil {
+                // The client sends again what was not acked.
+                acked = await Self.send([good] + bad, to: agent)
+                #expect(acked?.map(\.status) == [.accepted, .accepted, .accepted] || acked?.first?.status == .duplicate, "\(label): \(String(describing: acked))")
+                try run.fixPlanAndReload()
+            }
+            let replay = try await Self.replayAll(agent)
+            #expect(replay["ok"] as? Bool == true, "\(label): \(replay)")
+            try await Self.checkDelivered(agent, ids: ids, label: label)
+        }
+    }
+}
