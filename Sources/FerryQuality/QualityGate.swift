@@ -64,10 +64,16 @@ public struct QualityGate: Sendable {
     public func judge(_ event: consuming WireEvent) -> Judgement {
         var redacted = false
         var parsed = ParsedFields()
-        if let redactor { redacted = redactor.redact(&event, parsed: &parsed) }
-        guard let plan else { return Judgement(event: event, redacted: redacted, violations: []) }
-        let rule = plan.rule(type: event.type, name: event.name)
         var violations: [Violation] = []
+        if let redactor { redacted = redactor.redact(&event, parsed: &parsed, violations: &violations) }
+        guard let plan else {
+            if !violations.isEmpty {
+                let label = TrackingPlan.label(type: event.type, name: event.name)
+                for index in violations.indices { violations[index].event = label }
+            }
+            return Judgement(event: event, redacted: redacted, violations: violations)
+        }
+        let rule = plan.rule(type: event.type, name: event.name)
         if rule < 0 && !allowUnplanned {
             violations.append(Violation(event: "", rule: "unplanned", path: "", message: "the plan does not name this event"))
         }

@@ -98,8 +98,10 @@ public struct Redactor: Sendable {
     // MARK: Redacting
 
     /// Redacts `event` in place; true when a field changed. Fields parsed and left unchanged are
-    /// handed to the plan in `parsed`.
-    func redact(_ event: inout WireEvent, parsed: inout ParsedFields) -> Bool {
+    /// handed to the plan in `parsed`. A properties or context field that is not a JSON object
+    /// cannot be redacted: it is removed (nothing unredacted may be stored) and a violation of rule
+    /// `redact` says so (its `event` left empty: the gate names the event).
+    func redact(_ event: inout WireEvent, parsed: inout ParsedFields, violations: inout [Violation]) -> Bool {
         var changed = false
         let traits = event.type == .identify || event.type == .group
         if !event.properties.isEmpty {
@@ -108,7 +110,11 @@ public struct Redactor: Sendable {
             case .changed(let bytes):
                 event.properties = bytes
                 changed = true
-            case .invalid: break
+            case .invalid:
+                event.properties = []
+                changed = true
+                violations.append(Violation(event: "", rule: "redact", path: traits ? "traits" : "properties",
+                                            message: "is not a JSON object, so it cannot be redacted: removed"))
             }
         }
         if !event.context.isEmpty {
@@ -117,7 +123,11 @@ public struct Redactor: Sendable {
             case .changed(let bytes):
                 event.context = bytes
                 changed = true
-            case .invalid: break
+            case .invalid:
+                event.context = []
+                changed = true
+                violations.append(Violation(event: "", rule: "redact", path: "context",
+                                            message: "is not a JSON object, so it cannot be redacted: removed"))
             }
         }
         changed = redactIdentifier(&event.userID, .userId) || changed

@@ -9,7 +9,7 @@ import Testing
 @Suite("completions and man page input")
 struct ShippedDocsTests {
     static let subcommands = ["emit", "tail", "status", "top", "queue", "deadletter", "consent", "tracking", "features",
-                              "purge", "forget", "start", "whoami"]
+                              "purge", "forget", "start", "whoami", "plan"]
 
     @Test("ferry's completion scripts name every subcommand", arguments: ["bash", "zsh", "fish"])
     func ferryCompletions(shell: String) async throws {

@@ -100,9 +100,14 @@ enum QualityChecks {
         let gate = QualityGate(plan: nil, allowUnplanned: true, redactor: redactor)
         for event in events(input) {
             let judgement = gate.judge(event)
-            for (before, after) in [(event.properties, judgement.event.properties), (event.context, judgement.event.context)]
-            where isObject(before) && !isObject(after) {
-                return .failure(Violation("redaction turned a JSON object into \(String(decoding: after.prefix(200), as: UTF8.self))", input))
+            for (before, after) in [(event.properties, judgement.event.properties), (event.context, judgement.event.context)] {
+                if isObject(before) && !isObject(after) {
+                    return .failure(Violation("redaction turned a JSON object into \(String(decoding: after.prefix(200), as: UTF8.self))", input))
+                }
+                // What is not an object cannot be redacted: it must be gone, and said so.
+                if !isObject(before) && (!after.isEmpty || !judgement.violations.contains { $0.rule == "redact" }) {
+                    return .failure(Violation("a field that is not a JSON object was kept or not reported", input))
+                }
             }
             guard judgement.redacted || judgement.event == event else {
                 return .failure(Violation("the event changed but redacted is false", input))

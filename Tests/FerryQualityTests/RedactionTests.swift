@@ -280,3 +280,18 @@ func redacted(_ configuration: String, _ event: WireEvent) throws -> Judgement {
         }
     }
 }
+
+/// Properties that are not a JSON object cannot be redacted: removed, and said so.
+@Suite struct UnredactableFieldTests {
+    @Test(arguments: [#"{"email": "jane@example.com""#, #"["jane@example.com"]"#, #""jane@example.com""#])
+    func removedWithAViolation(properties: String) throws {
+        let judgement = try redacted(#"{"detect": [{"kind": "email", "action": "mask"}]}"#, event(properties: properties))
+        #expect(judgement.redacted)
+        #expect(judgement.event.properties.isEmpty)
+        #expect(judgement.violations.map(\.json) == [#"{"event":"track:Order Completed","rule":"redact","path":"properties","message":"is not a JSON object, so it cannot be redacted: removed"}"#])
+        // With a plan too, the removal is reported once, and the plan judges what is left ({}).
+        let plan = try TrackingPlan(json: Array(#"{"events": [{"type": "track", "name": "Order Completed", "properties": {"required": ["a"]}}]}"#.utf8), source: "p")
+        let gate = QualityGate(plan: plan, allowUnplanned: true, redactor: try redactor(#"{"detect": [{"kind": "email", "action": "mask"}]}"#))
+        #expect(gate.judge(event(properties: properties)).violations.map(\.rule) == ["redact", "required"])
+    }
+}
