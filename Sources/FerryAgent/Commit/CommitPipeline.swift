@@ -15,9 +15,33 @@ struct IngestBatch: Sendable {
     var origin: [UInt8] = []
     /// The sender's uid (the kernel's word), for its share of the queue; nil when unknown.
     var uid: UInt32?
-    var items: [Item]
+    /// The frames of the message, in order, each admitted or refused.
+    let items: [Item]
     /// When the socket thread received the message (``MonotonicClock`` ns), for the ack latency.
     var receivedAt: UInt64 = 0
+    /// What the batch weighs against the commit backlog's byte bound: each frame's bytes plus a
+    /// fixed overhead (``itemOverhead``). Counted once, where the frames are read: the commit
+    /// stage adds and subtracts it without walking the items (a walk copies each item's payload).
+    let weight: Int
+
+    /// The bytes an item weighs besides its frame's.
+    static let itemOverhead = 64
+
+    /// A batch; `weight` as the path counted it while reading the frames (nil: counted here).
+    init(replyTo: any AckDestination, route: AckRoute, origin: [UInt8] = [], uid: UInt32? = nil, items: [Item],
+         receivedAt: UInt64 = 0, weight: Int? = nil) {
+        self.replyTo = replyTo
+        self.route = route
+        self.origin = origin
+        self.uid = uid
+        self.items = items
+        self.receivedAt = receivedAt
+        self.weight = weight ?? items.reduce(0) { total, item in
+            switch item {
+            case .event(_, let frame), .refused(_, let frame, _), .quarantine(_, let frame, _): total + frame.count + Self.itemOverhead
+            }
+        }
+    }
 
     enum Item: Sendable {
         /// A well-formed event (its validated fixed header and frame).
@@ -151,13 +175,7 @@ final class CommitPipeline: Sendable {
         }
     }
 
-    static func weight(of batch: IngestBatch) -> Int {
-        batch.items.reduce(0) { total, item in
-            switch item {
-            case .event(_, let frame), .refused(_, let frame, _), .quarantine(_, let frame, _): total + frame.count + 64
-            }
-        }
-    }
+    static func weight(of batch: IngestBatch) -> Int { batch.weight }
 
     /// The commit thread's duplicate detection: the session table and the id window.
     struct Dedup {

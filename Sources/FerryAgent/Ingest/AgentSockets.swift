@@ -405,11 +405,15 @@ final class AgentSockets: Sendable {
         var items: [IngestBatch.Item] = []
         items.reserveCapacity(count)
         let quality = stages.quality
-        for frame in message[2...] { items.append(stages.item(frame, version: header.version, quality: quality)) }
+        var weight = 0
+        for frame in message[2...] {
+            weight &+= frame.count &+ IngestBatch.itemOverhead
+            items.append(stages.item(frame, version: header.version, quality: quality))
+        }
         let origin = origins.metadata(connection: peer, peer: credentials)
         let route = AckRoute(peer: peer, requestID: header.requestID, version: header.version)
         if !stages.submit(IngestBatch(replyTo: acks, route: route, origin: origin, uid: credentials?.uid, items: items,
-                                        receivedAt: receivedAt)) {
+                                        receivedAt: receivedAt, weight: weight)) {
             refuse(peer: peer, requestID: header.requestID, .shuttingDown, "the agent is shutting down", socket,
                    version: header.version)
         }

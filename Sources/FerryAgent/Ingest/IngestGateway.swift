@@ -91,21 +91,25 @@ package final class IngestGateway: Sendable {
         var items: [IngestBatch.Item] = []
         items.reserveCapacity(frames.count)
         let quality = stages.quality
+        var weight = 0
         for frame in frames {
             switch frame {
             case .event(let frame):
+                weight &+= frame.count &+ IngestBatch.itemOverhead
                 items.append(stages.item(frame, version: ferryProtocolVersion, quality: quality))
             case .refused(let id, let reason):
+                weight &+= 16 &+ IngestBatch.itemOverhead
                 items.append(.refused(AckEntry(id: id, status: .rejected, reason: reason), frame: id.bytes))
             case .blocked(let frame, let ack, let reason):
                 let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
+                weight &+= frame.count &+ IngestBatch.itemOverhead
                 items.append(.refused(AckEntry(id: id, status: .blocked, reason: ack), frame: frame,
                                       note: CommittedBatch.Note(topic: .blocked, reason: reason)))
             }
         }
         let tag = destination.register(completion)
         let batch = IngestBatch(replyTo: destination, route: AckRoute(address: [], tag: tag), origin: origin, uid: peer?.uid,
-                                items: items, receivedAt: receivedAt)
+                                items: items, receivedAt: receivedAt, weight: weight)
         guard stages.submit(batch) else {
             destination.cancel(tag)
             return .stopping
