@@ -168,7 +168,7 @@ let package = Package(
         .target(
             name: "FerryDaemon",
             dependencies: [
-                "FerryAgent", "FerryProtocol", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP",
+                "FerryAgent", "FerryProtocol", "FerryQuality", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

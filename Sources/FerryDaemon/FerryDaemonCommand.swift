@@ -6,6 +6,7 @@ import Darwin
 import ArgumentParser
 import FerryAgent
 import FerryProtocol
+import FerryQuality
 import Foundation
 import FerryMetrics
 import FerryMetricsHTTP
@@ -228,7 +229,18 @@ struct ValidateCommand: ParsableCommand {
             FileHandle.standardError.write(Data("\(config): \(lines.count) error\(lines.count == 1 ? "" : "s")\n".utf8))
             throw ExitCode(1)
         }
-        print(Self.summary(configuration, file: config, ingestPathKinds: ingestPathKinds))
+        // The plan and the key file are read and compiled as the agent would at start (and at
+        // each SIGHUP): a plan that does not compile fails the check, and the report lists what
+        // the plan names and what the rules do (docs/QUALITY.md).
+        let quality: [String]
+        do {
+            quality = try QualityReport.lines(quality: configuration.quality.configuration.planPath == nil ? nil : configuration.quality.configuration,
+                                              redaction: configuration.redact?.configuration)
+        } catch {
+            FileHandle.standardError.write(Data("error: \(error)\n\(config): 1 error\n".utf8))
+            throw ExitCode(1)
+        }
+        print(([Self.summary(configuration, file: config, ingestPathKinds: ingestPathKinds)] + quality).joined(separator: "\n"))
     }
 
     /// What `sink` sends besides the event, its ids, timestamps and consent stamp: each effective

@@ -126,6 +126,36 @@ struct HostServiceTests {
         #expect(result.stdout.isEmpty)
     }
 
+    @Test("ferryd validate compiles the tracking plan and reads the key file as the agent would, and lists both; a plan that does not compile fails")
+    func validateQuality() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let plan = dir.appending("plan.json"), key = dir.appending("redact.key"), config = dir.appending("ferryd.json")
+        try Data(#"""
+            {"events": [{"type": "track", "name": "Order Completed", "properties": {"type": "object", "required": ["total"],
+              "properties": {"total": {"type": "number", "minimum": 0}}}}, {"type": "identify", "traits": {"type": "object"}}]}
+            """#.utf8).write(to: URL(fileURLWithPath: plan))
+        try Data(repeating: 0x6b, count: 32).write(to: URL(fileURLWithPath: key))
+        chmod(key, 0o600)
+        try Data("""
+            {"quality": {"plan": "\(plan)", "onViolation": "quarantine"},
+             "redact": {"keyFile": "\(key)", "rules": [{"path": "properties.email", "action": "hash"}], "detect": [{"kind": "card", "action": "mask"}]}}
+            """.utf8).write(to: URL(fileURLWithPath: config))
+        let good = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", config])
+        #expect(good.status == .exited(0), "\(good)")
+        for line in ["quality: plan \(plan): 2 events, onViolation quarantine, allowUnplanned true",
+                     "quality:   track Order Completed", "quality:   identify", "redact:   properties.email: hash", "redact:   detect card: mask"] {
+            #expect(good.stdout.contains(line), "missing \(line): \(good.stdout)")
+        }
+        // A keyword the subset does not have: refused with the file, the path and the keyword.
+        try Data(#"{"events": [{"type": "track", "name": "A", "properties": {"type": "object", "minProperties": 1}}]}"#.utf8)
+            .write(to: URL(fileURLWithPath: plan))
+        let bad = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", config])
+        #expect(bad.status == .exited(1), "\(bad)")
+        #expect(bad.stderr.contains(plan) && bad.stderr.contains("minProperties"), "\(bad)")
+        #expect(bad.stdout.isEmpty)
+    }
+
     @Test("ferryd validate --system refuses an access.events the bus socket cannot express, as ferryd --system does at start", arguments: [
         #"{"access": {"events": {"groups": ["adm", "daemon"]}}}"#,
         #"{"access": {"events": {"users": ["nobody"]}}}"#,
