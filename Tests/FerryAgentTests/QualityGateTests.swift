@@ -7,6 +7,7 @@ import FerryQuality
 @testable import FerryStorage
 import FerryTestKit
 import FerryIntegrationKit
+import FerryHTTPIngest
 import Foundation
 import Glibc
 import Synchronization
@@ -244,9 +245,11 @@ extension QualityGateTests {
     }
 }
 
-/// An ingest path that submits through the agent's ``IngestGateway``, as the HTTP API does.
+/// An ingest path that submits through the agent's ``IngestGateway``, as the HTTP API does
+/// (named and counted as its Unix socket listener).
 final class GatewayPath: IngestPath {
     let name = "unix"
+    var metricSet: IngestPathMetricSet { .http }
     private let gateway = Mutex<IngestGateway?>(nil)
 
     func start(_ gateway: IngestGateway) async throws { self.gateway.withLock { $0 = gateway } }
