@@ -51,8 +51,11 @@ struct IngestBatch: Sendable {
         case refused(AckEntry, frame: [UInt8], note: CommittedBatch.Note? = nil)
         /// An event that breaks the tracking plan under the `quarantine` action (its judged,
         /// redacted frame and the violations as a JSON array): kept in the quarantine area
-        /// unless consent refuses it or the log already holds it (docs/QUALITY.md).
-        case quarantine(EventHeader, frame: [UInt8], violations: String)
+        /// unless consent refuses it or the log already holds it (docs/QUALITY.md). Boxed: the
+        /// case is rare, and unboxed its payload made every item larger than the size Swift
+        /// moves inline, so each move of an item became a `memcpy` call (+175 instructions per
+        /// ingested event, `scripts/callgrind-ingest`).
+        indirect case quarantine(EventHeader, frame: [UInt8], violations: String)
     }
 }
 
