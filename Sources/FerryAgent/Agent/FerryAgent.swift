@@ -178,7 +178,12 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         }
         running.withLock { $0 }?.quality.replace(with: quality)
         live.withLock { $0 = newConfiguration }
-        logger.notice("configuration reloaded", metadata: ["changed": "\(plan.changed.isEmpty ? "nothing" : plan.changed.joined(separator: ","))"])
+        // The plan and key files were read again whether or not a key changed: say what is in
+        // effect, so an edited plan file does not look ignored (`changed=nothing`).
+        let gate = quality?.description ?? "off"
+        logger.notice("configuration reloaded", metadata: [
+            "changed": "\(plan.changed.isEmpty ? "nothing" : plan.changed.joined(separator: ","))", "quality": "\(gate)",
+        ])
         return plan.changed
     }
 

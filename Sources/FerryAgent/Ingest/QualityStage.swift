@@ -22,6 +22,11 @@ final class QualityStage: Sendable {
         planOnly = QualityGate(plan: gate.plan, allowUnplanned: gate.allowUnplanned, redactor: nil)
     }
 
+    /// What is in effect, for the reload's log line: `plan 2 events, redaction on, onViolation quarantine`.
+    var description: String {
+        "plan \(gate.plan.map { "\($0.summary.count) events" } ?? "none"), redaction \(gate.redactor == nil ? "off" : "on"), onViolation \(action.rawValue)"
+    }
+
     /// Loads the plan and the redaction key the configuration names and compiles them (file
     /// reads: call it off the socket thread and the event loops). Nil when there is neither a
     /// plan nor a redaction table. Throws ``AgentError`` (`configuration`) naming the key.
