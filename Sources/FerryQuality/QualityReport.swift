@@ -17,7 +17,8 @@ public enum QualityReport {
             lines += quality.plan.summary.map { "quality:   " + $0 }
         }
         if let redaction {
-            lines.append("redact: \(redaction.summary.count) rules")
+            let count = redaction.configuration.rules.count + redaction.configuration.detectors.count
+            lines.append("redact: \(count) rule\(count == 1 ? "" : "s")")
             lines += redaction.summary.map { "redact:   " + $0 }
         }
         return lines

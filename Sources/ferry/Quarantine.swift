@@ -55,6 +55,9 @@ struct QuarantineCommand: ParsableCommand {
                 }
                 rows.append(row)
             }
+            // Oldest first by when each was quarantined (the ids sort by when the client made
+            // the event, which a client's clock or a Segment messageId need not follow).
+            rows.sort { ($0["quarantined_at"] as? Int ?? 0, $0["id"] as! String) < ($1["quarantined_at"] as? Int ?? 0, $1["id"] as! String) }
             if json {
                 let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys])
                 print(String(decoding: data, as: UTF8.self))
