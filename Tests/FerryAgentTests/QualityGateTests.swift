@@ -247,6 +247,10 @@ extension QualityGateTests {
 /// An ingest path that submits through the agent's ``IngestGateway``, as the HTTP API does.
 final class GatewayPath: IngestPath {
     let name = "unix"
+    let metricSet = IngestPathMetricSet(
+        requests: MetricDescriptor("ferry_test_requests_total", .counter, labels: ["path", "status"], help: "Requests of the test path."),
+        events: MetricDescriptor("ferry_test_events_total", .counter, labels: ["path", "outcome"], help: "Events of the test path."),
+        connections: MetricDescriptor("ferry_test_connections", .gauge, labels: ["path"], help: "Connections of the test path."))
     private let gateway = Mutex<IngestGateway?>(nil)
 
     func start(_ gateway: IngestGateway) async throws { self.gateway.withLock { $0 = gateway } }
