@@ -199,6 +199,26 @@ public struct Redactor: Sendable {
         return edited.map { .changed($0) } ?? .unchanged(document)
     }
 
+    /// Whether redaction leaves the document `view` (a properties, traits or context field that
+    /// parsed as an object) under `root` unchanged: what ``redact(_:parsed:violations:)`` decides,
+    /// without building the edited bytes.
+    func leavesUnchanged(_ view: JSONView, root: RedactionPath.Root) -> Bool {
+        let mask = core.rootMask(root)
+        if mask == 0 && core.detectorKinds.isEmpty { return true }
+        var walker = Walker(core: core, bytes: view.bytes, nodes: view.nodes)
+        walker.walk(0, depth: 0, active: mask, key: -1)
+        return walker.edits.isEmpty
+    }
+
+    /// Whether redaction leaves the identifier `text` (UTF-8, read in place) under `root`
+    /// unchanged: no rule names the root and no detector recognises the value.
+    func leavesIdentifierUnchanged(_ text: UnsafeRawBufferPointer, _ root: RedactionPath.Root) -> Bool {
+        guard !text.isEmpty else { return true }
+        guard core.rootMask(root) == 0 else { return false }
+        guard !core.detectorKinds.isEmpty, let detected = Detectors.classify(text, kinds: core.detectorKinds, key: nil) else { return true }
+        return core.action(for: detected) == nil
+    }
+
     /// Walks a document's tape, deciding each value's fate, then writes the result.
     private struct Walker {
         let core: Core

@@ -82,21 +82,24 @@ public struct TrackingPlan: Sendable {
     /// screen when no named rule fits); -1 for none.
     func rule(type: EventType, name: String) -> Int {
         var copy = name
-        return copy.withUTF8 { bytes in
-            core.rules.withUnsafeBufferPointer { rules in
-                var unnamed = -1
-                for index in 0..<rules.count where rules[index].type == type {
-                    guard rules[index].name != nil else {
-                        unnamed = index
-                        continue
-                    }
-                    let equal = rules[index].name!.withUnsafeBufferPointer { ruleName in
-                        ruleName.count == bytes.count && (bytes.isEmpty || memcmp(ruleName.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
-                    }
-                    if equal { return index }
+        return copy.withUTF8 { rule(type: type, name: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// ``rule(type:name:)`` for a name's UTF-8 bytes (read in place from a frame).
+    func rule(type: EventType, name bytes: UnsafeRawBufferPointer) -> Int {
+        core.rules.withUnsafeBufferPointer { rules in
+            var unnamed = -1
+            for index in 0..<rules.count where rules[index].type == type {
+                guard rules[index].name != nil else {
+                    unnamed = index
+                    continue
                 }
-                return unnamed
+                let equal = rules[index].name!.withUnsafeBufferPointer { ruleName in
+                    ruleName.count == bytes.count && (bytes.isEmpty || memcmp(ruleName.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
+                }
+                if equal { return index }
             }
+            return unnamed
         }
     }
 
@@ -111,6 +114,17 @@ public struct TrackingPlan: Sendable {
     /// Checks one event's fields (parsed) against rule `rule` (an index in ``rules``, or -1) and
     /// the common rules. The violations' `event` is left empty (the gate names the event).
     func check(type: EventType, rule: Int, properties: ParsedJSON, context: ParsedJSON?, into violations: inout [Violation]) {
+        properties.withView { properties in
+            guard let context else {
+                check(type: type, rule: rule, properties: properties, context: nil, into: &violations)
+                return
+            }
+            context.withView { check(type: type, rule: rule, properties: properties, context: $0, into: &violations) }
+        }
+    }
+
+    /// ``check(type:rule:properties:context:into:)`` over documents read in place.
+    func check(type: EventType, rule: Int, properties: JSONView, context: JSONView?, into violations: inout [Violation]) {
         core.schemas.withUnsafeBufferPointer { schemas in
             if rule >= 0 {
                 core.rules.withUnsafeBufferPointer { rules in
@@ -125,8 +139,8 @@ public struct TrackingPlan: Sendable {
         }
     }
 
-    private static func apply(_ applied: UnsafePointer<Rule>, _ schemas: UnsafeBufferPointer<Schema>, type: EventType, properties: ParsedJSON,
-                              context: ParsedJSON?, into violations: inout [Violation]) {
+    private static func apply(_ applied: UnsafePointer<Rule>, _ schemas: UnsafeBufferPointer<Schema>, type: EventType, properties: JSONView,
+                              context: JSONView?, into violations: inout [Violation]) {
         let isTraits = type == .identify || type == .group
         if let schema = isTraits ? applied.pointee.traits : applied.pointee.properties {
             properties.check(schemas, schema, root: isTraits ? "traits" : "properties", into: &violations)
@@ -165,34 +179,40 @@ struct ParsedJSON {
     /// `{}`, for an event without properties.
     static let empty = ParsedJSON(bytes: Array("{}".utf8), tape: try! JSONTape.parse(Array("{}".utf8)))
 
+    /// `body` over the document read in place.
+    func withView<Result>(_ body: (JSONView) -> Result) -> Result {
+        bytes.withUnsafeBytes { raw in
+            tape.nodes.withUnsafeBufferPointer { body(JSONView(bytes: raw, nodes: $0)) }
+        }
+    }
+}
+
+/// A parsed JSON document read in place (its bytes and its tape's nodes, valid only in the scope
+/// that lent them): what the plan checks, without copying the bytes out of an event frame.
+struct JSONView {
+    let bytes: UnsafeRawBufferPointer
+    let nodes: UnsafeBufferPointer<JSONNode>
+
     func check(_ schemas: UnsafeBufferPointer<Schema>, _ schema: Int, root: String, into violations: inout [Violation]) {
         guard !schemas[schema].isTrivial else { return }
-        bytes.withUnsafeBytes { raw in
-            tape.nodes.withUnsafeBufferPointer { nodes in
-                var validator = Validator(schemas: schemas, bytes: raw, nodes: nodes, root: root)
-                validator.check(schema, node: 0)
-                if !validator.violations.isEmpty { violations += validator.violations }
-            }
-        }
+        var validator = Validator(schemas: schemas, bytes: bytes, nodes: nodes, root: root)
+        validator.check(schema, node: 0)
+        if !validator.violations.isEmpty { violations += validator.violations }
     }
 
     /// Checks the top-level member `name` (if present) against `schema`.
     func checkMember(_ name: String, _ schemas: UnsafeBufferPointer<Schema>, _ schema: Int, into violations: inout [Violation]) {
-        guard tape.nodes.first?.kind == .object else { return }
-        bytes.withUnsafeBytes { raw in
-            tape.nodes.withUnsafeBufferPointer { nodes in
-                var child = 1
-                for _ in 0..<Int(nodes[0].count) {
-                    if JSONTape.decodedString(nodes[child], in: raw).elementsEqual(name.utf8) {
-                        // The path is rebuilt from the tape's root: name the context, not context.traits twice.
-                        var validator = Validator(schemas: schemas, bytes: raw, nodes: nodes, root: "context")
-                        validator.check(schema, node: child + 1)
-                        violations += validator.violations
-                        return
-                    }
-                    child = Int(nodes[child + 1].next)
-                }
+        guard nodes.first?.kind == .object else { return }
+        var child = 1
+        for _ in 0..<Int(nodes[0].count) {
+            if JSONTape.decodedString(nodes[child], in: bytes).elementsEqual(name.utf8) {
+                // The path is rebuilt from the tape's root: name the context, not context.traits twice.
+                var validator = Validator(schemas: schemas, bytes: bytes, nodes: nodes, root: "context")
+                validator.check(schema, node: child + 1)
+                violations += validator.violations
+                return
             }
+            child = Int(nodes[child + 1].next)
         }
     }
 }

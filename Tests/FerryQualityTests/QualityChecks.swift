@@ -66,6 +66,9 @@ enum QualityChecks {
                 for violation in judgement.violations where violation.rule.isEmpty || violation.event.isEmpty {
                     return .failure(Violation("a violation without a rule or an event: \(violation.json)", input))
                 }
+                guard shortcutAgrees(gate, event, judgement) else {
+                    return .failure(Violation("passesUntouched passed an event the gate changes or refuses", input))
+                }
                 let tagged = event.tagged(with: judgement.violations)
                 guard isObject(tagged.context) else {
                     return .failure(Violation("tagging made a context that is not a JSON object", input))
@@ -112,12 +115,24 @@ enum QualityChecks {
             guard judgement.redacted || judgement.event == event else {
                 return .failure(Violation("the event changed but redacted is false", input))
             }
+            guard shortcutAgrees(gate, event, judgement) else {
+                return .failure(Violation("passesUntouched passed an event the gate redacts or refuses", input))
+            }
             // The frame the agent would store still decodes.
             guard (try? WireEvent(decoding: judgement.event.encoded())) == judgement.event else {
                 return .failure(Violation("the redacted event does not survive encoding", input))
             }
         }
         return .success(.compiled)
+    }
+
+    /// The ingest stage's shortcut never passes what the gate would change or refuse:
+    /// ``QualityGate/passesUntouched(frame:header:)`` on the event's frame implies that `judgement`
+    /// redacted nothing and found no violation (frames the agent refuses at its limits are skipped).
+    static func shortcutAgrees(_ gate: QualityGate, _ event: WireEvent, _ judgement: Judgement) -> Bool {
+        let frame = event.encoded()
+        guard let header = try? EventHeader(frame) else { return true }
+        return !gate.passesUntouched(frame: frame, header: header) || (!judgement.redacted && judgement.violations.isEmpty)
     }
 
     /// Whether `bytes` are one JSON object (or empty), by the agent's own check of a context

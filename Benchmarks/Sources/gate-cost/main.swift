@@ -4,11 +4,14 @@
 // 20-event plan that names it and a redactor with all five detectors. Run through
 // scripts/callgrind-gate, which differences two N so that start-up and compilation cancel out.
 //
-// Usage: gate-cost N [judge|frame|none]
+// Usage: gate-cost N [judge|frame|stage|none]
 //   judge  QualityGate.judge on a decoded WireEvent (the gate alone)
 //   frame  the frame decoded, judged, and re-encoded when redaction changed it (the gate as an
 //          ingest stage that starts from the frame)
-//   none   the frame decoded only (to subtract)
+//   stage  what the agent's quality stage does with the frame (its header already read by the
+//          limits stage): `passesUntouched` from the frame's bytes in place, and only when that
+//          says no, decode, judge, re-encode when redacted
+//   none   the frame decoded only (to subtract from `frame`)
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -17,7 +20,7 @@ import FerryQuality
 
 let arguments = CommandLine.arguments
 guard arguments.count >= 2, let count = Int(arguments[1]) else {
-    print("usage: gate-cost N [judge|frame|none]")
+    print("usage: gate-cost N [judge|frame|stage|none]")
     exit(64)
 }
 let mode = arguments.count >= 3 ? arguments[2] : "judge"
@@ -59,6 +62,9 @@ let frame = event.encoded()
 precondition(frame.count == 256, "frame is \(frame.count) bytes")
 precondition(gate.judge(event).violations.isEmpty && !gate.judge(event).redacted, "the benchmark event must pass untouched")
 
+let header = try! EventHeader(frame)
+precondition(gate.passesUntouched(frame: frame, header: header), "the benchmark event must pass the stage's shortcut")
+
 var violations = 0, redacted = 0, bytes = 0
 for _ in 0..<count {
     switch mode {
@@ -71,6 +77,14 @@ for _ in 0..<count {
         let judgement = gate.judge(decoded)
         violations += judgement.violations.count
         if judgement.redacted { bytes += judgement.event.encoded().count; redacted += 1 }
+    case "stage":
+        if gate.passesUntouched(frame: frame, header: header) {
+            bytes += frame.count
+        } else {
+            let judgement = gate.judge(try! WireEvent(decoding: frame))
+            violations += judgement.violations.count
+            if judgement.redacted { bytes += judgement.event.encoded().count; redacted += 1 }
+        }
     default:
         let decoded = try! WireEvent(decoding: frame)
         bytes += decoded.properties.count

@@ -51,8 +51,11 @@ final class QualityStage: Sendable {
     /// raw value never reaches the log, the quarantine or the bus); one that breaks the plan is
     /// refused (`block`: `rejected`/`plan_violation`), quarantined (`quarantine`: written by the
     /// commit thread before its ack) or tagged (`tag`: `context.ferry.violations`). Violations
-    /// and redactions are counted.
+    /// and redactions are counted. An event that passes untouched is judged from the frame without
+    /// decoding it (``QualityGate/passesUntouched(frame:header:)``); the others are decoded.
     func apply(_ header: EventHeader, frame: [UInt8], metrics: AgentMetrics) -> IngestBatch.Item {
+        // The common case, judged from the frame's bytes in place: stored as it came.
+        if gate.passesUntouched(frame: frame, header: header) { return .event(header, frame: frame) }
         let event: WireEvent
         do {
             event = try WireEvent(decoding: frame)

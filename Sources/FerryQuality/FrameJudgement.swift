@@ -1,0 +1,99 @@
+import FerryProtocol
+
+extension QualityGate {
+    /// True when ``judge(_:)`` would pass the event in `frame` untouched (redaction changes
+    /// nothing, the plan finds no violation), decided from the frame's bytes in place: no field is
+    /// decoded, copied or turned into a string. The ingest stage's common case (a passing event
+    /// is stored as it came). False says only "judge the decoded event": the rare paths
+    /// (redaction, violations, a field that is not an object) stay in ``judge(_:)`` alone.
+    ///
+    /// `header` is `frame`'s fixed header, already read and validated (`EventHeader(frame)`).
+    public func passesUntouched(frame: [UInt8], header: EventHeader) -> Bool {
+        frame.withUnsafeBytes { raw in
+            let fields = FrameFields(raw, header)
+            if fields.properties.isEmpty {
+                return ParsedJSON.empty.withView { passes(fields, header.type, properties: $0, hasProperties: false) }
+            }
+            guard let tape = Self.object(fields.properties) else { return false }
+            return tape.nodes.withUnsafeBufferPointer { nodes in
+                passes(fields, header.type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
+            }
+        }
+    }
+
+    /// `bytes` parsed, when they are one JSON object.
+    private static func object(_ bytes: UnsafeRawBufferPointer) -> JSONTape? {
+        guard let tape = try? JSONTape.parse(bytes), tape.nodes.first?.kind == .object else { return nil }
+        return tape
+    }
+
+    private func passes(_ fields: FrameFields, _ type: EventType, properties: JSONView, hasProperties: Bool) -> Bool {
+        if fields.context.isEmpty {
+            return passes(fields, type, properties: properties, hasProperties: hasProperties, context: nil)
+        }
+        guard let tape = Self.object(fields.context) else { return false }
+        return tape.nodes.withUnsafeBufferPointer { nodes in
+            passes(fields, type, properties: properties, hasProperties: hasProperties, context: JSONView(bytes: fields.context, nodes: nodes))
+        }
+    }
+
+    /// The order of ``judge(_:)``: redaction (any change: false), then the plan.
+    private func passes(_ fields: FrameFields, _ type: EventType, properties: JSONView, hasProperties: Bool, context: JSONView?) -> Bool {
+        let isTraits = type == .identify || type == .group
+        if let redactor {
+            if hasProperties && !redactor.leavesUnchanged(properties, root: isTraits ? .traits : .properties) { return false }
+            if let context, !redactor.leavesUnchanged(context, root: .context) { return false }
+            guard redactor.leavesIdentifierUnchanged(fields.userID, .userId),
+                  redactor.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId),
+                  redactor.leavesIdentifierUnchanged(fields.previousID, .previousId),
+                  redactor.leavesIdentifierUnchanged(fields.groupID, .groupId)
+            else { return false }
+        }
+        guard let plan else { return true }
+        let rule = plan.rule(type: type, name: fields.name)
+        if rule < 0 && !allowUnplanned { return false }
+        guard rule >= 0 || !plan.common.isEmpty else { return true }
+        var violations: [Violation] = []
+        plan.check(type: type, rule: rule, properties: properties, context: context, into: &violations)
+        return violations.isEmpty
+    }
+}
+
+/// The fields of an event frame the gate reads, as views of the frame's bytes (valid within the
+/// `withUnsafeBytes` scope that made them). An absent field is empty.
+struct FrameFields {
+    var name = UnsafeRawBufferPointer(start: nil, count: 0)
+    var userID = UnsafeRawBufferPointer(start: nil, count: 0)
+    var properties = UnsafeRawBufferPointer(start: nil, count: 0)
+    var anonymousID = UnsafeRawBufferPointer(start: nil, count: 0)
+    var groupID = UnsafeRawBufferPointer(start: nil, count: 0)
+    var previousID = UnsafeRawBufferPointer(start: nil, count: 0)
+    var context = UnsafeRawBufferPointer(start: nil, count: 0)
+
+    /// The fields of `raw`, an event frame whose validated fixed header is `header`. A field
+    /// given twice in the extension block counts as its last, as `WireEvent(decoding:)` reads it.
+    init(_ raw: UnsafeRawBufferPointer, _ header: EventHeader) {
+        let nameStart = WireEvent.fixedHeaderSize + header.sourceLength
+        let userStart = nameStart + header.nameLength
+        let propertiesStart = userStart + header.userIDLength + header.onceKeyLength
+        name = UnsafeRawBufferPointer(rebasing: raw[nameStart..<userStart])
+        userID = UnsafeRawBufferPointer(rebasing: raw[userStart..<(userStart + header.userIDLength)])
+        properties = UnsafeRawBufferPointer(rebasing: raw[propertiesStart..<(propertiesStart + header.propertiesLength)])
+        var offset = header.extensionsOffset
+        while raw.count - offset >= EventExtension.entryHeaderSize {
+            let tag = UInt16(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt16.self))
+            let length = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: offset + 2, as: UInt32.self)))
+            let value = offset + EventExtension.entryHeaderSize
+            guard length <= raw.count - value else { break }
+            let field = UnsafeRawBufferPointer(rebasing: raw[value..<(value + length)])
+            switch EventExtension.Tag(rawValue: tag) {
+            case .anonymousID: anonymousID = field
+            case .groupID: groupID = field
+            case .previousID: previousID = field
+            case .context: context = field
+            default: break
+            }
+            offset = value + length
+        }
+    }
+}
