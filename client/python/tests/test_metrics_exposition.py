@@ -20,6 +20,10 @@ EXPECTED = {
     "ferry_events_blocked": "counter",
     "ferry_events_suppressed": "counter",
     "ferry_events_held": "counter",
+    "ferry_events_quarantined": "counter",
+    "ferry_plan_violations": "counter",
+    "ferry_events_redacted": "counter",
+    "ferry_quarantined_events": "gauge",
     "ferry_events_dropped": "counter",
     "ferry_messages_refused": "counter",
     "ferry_messages_denied": "counter",
@@ -42,6 +46,8 @@ EXPECTED = {
     "ferry_sink_backlog_events": "gauge",
     "ferry_sink_circuit_open": "gauge",
     "ferry_delivery_latency_seconds": "histogram",
+    "ferry_erasures_pending": "gauge",
+    "ferry_erasure_requests": "counter",
 }
 
 
