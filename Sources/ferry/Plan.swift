@@ -30,8 +30,8 @@ struct PlanCheck: AsyncParsableCommand {
 
             Each violation is printed on its own line: \
             `line 3: track:Order Completed properties.total: type: must be number, not a string`. \
-            With --redact, redaction runs first, as in ferryd, and each event is printed as it \
-            would be stored (`line 3: stored {…}`). The last line counts the events.
+            With --redact, redaction runs first, as in ferryd, and each event is printed as \
+            redaction leaves it (`line 3: redacted {…}`). The last line counts the events.
 
             Exit status: 0 every event passes; 1 some event breaks the plan or some line is not an \
             event; 2 the plan or the redact table is wrong (the error names the file and the JSON \
@@ -86,7 +86,9 @@ struct PlanCheck: AsyncParsableCommand {
                     case .success(let event):
                         checked += 1
                         let judgement = gate.judge(Self.wireEvent(event, sequence: UInt64(number)))
-                        if redact != nil { print("line \(number): stored \(Self.json(judgement.event))") }
+                        // What redaction made of it: what the agent stores when the event passes
+                        // (or quarantines, or tags), never what it received.
+                        if redact != nil { print("line \(number): redacted \(Self.json(judgement.event))") }
                         if !judgement.violations.isEmpty { failed += 1 }
                         for violation in judgement.violations {
                             let path = violation.path.isEmpty ? "" : " \(violation.path)"

@@ -51,7 +51,7 @@ struct PlanCheckCLITests {
         let redacted = try await runCLI(["plan", "check", planPath, "--redact", configPath], stdin: Self.bad + "\n")
         #expect(redacted.status == .exited(1), "\(redacted)")
         let stored = try #require(redacted.stdoutLines.first)
-        #expect(stored.hasPrefix(#"line 1: stored {"type":"track","name":"Order Completed","userId":"j***@e***.com","properties":{"email":"hmac:"#))
+        #expect(stored.hasPrefix(#"line 1: redacted {"type":"track","name":"Order Completed","userId":"j***@e***.com","properties":{"email":"hmac:"#))
         #expect(!redacted.stdout.contains("jane@example.com"))
         #expect(redacted.stdoutLines.dropFirst().first == "line 1: track:Order Completed properties.total: type: must be number, not a string")
 

@@ -183,7 +183,8 @@ extension AgentConfiguration {
         do {
             return Redaction(try RedactionConfiguration(json: Array(data)))
         } catch {
-            throw AgentError(code: .configuration, message: "\(file): \(key): \(error)")
+            // The error names its key path itself (`redact: rules[0].path: …`).
+            throw AgentError(code: .configuration, message: "\(file): \(error)")
         }
     }
 

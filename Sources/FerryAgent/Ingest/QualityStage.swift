@@ -41,7 +41,8 @@ final class QualityStage: Sendable {
         do {
             redactor = try configuration.redact.map { try Redactor.load(configuration: $0.configuration) }
         } catch {
-            throw AgentError(code: .configuration, message: "redact: \(error)")
+            // The error names its key itself (`redact: rules[0].path: …`, `redact.keyFile …`).
+            throw AgentError(code: .configuration, message: "\(error)")
         }
         let gate = QualityGate(plan: plan, allowUnplanned: configuration.quality.configuration.allowUnplanned, redactor: redactor)
         return gate.isEmpty ? nil : QualityStage(gate: gate, action: configuration.quality.configuration.onViolation)
