@@ -11,17 +11,22 @@ import Testing
 /// sends again what was not acked, the plan is fixed, `SIGHUP`, and `ferry quarantine replay
 /// --all` must deliver each event exactly once and leave the quarantine empty. The first run
 /// also walks the CLI: `list`, `show`, `replay` while still violating (exit 1), `drop`. CI kills
-/// at each point's first reach; `FERRY_SOAK=1` at every reach.
+/// at each point's first reach; `FERRY_SOAK=1` at every reach. Every event carries a raw email
+/// the `redact` table masks: after each run, crashed or not, no file under the run's directory
+/// (data, quarantine, replay marker, sink, runtime) and no line of ferryd's log holds it.
 @Suite("Faults: crash in the quarantine")
 struct QuarantineCrashTests {
     static let plan = #"{"events":[{"type":"track","name":"Good","properties":{"type":"object"}}]}"#
     static let fixedPlan = #"{"events":[{"type":"track","name":"Good","properties":{"type":"object"}},{"type":"track","name":"Bad","properties":{"type":"object"}}]}"#
 
+    /// The personal value every event carries; redaction masks it before anything is written.
+    static let rawEmail = "crash.victim@example.com"
+
     static func frames() -> (good: [UInt8], bad: [[UInt8]]) {
         let ids = EventIDGenerator()
         func event(_ name: String, _ sequence: UInt64) -> [UInt8] {
             WireEvent(id: ids.next(), timestamp: WallClock.unixMilliseconds(), sequence: sequence, pid: 1, type: .track,
-                      source: "quarantine-crash", name: name, properties: Array(#"{"i":\#(sequence)}"#.utf8)).encoded()
+                      source: "quarantine-crash", name: name, properties: Array(#"{"i":\#(sequence),"email":"\#(rawEmail)"}"#.utf8)).encoded()
         }
         return (event("Good", 1), [event("Bad", 2), event("Bad", 3)])
     }
@@ -48,7 +53,10 @@ struct QuarantineCrashTests {
             planPath = dir.appending("plan.json")
             try Data(QuarantineCrashTests.plan.utf8).write(to: URL(fileURLWithPath: planPath))
             let config = dir.appending("ferryd.json")
-            var object: [String: Any] = ["quality": ["plan": planPath, "onViolation": "quarantine", "allowUnplanned": false]]
+            var object: [String: Any] = [
+                "quality": ["plan": planPath, "onViolation": "quarantine", "allowUnplanned": false],
+                "redact": ["detect": [["kind": "email", "action": "mask"]]],
+            ]
             if shortWindow { object["dedup"] = ["maxAgeSeconds": 1] }
             try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: config))
             agent = try AgentProcess(in: dir, extraArguments: ["--config", config], start: false)
@@ -82,9 +90,20 @@ struct QuarantineCrashTests {
         return reply
     }
 
+    /// Every file under `directory` and `logs` that holds ``rawEmail``.
+    static func rawValueFound(under directory: String, logs: String) -> [String] {
+        let raw = Data(rawEmail.utf8)
+        var found = logs.contains(rawEmail) ? ["ferryd's log"] : []
+        let enumerator = FileManager.default.enumerator(atPath: directory)
+        while let name = enumerator?.nextObject() as? String {
+            if let data = FileManager.default.contents(atPath: directory + "/" + name), data.range(of: raw) != nil { found.append(name) }
+        }
+        return found
+    }
+
     /// The checks every run ends with: the quarantine empty, no temp file, each event delivered
-    /// exactly once.
-    static func checkDelivered(_ agent: AgentProcess, ids: Set<String>, label: String) async throws {
+    /// exactly once, the raw value nowhere.
+    static func checkDelivered(_ agent: AgentProcess, ids: Set<String>, label: String, directory: String) async throws {
         let quarantine = agent.dataDirectory + "/quarantine"
         try await eventually("\(ids.count) events delivered (\(label))", timeout: .seconds(20)) {
             try DeliveryReport(sinkDirectory: agent.sinkDirectory).uniqueIDs.isSuperset(of: ids)
@@ -93,6 +112,7 @@ struct QuarantineCrashTests {
         #expect(report.duplicateIDs.isEmpty, "\(label): delivered twice: \(report.duplicateIDs)")
         #expect(report.uniqueIDs == ids, "\(label): \(report)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: quarantine)) ?? []).isEmpty, "\(label): quarantine not empty")
+        #expect(rawValueFound(under: directory, logs: agent.logs).isEmpty, "\(label): the raw value in \(rawValueFound(under: directory, logs: agent.logs))")
     }
 
     @Test("kill -9 at each quarantine crash point: nothing half-written, each event delivered once after the plan is fixed; the CLI")
@@ -119,7 +139,7 @@ struct QuarantineCrashTests {
             #expect(entries.map(\.status) == [.accepted, .accepted, .accepted])
             #expect(entries.map(\.reason) == [.none, .quarantined, .quarantined])
             // The HTTP API's message through the same stage: its result says quarantined.
-            let body = #"{"batch":[{"type":"track","event":"Bad","userId":"u1","messageId":"m-bad","properties":{}}]}"#
+            let body = #"{"batch":[{"type":"track","event":"Bad","userId":"u1","messageId":"m-bad","properties":{"email":"\#(Self.rawEmail)"}}]}"#
             let response = try await httpPost(unixSocket: agent.runtimeDirectory + "/http", path: "/v1/batch", json: body)
             #expect(response.status == 200 && response.body.contains(#""status":"quarantined""#), "\(response)")
             // Each is on the bus's quarantined topic with its reason.
@@ -138,7 +158,7 @@ struct QuarantineCrashTests {
             #expect(early.status == .exited(1) && early.stdout.contains("violating"), "\(early)")
             try run.fixPlanAndReload()
             _ = try await Self.replayAll(agent)
-            try await Self.checkDelivered(agent, ids: ids, label: "no crash")
+            try await Self.checkDelivered(agent, ids: ids, label: "no crash", directory: run.dir.path)
             // The points of the runs below: those reached so far (the drop below reaches more).
             progress = CrashPointProgress(path: progressPath)
             // drop: a new violating event under a plan that fails it again.
@@ -191,6 +211,7 @@ struct QuarantineCrashTests {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: agent.dataDirectory + "/quarantine")) ?? []
             #expect(names.allSatisfy { ($0.hasSuffix(".q") && !$0.hasPrefix(".")) || $0 == ".replay" }, "\(label): \(names)")
             #expect(!agent.logs.contains("quarantine entry skipped"), "\(label): a damaged entry after the crash")
+            #expect(Self.rawValueFound(under: run.dir.path, logs: agent.logs).isEmpty, "\(label): the raw value after the kill")
             if acked == nil {
                 // The client sends again what was not acked.
                 acked = await Self.send([good] + bad, to: agent)
@@ -199,7 +220,7 @@ struct QuarantineCrashTests {
             }
             let replay = try await Self.replayAll(agent)
             #expect(replay["ok"] as? Bool == true, "\(label): \(replay)")
-            try await Self.checkDelivered(agent, ids: ids, label: label)
+            try await Self.checkDelivered(agent, ids: ids, label: label, directory: run.dir.path)
         }
     }
 }
