@@ -151,11 +151,18 @@ struct CrashLoopTests {
                                           label: "emit-fast-\(client)"))
         }
         // Full speed: each feeder writes its lines in large chunks with no pause (the pipe blocks
-        // it while its client cannot keep up or the agent is down).
+        // it while its client cannot keep up or the agent is down). Each holds back the second
+        // half of its lines until the first kill (or the loop's end), so at least one kill lands
+        // mid-stream however fast the machine runs the clients and however late a status answers
+        // under load (CI once saw the clients finish before any answer reached a kill target).
+        let firstKillDone = StopFlag()
         let feeders = processes.enumerated().map { index, process in
             Task { () -> Int in
                 var written = 0
                 while written < linesPerClient {
+                    if written >= linesPerClient / 2, !firstKillDone.isSet {
+                        _ = try? await waitForValue("the first kill", timeout: .seconds(300)) { firstKillDone.isSet ? true : nil }
+                    }
                     let count = min(500, linesPerClient - written)
                     do {
                         try await process.writeInput(TestEvents.jsonLines(count: count, namePrefix: "fast-\(index + 1)", first: written + 1))
@@ -175,7 +182,7 @@ struct CrashLoopTests {
             try await agent.waitUntilReady(timeout: .seconds(60))
             let target = Int.random(in: 200...3000, using: &random)
             let reached = try await waitForValue("this run to accept \(target) events or the clients to finish", timeout: .seconds(120)) { () -> Bool? in
-                let counters = (try? await agent.status(timeout: .milliseconds(300)))?.counters ?? [:]
+                let counters = (try? await agent.status(timeout: .seconds(1)))?.counters ?? [:]
                 if (counters["accepted"] ?? 0) + (counters["duplicate"] ?? 0) >= target { return true }
                 return processes.allSatisfy { !$0.isRunning } ? false : nil
             }
@@ -183,8 +190,10 @@ struct CrashLoopTests {
             let killed = agent.kill9()
             #expect(killed == .signaled(SIGKILL), "ferryd ended \(killed) before the kill\n\(agent.logs.suffix(3000))")
             performed += 1
+            firstKillDone.set()
             try agent.start()
         }
+        firstKillDone.set()
         try await agent.waitUntilReady(timeout: .seconds(60))
         var written: [Int] = []
         for feeder in feeders { written.append(await feeder.value) }
