@@ -11,11 +11,15 @@ import Synchronization
 import ZeroMQ
 
 // The client's I/O thread: it owns the DEALER socket, sends the outbox in batches, re-sends
-// what is overdue and resolves acks. It sleeps in zmq_poll on the socket and the wake pipe;
+// what is overdue and resolves acks. It sleeps in one poll(2) on the socket's notification
+// descriptor and the wake pipe (ZMQWaiter: zmq_poll would ask the socket's mailbox before and
+// after every wait, and poll twice when nothing is ready at first);
 // track() writes the pipe only when the thread is idle, so a burst of events costs one wake-up,
 // and the events queued while a message is in flight go out together when its ack comes.
 extension FerryClient {
-    func runIO(_ socket: ZMQSocket) {
+    /// Runs the I/O loop on the client thread until the client closes. `waiter` waits on
+    /// `socket` and the wake pipe, in this order.
+    func runIO(_ socket: ZMQSocket, waiter: ZMQWaiter) {
         let clock = ContinuousClock()
         var sendBlocked = false
         while true {
@@ -38,8 +42,7 @@ extension FerryClient {
             }
             let ready: [ZMQPollEvents]
             do {
-                ready = try ZMQPoller.poll([.socket(socket, .readable), .fileDescriptor(wake.readEnd, .readable)],
-                                           timeout: timeout)
+                ready = try waiter.wait(timeout: timeout)
             } catch {
                 if error.isContextTerminated { return }
                 logger.error("ferry client poll failed", metadata: ["error": "\(error)"])

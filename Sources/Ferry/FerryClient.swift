@@ -117,6 +117,7 @@ public final class FerryClient: Sendable {
         let ready = ThreadInbox<Result<Void, FerryClientError>>()
         let thread = DedicatedThread(name: "ferry-client") { [self] in
             let socket: ZMQSocket
+            let waiter: ZMQWaiter
             do {
                 socket = try ZMQSocket(context: context, type: .dealer)
                 // Without a connected agent, sends fail at once instead of queueing in a pipe
@@ -125,12 +126,13 @@ public final class FerryClient: Sendable {
                 try socket.setOption(.reconnectInterval, 50)
                 try socket.setOption(.reconnectIntervalMax, 500)
                 try socket.connect(FerryPaths.ingestEndpoint(configuration.runtimeDirectory))
+                waiter = try ZMQWaiter([.socket(socket, .readable), .fileDescriptor(wake.readEnd, .readable)])
             } catch {
                 ready.put(.failure(.socket("\(error)")))
                 return
             }
             ready.put(.success(()))
-            runIO(socket)
+            runIO(socket, waiter: waiter)
             socket.close()
         }
         while true {

@@ -35,6 +35,10 @@ public enum ZMQSocketType: Sendable {
 /// `nil`/`false` result, not an error.
 public final class ZMQSocket {
     private var handle: UnsafeMutableRawPointer?
+    /// Whether libzmq may have taken this socket's notifications without reporting them: set by
+    /// every call that can process the socket's commands (send, receive, options) and cleared by
+    /// ``ZMQWaiter`` when it reads `ZMQ_EVENTS` and finds nothing to read. See ``ZMQWaiter``.
+    var eventsUnread = true
     /// The socket's type.
     public let type: ZMQSocketType
 
@@ -56,6 +60,9 @@ public final class ZMQSocket {
 
     func live(_ operation: @autoclosure () -> String) throws(ZMQError) -> UnsafeMutableRawPointer {
         guard let handle else { throw ZMQError(code: ENOTSOCK, operation: operation()) }
+        // Any call into libzmq on the socket may process its command mailbox and so consume the
+        // signal on ZMQ_FD: its readiness must be read again before a wait.
+        eventsUnread = true
         return handle
     }
 

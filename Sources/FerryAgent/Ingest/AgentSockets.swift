@@ -131,6 +131,11 @@ final class AgentSockets: Sendable {
         var control: ZMQSocket
         /// The ingest socket's monitor (connections accepted and ended), for `ferry_clients_connected`.
         var monitor: ZMQSocket
+        /// Waits on the wake-up pipe and the four sockets, in this order: one poll(2) on the
+        /// sockets' notification descriptors, asking a socket whether it is readable only when
+        /// that may have changed (zmq_poll asked all four twice per turn: some 50 system calls
+        /// per event at a trickle).
+        let waiter: ZMQWaiter
         /// Where acks are encoded, reused from one to the next.
         let ackBuffer = ByteBuffer()
         func close() {
@@ -164,7 +169,14 @@ final class AgentSockets: Sendable {
             let control = try ZMQSocket(context: context, type: .router)
             try control.bind(FerryPaths.controlEndpoint(runtime))
             try setSocketFileModes()
-            return Sockets(ingest: ingest, events: events, control: control, monitor: monitor)
+            let waiter = try ZMQWaiter([
+                .fileDescriptor(wakeup.pipe.readEnd, .readable),
+                .socket(events, .readable),
+                .socket(control, .readable),
+                .socket(monitor, .readable),
+                .socket(ingest, .readable),
+            ])
+            return Sockets(ingest: ingest, events: events, control: control, monitor: monitor, waiter: waiter)
         } catch let error as AgentError {
             throw error
         } catch {
@@ -211,17 +223,11 @@ final class AgentSockets: Sendable {
         var stoppingSeen = false
         while true {
             let acceptInput = !stoppingSeen && !intakeStopped.load(ordering: .acquiring) && !stages.isBusy
-            var items: [ZMQPollItem] = [
-                .fileDescriptor(wakeup.pipe.readEnd, .readable),
-                .socket(sockets.events, .readable),
-                .socket(sockets.control, .readable),
-                .socket(sockets.monitor, .readable),
-            ]
-            if acceptInput { items.append(.socket(sockets.ingest, .readable)) }
             let ready: [ZMQPollEvents]
             do {
                 // With input paused for back-pressure, re-check the backlog soon.
-                ready = try ZMQPoller.poll(items, timeout: acceptInput ? .milliseconds(500) : .milliseconds(5))
+                // The ingest socket (the last item) takes part only while input is accepted.
+                ready = try sockets.waiter.wait(timeout: acceptInput ? .milliseconds(500) : .milliseconds(5)) { $0 < 4 || acceptInput }
             } catch {
                 if error.isContextTerminated { return }
                 logger.error("poll failed", metadata: ["error": "\(error)"])
