@@ -27,17 +27,28 @@ extension FerryClient {
             // briefly if sending failed (agent absent), or until woken.
             let timeout: Duration? = state.withLock { state in
                 if state.closed { return .zero }
-                if state.nextBatchSize(configuration) != nil && !sendBlocked { return .zero }
+                let now = clock.now
+                if state.nextBatchSize(configuration, now: now) != nil && !sendBlocked { return .zero }
                 var wait: Duration? = sendBlocked ? .milliseconds(50) : nil
                 if let oldest = state.oldestSentAt {
-                    let due = max(.zero, oldest + configuration.resendAfter - clock.now)
+                    let due = max(.zero, oldest + configuration.resendAfter - now)
                     wait = min(wait ?? due, due)
                 }
+                // A partial batch waiting out the send delay (nothing else holds it back): sleep
+                // until it is due; meanwhile only an event that fills the batch wakes this thread.
+                var lingering = false
+                if !sendBlocked, state.inFlight.count < configuration.partialBatchesInFlight,
+                   let due = state.partialBatchDue(configuration) {
+                    let delay = max(.zero, due - now)
+                    wait = min(wait ?? delay, delay)
+                    lingering = true
+                }
+                state.lingering = lingering
                 // While sends fail (no agent) a new event cannot go out either: it waits for the
                 // retry instead of waking this thread to fail again (and rebuild a batch) per event.
                 // Otherwise track() writes the wake pipe only when this flag is set, so a burst
                 // of events costs one write and one wake-up, not one per event.
-                state.ioIdle = wait != .zero && !sendBlocked
+                state.ioIdle = wait != .zero && !sendBlocked && !lingering
                 return wait
             }
             let ready: [ZMQPollEvents]
@@ -51,6 +62,7 @@ extension FerryClient {
             if ready[1].contains(.readable) { wake.drain() }
             let (closed, overdue) = state.withLock { state -> (Bool, Bool) in
                 state.ioIdle = false
+                state.lingering = false
                 return (state.closed, state.oldestSentAt.map { clock.now - $0 >= configuration.resendAfter } ?? false)
             }
             if closed { return }
@@ -82,7 +94,7 @@ extension FerryClient {
             // a batch is either still pending or in flight, never in between where the overflow
             // policy could not see it.
             let outcome = state.withLock { state -> Bool? in
-                guard let count = state.nextBatchSize(configuration) else { return nil }
+                guard let count = state.nextBatchSize(configuration, now: now) else { return nil }
                 let requestID = state.nextRequestID
                 let version = state.protocolVersion
                 var message = [MessageHeader(version: version, kind: .events, requestID: requestID).encoded()]

@@ -43,6 +43,8 @@ public final class FerryClient: Sendable {
         var index: UInt64
         var id: EventID
         var frame: [UInt8]
+        /// When `track()` queued it (read only with a ``FerryClientConfiguration/sendDelay``).
+        var queuedAt: ContinuousClock.Instant?
     }
 
     struct InFlight {
@@ -64,6 +66,8 @@ public final class FerryClient: Sendable {
         var nextWaiterID = 0
         var statistics = FerryClientStatistics()
         var ioIdle = false
+        /// The I/O thread sleeps until a partial batch's send delay ends.
+        var lingering = false
         var closed = false
 
         /// When the oldest in-flight batch was (last) sent, if any: the next re-send is due then.
@@ -87,7 +91,7 @@ public final class FerryClient: Sendable {
         /// load the events that arrive meanwhile gather into one message instead of going out one
         /// message each, which would cost the agent a message apiece and queue them behind each
         /// other; an app sending rarely still sends each event at once.
-        func nextBatchSize(_ configuration: FerryClientConfiguration) -> Int? {
+        func nextBatchSize(_ configuration: FerryClientConfiguration, now: ContinuousClock.Instant) -> Int? {
             guard !pending.isEmpty, inFlight.count < configuration.maxInFlightBatches else { return nil }
             var count = 0, bytes = 0
             for entry in pending.prefix(configuration.batchMaxEvents) {
@@ -96,8 +100,20 @@ public final class FerryClient: Sendable {
                 count += 1
             }
             let full = count == configuration.batchMaxEvents || count < pending.count
-            if !full && inFlight.count >= configuration.partialBatchesInFlight { return nil }
+            if !full {
+                if inFlight.count >= configuration.partialBatchesInFlight { return nil }
+                if let due = partialBatchDue(configuration), due > now { return nil }
+            }
             return count
+        }
+
+        /// When the partial batch at the head of the outbox may go out under
+        /// ``FerryClientConfiguration/sendDelay``: its oldest event's queue time plus the delay;
+        /// `nil` when it need not wait (no delay, a flush or close waiting, nothing queued).
+        func partialBatchDue(_ configuration: FerryClientConfiguration) -> ContinuousClock.Instant? {
+            guard configuration.sendDelay > .zero, flushWaiters.isEmpty, !closed,
+                  let queuedAt = pending.first?.queuedAt else { return nil }
+            return queuedAt + configuration.sendDelay
         }
     }
 
@@ -315,10 +331,14 @@ public final class FerryClient: Sendable {
             }
             let index = state.nextIndex
             state.nextIndex += 1
-            state.pending.append(Entry(index: index, id: id, frame: frame))
+            state.pending.append(Entry(index: index, id: id, frame: frame,
+                                       queuedAt: configuration.sendDelay > .zero ? ContinuousClock.now : nil))
             if let receipt { state.receipts[index] = receipt }
-            defer { state.ioIdle = false }
-            return state.ioIdle
+            // While a partial batch waits out the send delay the I/O thread is not idle (its timer
+            // runs): only the event that fills the batch wakes it.
+            let wake = state.ioIdle || (state.lingering && state.pending.count == configuration.batchMaxEvents)
+            state.ioIdle = false
+            return wake
         }
         if let dropped {
             dropped.onReceipt?(Receipt(id: dropped.id, status: .droppedFromOutbox))
@@ -354,6 +374,8 @@ public final class FerryClient: Sendable {
                         return false
                     }
                     if now { continuation.resume(returning: true) }
+                    // A flush does not wait out the send delay: wake the I/O thread to send now.
+                    else if self.configuration.sendDelay > .zero { self.wake.wake() }
                 }
             }
             group.addTask {

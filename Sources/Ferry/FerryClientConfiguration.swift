@@ -24,6 +24,14 @@ public struct FerryClientConfiguration: Sendable, Hashable {
     /// burst costs one wake-up and one message instead of one each per event. An app sending
     /// rarely still sends each event at once.
     public var partialBatchesInFlight: Int
+    /// How long a message that is not a full batch may wait for more events before it goes out
+    /// (default zero: at once). Like Kafka's `linger.ms`: at a trickle, events sent one by one
+    /// each cost a wake-up of this process's I/O thread, of libzmq's I/O threads on both sides and
+    /// of the agent's threads, and an agent commit; waiting lets several share them, at the cost
+    /// of that much more latency before the ack. A batch of `batchMaxEvents` events and
+    /// ``FerryClient/flush(timeout:)`` do not wait. The events wait in this process's memory
+    /// meanwhile, as every unacked event does (docs/BENCHMARKS.md measures the trade).
+    public var sendDelay: Duration
     /// A message not acked within this time is sent again (the agent drops the duplicates).
     public var resendAfter: Duration
     /// The `anonymousId` every event carries unless the event sets its own (`Event.anonymousID`);
@@ -50,7 +58,8 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         maxInFlightBatches: Int = 8,
         resendAfter: Duration = .seconds(2),
         anonymousID: String = "",
-        partialBatchesInFlight: Int = 1
+        partialBatchesInFlight: Int = 1,
+        sendDelay: Duration = .zero
     ) {
         self.source = source
         self.runtimeDirectory = runtimeDirectory
@@ -62,6 +71,7 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         self.resendAfter = resendAfter
         self.anonymousID = anonymousID
         self.partialBatchesInFlight = partialBatchesInFlight
+        self.sendDelay = sendDelay
     }
 
     /// The current process's name, from `/proc/self/comm` or `argv[0]`.

@@ -259,15 +259,48 @@ struct FerryClientTests {
 struct FerryClientReplyTests {
     static func makeClient(
         runtimeDirectory: String, source: String, batchMaxEvents: Int = 256, batchMaxBytes: Int = 64 << 10,
-        resendAfter: Duration = .milliseconds(200), partialBatchesInFlight: Int = 1
+        resendAfter: Duration = .milliseconds(200), partialBatchesInFlight: Int = 1, sendDelay: Duration = .zero
     ) throws -> FerryClient {
         var logger = Logger(label: "ferry-tests")
         logger.logLevel = .critical
         return try FerryClient(
             configuration: .init(source: source, runtimeDirectory: runtimeDirectory, batchMaxEvents: batchMaxEvents,
                                  batchMaxBytes: batchMaxBytes, resendAfter: resendAfter,
-                                 partialBatchesInFlight: partialBatchesInFlight),
+                                 partialBatchesInFlight: partialBatchesInFlight, sendDelay: sendDelay),
             logger: logger)
+    }
+
+    @Test("with a send delay, events queued within it go out together once the oldest has waited it (not the first alone at once)")
+    func sendDelayGathersATrickle() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in FakeIngestAgent.ack(header, events) }
+        defer { fake.stop() }
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "linger", sendDelay: .milliseconds(300))
+        let ids = (0..<3).map { client.enqueue(Event(name: "trickle-\($0)")) }
+        try await eventually("the delayed batch arrives without a flush") { fake.messageCount >= 1 }
+        #expect(fake.receivedIDs == [ids], "one message with all three, not the first alone: \(fake.receivedIDs)")
+        try await withTimeout(.seconds(20), "flush") { try await client.flush(timeout: .seconds(20)) }
+        #expect(client.statistics.accepted == 3)
+        await client.shutdown()
+    }
+
+    @Test("with a send delay, a full batch goes out at once and flush() does not wait out the delay")
+    func sendDelayNeverHoldsAFullBatchOrAFlush() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in FakeIngestAgent.ack(header, events) }
+        defer { fake.stop() }
+        // A delay far longer than any wait below: only a full batch or a flush can send.
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "linger-full", batchMaxEvents: 4,
+                                         sendDelay: .seconds(600))
+        let full = (0..<4).map { client.enqueue(Event(name: "full-\($0)")) }
+        try await eventually("the full batch arrives without a flush") { fake.messageCount >= 1 }
+        let rest = (0..<2).map { client.enqueue(Event(name: "rest-\($0)")) }
+        try await withTimeout(.seconds(20), "flush") { try await client.flush(timeout: .seconds(20)) }
+        #expect(fake.receivedIDs == [full, rest], "\(fake.receivedIDs)")
+        #expect(client.statistics.accepted == 6)
+        await client.shutdown()
     }
 
     @Test("an error reply `shutting_down` is not a rejection: the client re-sends the batch")

@@ -49,6 +49,64 @@ func deliveredCounter(runtime: String) -> Int {
 extension Driver {
     /// The loads of the row set: offered events/s and app processes.
     static let cpuLoads: [(rate: Double, processes: Int)] = [(100, 1), (1000, 1), (2000, 4), (10_000, 4), (40_000, 4)]
+    /// The loads and client send delays (ms) of the frontier rows (the delay 0 is the row above).
+    static let cpuFrontierLoads: [(rate: Double, processes: Int)] = [(100, 1), (1000, 1)]
+    static let cpuSendDelays: [Double] = [20, 100]
+
+    /// What the machine charges for the two things every acked event needs at a trickle, taken
+    /// in the same run at 100 operations per second (10 ms apart, so each starts from idle): a
+    /// 300-byte `pwrite` + `fdatasync` in the work directory, and a wake-up round trip between
+    /// two threads (a pipe each way, both asleep in `poll` before it) — an event crosses about
+    /// five such hand-offs in each process. CPU of this process (getrusage) per operation.
+    func cpuFloors() throws -> [String: Any] {
+        let operations = 200
+        let gap: useconds_t = 10_000
+        let path = work + "/floor-fdatasync"
+        let fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0o600)
+        guard fd >= 0 else { throw BenchError("cannot create \(path)") }
+        defer { close(fd); unlink(path) }
+        let record = [UInt8](repeating: 0x61, count: 300)
+        let syncStart = ownCPUSeconds()
+        for index in 0..<operations {
+            _ = record.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, off_t(index * 300)) }
+            fdatasync(fd)
+            usleep(gap)
+        }
+        let syncSeconds = ownCPUSeconds() - syncStart
+        // The idle baseline: the same loop's sleeps alone.
+        let idleStart = ownCPUSeconds()
+        for _ in 0..<operations { usleep(gap) }
+        let idleSeconds = ownCPUSeconds() - idleStart
+        var there: [Int32] = [0, 0], back: [Int32] = [0, 0]
+        guard pipe(&there) == 0, pipe(&back) == 0 else { throw BenchError("pipe failed") }
+        defer { for fd in there + back { close(fd) } }
+        let (thereRead, backWrite) = (there[0], back[1])
+        let peer = Thread {
+            var byte: UInt8 = 0
+            for _ in 0..<operations {
+                var item = pollfd(fd: thereRead, events: Int16(POLLIN), revents: 0)
+                _ = poll(&item, 1, -1)
+                _ = read(thereRead, &byte, 1)
+                _ = write(backWrite, &byte, 1)
+            }
+        }
+        peer.start()
+        let wakeStart = ownCPUSeconds()
+        var byte: UInt8 = 1
+        for _ in 0..<operations {
+            _ = write(there[1], &byte, 1)
+            var item = pollfd(fd: back[0], events: Int16(POLLIN), revents: 0)
+            _ = poll(&item, 1, -1)
+            _ = read(back[0], &byte, 1)
+            usleep(gap)
+        }
+        let wakeSeconds = ownCPUSeconds() - wakeStart
+        let perOperation = { (seconds: Double) in ((seconds - idleSeconds) / Double(operations) * 1e6 * 10).rounded() / 10 }
+        let floors: [String: Any] = ["operations_per_second": 100, "fdatasync_us": perOperation(syncSeconds),
+                                     "wake_round_trip_us": perOperation(wakeSeconds), "idle_sleep_us": (idleSeconds / Double(operations) * 1e6 * 10).rounded() / 10]
+        note("floors at 100/s: pwrite + fdatasync \(floors["fdatasync_us"]!) µs CPU, thread wake-up round trip \(floors["wake_round_trip_us"]!) µs CPU")
+        return floors
+    }
 
     /// Waits (≤ 60 s) until the file sink delivered everything accepted, so that ferryd's CPU
     /// includes delivering the events it counts; returns whether it did.
@@ -82,8 +140,8 @@ extension Driver {
 
     /// One load: a fresh ferryd (default file sink, delivery started), `processes` track-latency
     /// apps offering `rate` events/s together for ``cpuRunSeconds``.
-    func cpuRun(rate: Double, processes: Int) throws -> [String: Any] {
-        let dir = work + "/cpu-\(Int(rate))-\(processes)"
+    func cpuRun(rate: Double, processes: Int, sendDelayMilliseconds: Double = 0) throws -> [String: Any] {
+        let dir = work + "/cpu-\(Int(rate))-\(processes)-\(Int(sendDelayMilliseconds))"
         defer { removeTree(dir) }
         let config = try sinkConfig(dir: dir, #"{"consent":{"autoStart":true}}"#)
         let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
@@ -93,7 +151,8 @@ extension Driver {
         _ = waitDelivered(runtime: dir + "/rt")
         let apps = try (0..<processes).map { i in
             try Child(me, ["track-latency", "--runtime", dir + "/rt", "--rate", "\(rate / Double(processes))",
-                           "--seconds", "\(cpuRunSeconds)", "--size", "256", "--source", "cpu-\(i)"])
+                           "--seconds", "\(cpuRunSeconds)", "--size", "256", "--source", "cpu-\(i)",
+                           "--send-delay-ms", "\(sendDelayMilliseconds)"])
         }
         for app in apps { try app.expectReady() }
         var appSeconds = 0.0, appThreads: [String: Double] = [:], histogram = LogHistogram()
@@ -109,6 +168,7 @@ extension Driver {
         }
         let events = Double(max(agentCPU.events, 0))
         return ["offered_rate": rate, "processes": processes, "seconds": cpuRunSeconds, "events": agentCPU.events,
+                "send_delay_ms": sendDelayMilliseconds,
                 "delivered_all": agentCPU.delivered,
                 "apps_us_per_event": appSeconds * 1e6 / events, "ferryd_us_per_event": agentCPU.seconds * 1e6 / events,
                 "total_us_per_event": (appSeconds + agentCPU.seconds) * 1e6 / events,
@@ -134,7 +194,23 @@ extension Driver {
                           "ferryd_threads_us_per_event": middle["ferryd_threads_us_per_event"] ?? [String: Double](), "runs": runsOfLoad])
             note("cpu per event at \(Int(rate))/s, K=\(processes): apps \(String(format: "%.1f", med("apps_us_per_event"))) µs, ferryd \(String(format: "%.1f", med("ferryd_us_per_event"))) µs, total \(String(format: "%.1f", total)) µs (p50 \(whole(med("p50_us"))) µs)")
         }
-        summary["cpu_per_event"] = ["loads": loads, "size": 256, "delivery": "file sink, started",
+        // The frontier at a trickle: the client's send delay (FerryClientConfiguration.sendDelay)
+        // lets events share wake-ups, messages and commits, for that much more latency.
+        var frontier: [[String: Any]] = []
+        for (rate, processes) in Self.cpuFrontierLoads {
+            for delay in Self.cpuSendDelays {
+                var runsOfCell: [[String: Any]] = []
+                for _ in 0..<runs { runsOfCell.append(try cpuRun(rate: rate, processes: processes, sendDelayMilliseconds: delay)) }
+                func med(_ key: String) -> Double { median(runsOfCell.compactMap { $0[key] as? Double }) }
+                frontier.append(["offered_rate": rate, "processes": processes, "send_delay_ms": delay,
+                                 "apps_us_per_event": med("apps_us_per_event"), "ferryd_us_per_event": med("ferryd_us_per_event"),
+                                 "total_us_per_event": med("total_us_per_event"), "p50_us": med("p50_us"), "p99_us": med("p99_us"),
+                                 "runs": runsOfCell])
+                note("cpu per event at \(Int(rate))/s, K=\(processes), send delay \(Int(delay)) ms: total \(String(format: "%.1f", med("total_us_per_event"))) µs (p50 \(whole(med("p50_us"))) µs)")
+            }
+        }
+        summary["cpu_floors"] = try cpuFloors()
+        summary["cpu_per_event"] = ["loads": loads, "send_delay": frontier, "size": 256, "delivery": "file sink, started",
                                     "method": "utime+stime of the app processes (getrusage) and of ferryd (/proc/<pid>/stat) ÷ events accepted; ferryd read after its file sink delivered them all"] as [String: Any]
         if let python = pythonApp { summary["python_cpu"] = try pythonRow(python: python.interpreter, app: python.script) }
     }
@@ -241,6 +317,17 @@ extension Report {
             for row in cpu["loads"] as? [[String: Any]] ?? [] {
                 out.append("| \(n(row["offered_rate"])) | \(row["processes"] ?? "") | \(f(row["apps_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(n(row["p50_us"])) | \(n(row["p99_us"])) | \(top(row["apps_threads_us_per_event"])) | \(top(row["ferryd_threads_us_per_event"])) |")
             }
+        }
+        if let cpu = summary["cpu_per_event"] as? [String: Any], let frontier = cpu["send_delay"] as? [[String: Any]], !frontier.isEmpty {
+            out.append("\n### The send-delay frontier: the same runs with the client's `sendDelay` (K = 1)\n")
+            out.append("| offered/s | send delay ms | apps µs/event | ferryd µs/event | total µs/event | p50 µs | p99 µs |")
+            out.append("|---|---|---|---|---|---|---|")
+            for row in frontier {
+                out.append("| \(n(row["offered_rate"])) | \(n(row["send_delay_ms"])) | \(f(row["apps_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(n(row["p50_us"])) | \(n(row["p99_us"])) |")
+            }
+        }
+        if let floors = summary["cpu_floors"] as? [String: Any] {
+            out.append("\nFloors in the same run, 100 operations/s, CPU per operation beyond the loop's sleep: 300-byte `pwrite` + `fdatasync` \(f(floors["fdatasync_us"])) µs; a wake-up round trip between two threads (pipe, `poll`) \(f(floors["wake_round_trip_us"])) µs.")
         }
         if let python = summary["python_cpu"] as? [String: Any] {
             out.append("\n### Python at 1 000 events/s (Poisson, ~250 B), same ferryd, file sink live\n")

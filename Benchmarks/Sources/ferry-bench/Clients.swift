@@ -21,7 +21,9 @@ func makeBenchClient(_ flags: Flags) throws -> FerryClient {
     logger.logLevel = .error
     return try FerryClient(configuration: FerryClientConfiguration(
         source: flags.string("source", default: "bench"), runtimeDirectory: try flags.string("runtime"),
-        outboxCapacity: benchOutboxCapacity), logger: logger)
+        outboxCapacity: benchOutboxCapacity,
+        // `--send-delay-ms`: FerryClientConfiguration.sendDelay (the CPU/latency frontier rows).
+        sendDelay: .microseconds(Int64(flags.double("send-delay-ms", default: 0) * 1000))), logger: logger)
 }
 
 /// `client`: one app process using the Ferry library. Enqueues events of `--size` bytes of
