@@ -151,7 +151,15 @@ struct QuarantineCrashTests {
             let environment = agent.environment
             let list = try await runCLI(["quarantine", "list", "--data-dir", agent.dataDirectory], environment: environment)
             #expect(list.status == .exited(0) && list.stdout.contains("3 quarantined events") && list.stdout.contains("unplanned"), "\(list)")
+            // Without --data-dir, list and show read the quarantine of the agent FERRY_RUNTIME_DIR
+            // names (its --data-dir is not the default one): they ask it over the control socket.
+            let found = try await runCLI(["quarantine", "list", "--json"], environment: environment)
+            let rows = (try? JSONSerialization.jsonObject(with: Data(found.stdout.utf8))) as? [[String: Any]] ?? []
+            #expect(found.status == .exited(0) && rows.count == 3
+                    && rows.allSatisfy { ($0["path"] as? String)?.hasPrefix(agent.dataDirectory + "/quarantine/") == true }, "\(found)")
             let badID = EventID(bytes: bad[0]).description
+            let shown = try await runCLI(["quarantine", "show", badID], environment: environment)
+            #expect(shown.status == .exited(0) && shown.stdout.contains("[unplanned]"), "\(shown)")
             let show = try await runCLI(["quarantine", "show", badID, "--data-dir", agent.dataDirectory], environment: environment)
             #expect(show.status == .exited(0) && show.stdout.contains("[unplanned]") && show.stdout.contains(#""name":"Bad""#), "\(show)")
             let early = try await runCLI(["quarantine", "replay", "--all"], environment: environment)
