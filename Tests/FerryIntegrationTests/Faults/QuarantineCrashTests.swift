@@ -162,6 +162,24 @@ struct QuarantineCrashTests {
             #expect(shown.status == .exited(0) && shown.stdout.contains("[unplanned]"), "\(shown)")
             let show = try await runCLI(["quarantine", "show", badID, "--data-dir", agent.dataDirectory], environment: environment)
             #expect(show.status == .exited(0) && show.stdout.contains("[unplanned]") && show.stdout.contains(#""name":"Bad""#), "\(show)")
+            // `ferry emit` reports a quarantined event as such (the ack's reason 21), apart from
+            // accepted and rejected, per line and in the counts; exit status 0 (acked).
+            let emitted = try await runCLI(["emit", "--stdin", "--json"], stdin: "{\"name\":\"Bad\"}\n{\"name\":\"Good\",\"properties\":{\"i\":0}}\n", environment: environment)
+            let lines = emitted.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            #expect(emitted.status == .exited(0) && lines.count == 3, "\(emitted)")
+            if lines.count == 3 {
+                #expect(lines[0]["status"] as? String == "quarantined" && lines[0]["reason"] as? String == "quarantined", "\(lines[0])")
+                #expect(lines[1]["status"] as? String == "accepted" && lines[1]["reason"] == nil, "\(lines[1])")
+                let summary = lines[2]["summary"] as? [String: Int] ?? [:]
+                #expect(summary["quarantined"] == 1 && summary["accepted"] == 1 && summary["rejected"] == 0, "\(summary)")
+                ids.formUnion(lines[0...1].compactMap { $0["id"] as? String })
+            }
+            let text = try await runCLI(["emit", "Bad", "--wait"], environment: environment)
+            #expect(text.status == .exited(0) && text.stdout.contains("accepted=0 duplicate=0 rejected=0 quarantined=1")
+                    && text.stderr.contains("the event: quarantined"), "\(text)")
+            try await eventually("5 quarantined events on the bus") { try tail.messages(topic: "quarantined").count >= probes + 5 }
+            ids.formUnion(try tail.messages(topic: "quarantined").dropFirst(probes).compactMap { $0["id"] as? String })
+            #expect(ids.count == 7, "\(ids)")
             let early = try await runCLI(["quarantine", "replay", "--all"], environment: environment)
             #expect(early.status == .exited(1) && early.stdout.contains("violating"), "\(early)")
             try run.fixPlanAndReload()
