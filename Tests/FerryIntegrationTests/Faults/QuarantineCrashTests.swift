@@ -182,6 +182,22 @@ struct QuarantineCrashTests {
             #expect(ids.count == 7, "\(ids)")
             let early = try await runCLI(["quarantine", "replay", "--all"], environment: environment)
             #expect(early.status == .exited(1) && early.stdout.contains("violating"), "\(early)")
+            // `ferry forget --user` reaches the quarantine and says so: the HTTP message's user
+            // (u1) has one event there, deleted and counted in the reply and the CLI's line.
+            func quarantinedIDs() async throws -> Set<String> {
+                let listed = try await runCLI(["quarantine", "list", "--json"], environment: environment)
+                let rows = (try? JSONSerialization.jsonObject(with: Data(listed.stdout.utf8))) as? [[String: Any]] ?? []
+                return Set(rows.compactMap { $0["id"] as? String })
+            }
+            let before = try await quarantinedIDs()
+            let forgot = try await runCLI(["forget", "--user", "u1"], environment: environment)
+            #expect(forgot.status == .exited(0) && forgot.stdout == "erased 1 event (0 queued, 0 held, 1 quarantined) for user u1\n", "\(forgot)")
+            let forgotten = before.subtracting(try await quarantinedIDs())
+            #expect(forgotten.count == 1, "\(before) \(forgotten)")
+            ids.subtract(forgotten)
+            let again = try await runCLI(["forget", "--user", "u1", "--json"], environment: environment)
+            let purged = ((try? JSONSerialization.jsonObject(with: Data(again.stdout.utf8))) as? [String: Any])?["purged"] as? [String: Int]
+            #expect(again.status == .exited(0) && (purged == nil || purged?["quarantined"] == nil), "nothing left to erase: \(again)")
             try run.fixPlanAndReload()
             _ = try await Self.replayAll(agent)
             try await Self.checkDelivered(agent, ids: ids, label: "no crash", directory: run.dir.path)
