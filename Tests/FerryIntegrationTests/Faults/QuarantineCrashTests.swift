@@ -90,10 +90,10 @@ struct QuarantineCrashTests {
         return reply
     }
 
-    /// Every file under `directory` and `logs` that holds ``rawEmail``.
-    static func rawValueFound(under directory: String, logs: String) -> [String] {
-        let raw = Data(rawEmail.utf8)
-        var found = logs.contains(rawEmail) ? ["ferryd's log"] : []
+    /// Every file under `directory` and `logs` that holds `rawValue` (default ``rawEmail``).
+    static func rawValueFound(under directory: String, logs: String, raw rawValue: String = rawEmail) -> [String] {
+        let raw = Data(rawValue.utf8)
+        var found = logs.contains(rawValue) ? ["ferryd's log"] : []
         let enumerator = FileManager.default.enumerator(atPath: directory)
         while let name = enumerator?.nextObject() as? String {
             if let data = FileManager.default.contents(atPath: directory + "/" + name), data.range(of: raw) != nil { found.append(name) }
