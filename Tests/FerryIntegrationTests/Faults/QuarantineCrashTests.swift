@@ -129,7 +129,7 @@ struct QuarantineCrashTests {
             defer { run.cleanup() }
             let agent = run.agent
             try await agent.waitUntilReady()
-            let tail = try BusTail(topics: ["quarantined"], environment: agent.environment, outputDirectory: run.dir.path)
+            let tail = try BusTail(topics: ["quarantined", "purged"], environment: agent.environment, outputDirectory: run.dir.path)
             defer { tail.cleanup() }
             try await tail.waitUntilSubscribed()
             // The tail's probe events break the plan too: dropped before the test's own.
@@ -195,6 +195,10 @@ struct QuarantineCrashTests {
             let forgotten = before.subtracting(try await quarantinedIDs())
             #expect(forgotten.count == 1, "\(before) \(forgotten)")
             ids.subtract(forgotten)
+            // The purged topic counts it too (total included).
+            try await eventually("the forget's purged message") { try tail.messages(topic: "purged").contains { $0["reason"] as? String == "forget" } }
+            let purgedMessage = try #require(try tail.messages(topic: "purged").first { $0["reason"] as? String == "forget" })
+            #expect(purgedMessage["quarantined"] as? Int == 1 && purgedMessage["total"] as? Int == 1 && purgedMessage["queued"] as? Int == 0, "\(purgedMessage)")
             let again = try await runCLI(["forget", "--user", "u1", "--json"], environment: environment)
             let purged = ((try? JSONSerialization.jsonObject(with: Data(again.stdout.utf8))) as? [String: Any])?["purged"] as? [String: Int]
             #expect(again.status == .exited(0) && (purged == nil || purged?["quarantined"] == nil), "nothing left to erase: \(again)")
