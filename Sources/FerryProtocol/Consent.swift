@@ -169,18 +169,41 @@ public struct ConsentSnapshot: Sendable, Hashable, Codable {
     }
 }
 
-/// What a purge or erasure removed (`purge`/`forget` on the control socket).
+/// What a purge or erasure removed (`purge`/`forget` on the control socket):
+/// `{"queued":7,"held":2}`, with `"quarantined":N` when the change deleted quarantined events
+/// (absent means none, as from agents older than the quarantine).
 public struct PurgeReport: Sendable, Hashable, Codable {
     /// Pending events erased from the queue.
     public var queued: Int
     /// Events erased from the held area.
     public var held: Int
+    /// Events deleted from the quarantine (docs/QUALITY.md, "Quarantine").
+    public var quarantined: Int
     /// Total.
-    public var total: Int { queued + held }
+    public var total: Int { queued + held + quarantined }
 
     /// Creates a report.
-    public init(queued: Int, held: Int) {
+    public init(queued: Int, held: Int, quarantined: Int = 0) {
         self.queued = queued
         self.held = held
+        self.quarantined = quarantined
+    }
+
+    private enum CodingKeys: String, CodingKey { case queued, held, quarantined }
+
+    /// Decodes a report; a missing `quarantined` is zero.
+    public init(from decoder: any Decoder) throws {
+        let object = try decoder.container(keyedBy: CodingKeys.self)
+        queued = try object.decode(Int.self, forKey: .queued)
+        held = try object.decode(Int.self, forKey: .held)
+        quarantined = try object.decodeIfPresent(Int.self, forKey: .quarantined) ?? 0
+    }
+
+    /// Encodes `queued` and `held`, and `quarantined` when not zero.
+    public func encode(to encoder: any Encoder) throws {
+        var object = encoder.container(keyedBy: CodingKeys.self)
+        try object.encode(queued, forKey: .queued)
+        try object.encode(held, forKey: .held)
+        if quarantined != 0 { try object.encode(quarantined, forKey: .quarantined) }
     }
 }

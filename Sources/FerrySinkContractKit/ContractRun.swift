@@ -46,6 +46,8 @@ final class ContractRun: Sendable {
         var disclose = #"{}"#
         /// `batch.maxEvents`.
         var batchEvents = 10
+        /// Whether the sink gets the upstream's ``SinkUpstream/erasureKeys``.
+        var erasure = false
 
         /// Withholds everything: origin, process details and the context key holding the secret.
         static let withholding = #"{"origin": false, "process": false, "dropContext": ["contract_secret"]}"#
@@ -85,9 +87,10 @@ final class ContractRun: Sendable {
 
     static func configuration(_ upstream: any SinkUpstream, _ settings: Settings) -> String {
         let elapsed = settings.maxElapsedMilliseconds.map { #", "maxElapsedMilliseconds": \#($0)"# } ?? ""
+        let erasure = settings.erasure && !upstream.erasureKeys.isEmpty ? ", " + upstream.erasureKeys : ""
         return """
         {"consent": {"autoStart": \(settings.autoStart)},
-         "sinks": [{"name": "\(sink)", \(upstream.sinkKeys),
+         "sinks": [{"name": "\(sink)", \(upstream.sinkKeys)\(erasure),
                     "batch": {"maxEvents": \(settings.batchEvents), "maxWaitMilliseconds": 20},
                     "retry": {"initialMilliseconds": 20, "maxMilliseconds": 200\(elapsed)},
                     "circuit": {"failureThreshold": 5, "openMilliseconds": 200},
@@ -180,6 +183,13 @@ final class ContractRun: Sendable {
                 throw ContractViolation("\(fixture.name): ferry deadletter replay \(id): \(result)\n--- ferryd ---\n\(agent.logs.suffix(2000))")
             }
         }
+    }
+
+    /// The contract sink's entry of the newest request in `forget_status` (nil before any).
+    func erasureStatus() async throws -> [String: Any]? {
+        let reply = try await agent.control(["op": "forget_status"])
+        let sinks = ((reply["erasures"] as? [[String: Any]])?.last?["sinks"] as? [[String: Any]]) ?? []
+        return sinks.first { $0["sink"] as? String == Self.sink }
     }
 
     /// Stops the agent and the upstream and removes the directory.

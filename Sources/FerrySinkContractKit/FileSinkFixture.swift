@@ -27,9 +27,23 @@ public struct FileSinkFixture: SinkFixture {
         var sinkKeys: String { #""type": "file", "directory": "\#(directory)""# }
 
         func delivered() async throws -> [DeliveredRecord] {
+            try lines().filter { $0["erased"] as? Bool != true }.map { DeliveredRecord(name: $0["name"] as? String ?? "", object: $0) }
+        }
+
+        /// Every line, erased ones included.
+        private func lines() throws -> [[String: Any]] {
             // While the fault lasts the lines are in the directory set aside.
             let path = FileManager.default.fileExists(atPath: aside) ? aside : directory
-            return try deliveredEventObjects(in: path).map { DeliveredRecord(name: $0["name"] as? String ?? "", object: $0) }
+            return try deliveredEventObjects(in: path)
+        }
+
+        var erasureKeys: String { "" }
+        var erasureDeletes: Bool { true }
+
+        func erasures(of user: String) async throws -> Int {
+            let lines = try lines()
+            guard !lines.contains(where: { $0["user_id"] as? String == user }) else { return 0 }
+            return Set(lines.filter { $0["erased"] as? Bool == true }.compactMap { $0["erasure"] as? String }).count
         }
 
         func inject(_ fault: SinkFault) async throws {

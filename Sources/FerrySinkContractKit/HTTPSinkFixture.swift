@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import FerryIntegrationKit
 import FerryTestKit
 import Foundation
@@ -15,6 +20,11 @@ import Synchronization
 /// Faults: `503` and `429` with `Retry-After`, the port refusing connections (transient); `413`
 /// above 3 events a request (the sink splits the batch); `400`, `401`, `403`, `404` and `413` for
 /// every request (permanent: dead letters).
+///
+/// Erasure (docs/HTTP-SINK.md, "Erasure"): `envelope` POSTs its erasure message to the same
+/// server's `/v1/erasure`; `segment` creates a regulation at a stand-in of Segment's Public API
+/// (``SegmentPublicAPI``, started with the upstream), which answers `503` while a transient fault
+/// lasts.
 public struct HTTPSinkFixture: SinkFixture {
     /// The body format.
     public enum Format: String, Sendable {
@@ -41,15 +51,29 @@ public struct HTTPSinkFixture: SinkFixture {
     }
 
     public func makeUpstream(in directory: TemporaryDirectory) async throws -> any SinkUpstream {
-        let upstream = Upstream(format: format, writeKey: "wk_contract_" + UUID().uuidString)
-        let keyPath = directory.appending("write.key")
-        try Data((upstream.writeKey + "\n").utf8).write(to: URL(fileURLWithPath: keyPath))
-        let server = try await HTTPTestServer.start(handler: upstream.handler)
-        upstream.state.withLock { $0.server = server }
-        let credential = format == .segment ? #""writeKeyFile": "\#(keyPath)""# : #""tokenFile": "\#(keyPath)""#
-        upstream.keys = #""type": "http", "url": "\#(server.url())", "format": "\#(format.rawValue)", "gzip": true, "#
-            + #""requestTimeoutMilliseconds": 5000, \#(credential)"#
-        return upstream
+        let api: SegmentPublicAPI? = format == .segment ? try await SegmentPublicAPI.start(token: "sp_contract") : nil
+        let upstream = Upstream(format: format, writeKey: "wk_contract_" + UUID().uuidString, api: api)
+        do {
+            let keyPath = directory.appending("write.key")
+            try Data((upstream.writeKey + "\n").utf8).write(to: URL(fileURLWithPath: keyPath))
+            let server = try await HTTPTestServer.start(handler: upstream.handler)
+            upstream.state.withLock { $0.server = server }
+            let credential = format == .segment ? #""writeKeyFile": "\#(keyPath)""# : #""tokenFile": "\#(keyPath)""#
+            upstream.keys = #""type": "http", "url": "\#(server.url())", "format": "\#(format.rawValue)", "gzip": true, "#
+                + #""requestTimeoutMilliseconds": 5000, \#(credential)"#
+            if let api {
+                let tokenPath = directory.appending("api.token")
+                try Data("sp_contract\n".utf8).write(to: URL(fileURLWithPath: tokenPath))
+                chmod(tokenPath, 0o600)
+                upstream.erasure = #""erasure": {"apiURL": "\#(api.url)", "tokenFile": "\#(tokenPath)"}"#
+            } else {
+                upstream.erasure = #""erasure": {"url": "\#(server.url(Upstream.erasurePath))"}"#
+            }
+            return upstream
+        } catch {
+            await upstream.shutdown()
+            throw error
+        }
     }
 
     final class Upstream: SinkUpstream {
@@ -62,16 +86,42 @@ public struct HTTPSinkFixture: SinkFixture {
             var acknowledged: [HTTPTestServer.Request] = []
         }
 
+        /// Where `envelope` erasure messages are POSTed.
+        static let erasurePath = "/v1/erasure"
+
         let format: Format
         let writeKey: String
         let collector: SegmentCollector
+        /// Segment's Public API stand-in (`segment` only).
+        let api: SegmentPublicAPI?
         let state = Mutex(State())
         private let sinkKeysText = Mutex("")
+        private let erasureKeysText = Mutex("")
 
-        init(format: Format, writeKey: String) {
+        init(format: Format, writeKey: String, api: SegmentPublicAPI?) {
             self.format = format
             self.writeKey = writeKey
+            self.api = api
             collector = SegmentCollector(writeKey: writeKey)
+        }
+
+        var erasure: String {
+            get { erasureKeysText.withLock { $0 } }
+            set { erasureKeysText.withLock { $0 = newValue } }
+        }
+
+        var erasureKeys: String { erasure }
+        var erasureDeletes: Bool { false }
+
+        func erasures(of user: String) async throws -> Int {
+            if let api {
+                return api.requests().count { request in
+                    request["status"] as? Int == 200 && (request["body"] as? [String: Any])?["subjectIds"] as? [String] == [user]
+                }
+            }
+            return state.withLock { $0.acknowledged }.count { request in
+                request.path == Self.erasurePath && request.json?["type"] as? String == "erasure" && request.json?["userId"] as? String == user
+            }
         }
 
         var keys: String {
@@ -95,6 +145,7 @@ public struct HTTPSinkFixture: SinkFixture {
             default: break
             }
             if format == .segment { return collector.answer(request) }
+            // Envelope erasure messages are kept with the batches; delivered() reads only batches.
             state.withLock { $0.acknowledged.append(request) }
             return .ok
         }
@@ -121,7 +172,7 @@ public struct HTTPSinkFixture: SinkFixture {
                     records.append(DeliveredRecord(name: object["event"] as? String ?? "", object: object))
                 }
             case .envelope:
-                for request in state.withLock({ $0.acknowledged }) {
+                for request in state.withLock({ $0.acknowledged }) where request.path != Self.erasurePath {
                     for event in request.batchEvents {
                         guard let id = event["id"] as? String, seen.insert(id).inserted else { continue }
                         records.append(DeliveredRecord(name: event["name"] as? String ?? "", object: event))
@@ -133,6 +184,8 @@ public struct HTTPSinkFixture: SinkFixture {
 
         func inject(_ fault: SinkFault) async throws {
             state.withLock { $0.fault = fault }
+            // Segment's Public API fails with the collector while a transient fault lasts.
+            if fault.outcome == .retried { try api?.script(Array(repeating: 503, count: 1000)) }
             if fault.name == "connection-refused", let server = state.withLock({ $0.server }) {
                 await server.shutdown()
             }
@@ -143,6 +196,7 @@ public struct HTTPSinkFixture: SinkFixture {
                 state.fault = nil
                 return state.server
             }
+            if fault.outcome == .retried { try api?.script([]) }
             if fault.name == "connection-refused", let server {
                 let again = try await HTTPTestServer.start(port: server.port, handler: handler)
                 state.withLock { $0.server = again }
@@ -151,6 +205,7 @@ public struct HTTPSinkFixture: SinkFixture {
 
         func shutdown() async {
             if let server = state.withLock({ $0.server }) { await server.shutdown() }
+            api?.stop()
         }
     }
 }

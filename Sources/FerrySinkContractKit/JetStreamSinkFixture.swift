@@ -13,6 +13,11 @@ import Synchronization
 /// fixture creates it before `ferryd` starts. Faults: the server killed (`SIGKILL`) and started
 /// again on the same ports and store (transient); the stream deleted (permanent: the sink may
 /// not create it), created again to clear it.
+///
+/// Erasure (docs/JETSTREAM.md, "Erasure"): with the erasure keys the subjects carry the user
+/// (`ferry.events.{user}.{type}`), so a forget purges the user's subjects, and the erasure message
+/// goes to `ferry.erasures`, which the stream captures too (``delivered()`` reads only
+/// `ferry.events.>`).
 public struct JetStreamSinkFixture: SinkFixture {
     /// Events per message (`eventsPerMessage`): 1, or more to combine them.
     public let eventsPerMessage: Int
@@ -52,7 +57,7 @@ public struct JetStreamSinkFixture: SinkFixture {
         func delivered() async throws -> [DeliveredRecord] {
             guard try await server.streamInfo("FERRY") != nil else { return [] }
             var records: [DeliveredRecord] = []
-            for message in try await server.streamMessages("FERRY") {
+            for message in try await server.streamMessages("FERRY") where message.subject.hasPrefix("ferry.events.") {
                 for line in message.payload.split(separator: UInt8(ascii: "\n")) {
                     guard let object = try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else {
                         throw ContractViolation("jetstream: a message line is not a JSON object")
@@ -71,10 +76,28 @@ public struct JetStreamSinkFixture: SinkFixture {
                 defer { connection.close() }
                 let js = try JetStreamContext(connection: connection)
                 if create {
-                    _ = try js.addStream(StreamConfiguration(name: "FERRY", subjects: ["ferry.events.>"]))
+                    _ = try js.addStream(StreamConfiguration(name: "FERRY", subjects: ["ferry.events.>", Self.erasureSubject]))
                 } else {
                     try js.deleteStream("FERRY")
                 }
+            }
+        }
+
+        /// The subject erasure messages go to.
+        static let erasureSubject = "ferry.erasures"
+
+        var erasureKeys: String {
+            #""subjectTemplate": "ferry.events.{user}.{type}", "erasure": {"subject": "\#(Self.erasureSubject)"}"#
+        }
+
+        var erasureDeletes: Bool { true }
+
+        func erasures(of user: String) async throws -> Int {
+            guard try await server.streamInfo("FERRY") != nil else { return 0 }
+            return try await server.streamMessages("FERRY").count { message in
+                guard message.subject == Self.erasureSubject,
+                      let object = try? JSONSerialization.jsonObject(with: Data(message.payload)) as? [String: Any] else { return false }
+                return object["type"] as? String == "erasure" && object["userId"] as? String == user
             }
         }
 

@@ -208,6 +208,70 @@ public enum SinkContract {
         }
     }
 
+    /// `ferry forget --user` reaches the upstream (docs/CONSENT.md, "Erasure upstream"), with the
+    /// sink's documented effect: 12 events of 6 users delivered; the upstream fails (the fixture's
+    /// first transient fault) while the user `u-2` is forgotten, and the request stays pending,
+    /// retried (`forget_status`: attempts, last error); once the fault is cleared it is sent,
+    /// the upstream accepted it exactly once, and where the sink's erasure deletes (file lines,
+    /// JetStream subjects) the user's events are gone and every other one is still there. Then
+    /// `ferryd` restarts and delivers 3 more events: the request is not sent again.
+    public static func erasureReachesUpstream(_ fixture: any SinkFixture) async throws {
+        guard let fault = fixture.faults.first(where: { $0.outcome == .retried }) else {
+            throw ContractViolation("\(fixture.name): the fixture has no transient fault to fail the erasure with")
+        }
+        try await withRun(fixture, ContractRun.Settings(erasure: true)) { run in
+            let name = fixture.name
+            try await run.emit("x", 1...6)
+            try await run.emit("y", 1...6)
+            let all = ContractRun.names("x", 1...6) + ContractRun.names("y", 1...6)
+            try await run.expectExactlyOnce(all)
+            let user = "u-2", hers = ["x-2", "y-2"]
+
+            try await run.upstream.inject(fault)
+            let forgot = try await runCLI(["forget", "--user", user], environment: run.agent.environment)
+            guard forgot.status == .exited(0) else { throw ContractViolation("\(name): ferry forget: \(forgot)") }
+            do {
+                try await eventually("\(name): the erasure retried under \(fault)", timeout: .seconds(30)) {
+                    guard let sink = try await run.erasureStatus() else { return false }
+                    return sink["state"] as? String == "pending" && (sink["attempts"] as? NSNumber)?.intValue ?? 0 >= 2 && sink["last_error"] is String
+                }
+            } catch {
+                let status = try? await run.erasureStatus()
+                throw ContractViolation("\(name): \(error); forget_status: \(status.map(String.init(describing:)) ?? "no request for the sink")\n\(run.agent.logs.suffix(2000))")
+            }
+            try await run.upstream.clear(fault)
+            do {
+                try await eventually("\(name): the erasure sent once the upstream is back", timeout: .seconds(30)) {
+                    try await run.erasureStatus()?["state"] as? String == "sent"
+                }
+            } catch {
+                let status = try? await run.erasureStatus()
+                throw ContractViolation("\(name): \(error); forget_status: \(status.map(String.init(describing:)) ?? "none")\n\(run.agent.logs.suffix(2000))")
+            }
+            let sent = try await run.upstream.erasures(of: user)
+            guard sent == 1 else { throw ContractViolation("\(name): the upstream accepted the erasure of \(user) \(sent) times, not once") }
+            let kept = run.upstream.erasureDeletes ? all.filter { !hers.contains($0) } : all
+            let held = Set(try await run.upstream.delivered().map(\.name))
+            guard held == Set(kept) else {
+                throw ContractViolation("\(name): after the erasure the upstream holds \(held.sorted()), not \(kept.sorted())")
+            }
+
+            // A restart: the request is settled and never sent again.
+            let exit = try await run.agent.terminate()
+            guard exit == .exited(0) else { throw ContractViolation("\(name): ferryd stopped with \(exit)") }
+            try run.agent.start()
+            try await run.agent.waitUntilReady()
+            // Events of other users (the user's new events would be new lines of hers).
+            try await run.emit("z", 3...5)
+            try await run.expectExactlyOnce(kept + ContractRun.names("z", 3...5))
+            let again = try await run.upstream.erasures(of: user)
+            guard again == 1 else { throw ContractViolation("\(name): after a restart the upstream accepted the erasure \(again) times") }
+            guard try await run.erasureStatus()?["state"] as? String == "sent" else {
+                throw ContractViolation("\(name): after a restart the request is no longer sent: \(String(describing: try? await run.erasureStatus()))")
+            }
+        }
+    }
+
     private static func expectWithheld(_ record: DeliveredRecord, _ run: ContractRun) throws {
         let name = run.fixture.name
         guard !record.text.contains(run.secret), !record.hasKey("contract_secret") else {

@@ -39,6 +39,23 @@ public protocol SinkUpstream: Sendable {
     func clear(_ fault: SinkFault) async throws
     /// Stops the upstream (its processes, servers) at the end of the test.
     func shutdown() async
+
+    /// The keys the sink's object gets, besides ``sinkKeys``, for `ferry forget --user` to reach
+    /// this upstream (docs/CONSENT.md, "Erasure upstream"): its `erasure` object and what the
+    /// sink's erasure needs (JetStream: a `subjectTemplate` with `{user}`); empty when it needs
+    /// none (the file sink).
+    var erasureKeys: String { get }
+    /// Whether the sink's erasure deletes the user's events from the upstream itself (the file
+    /// sink overwrites their lines, JetStream purges the user's subjects), so that ``delivered()``
+    /// no longer holds them; an HTTP upstream keeps them and is asked to delete them.
+    var erasureDeletes: Bool { get }
+    /// The erasure requests for `user` the upstream accepted, each time it accepted one (a
+    /// request sent again counts again): envelope erasure messages answered `2xx`, Segment
+    /// regulations answered `200`, erasure messages in the stream (after its `Nats-Msg-Id`
+    /// deduplication). An upstream that keeps no record of a request (the file sink's
+    /// directory) counts the distinct request ids its erased lines name, and 0 while a line of
+    /// `user` is left.
+    func erasures(of user: String) async throws -> Int
 }
 
 /// One event as the upstream holds it.

@@ -482,9 +482,11 @@ enum ConsentText {
         return out
     }
 
-    /// `erased N events (q queued, h held)`.
+    /// `erased N events (q queued, h held)`, and `, x quarantined` inside the parentheses when the
+    /// change deleted quarantined events.
     static func purged(_ report: PurgeReport) -> String {
-        "erased \(report.total) event\(report.total == 1 ? "" : "s") (\(report.queued) queued, \(report.held) held)"
+        let quarantined = report.quarantined == 0 ? "" : ", \(report.quarantined) quarantined"
+        return "erased \(report.total) event\(report.total == 1 ? "" : "s") (\(report.queued) queued, \(report.held) held\(quarantined))"
     }
 
     /// One audit entry on one line.

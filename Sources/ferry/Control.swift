@@ -30,6 +30,25 @@ enum Control {
     static func isRunning(runtimeDirectory: String) -> Bool {
         (try? request(.whoami(), runtimeDirectory: runtimeDirectory, timeout: .seconds(1))) != nil
     }
+
+    /// The data directory of the commands that read the agent's files (`quarantine list|show`,
+    /// `deadletter list|show|drop`): `explicit` (`--data-dir`) when given; else the one the agent
+    /// answering in `runtimeDirectory` reports (its `status` reply's `data_dir`, so an agent
+    /// started with another `--data-dir` or config is found the way every control command finds
+    /// it); else, when no agent answers, the default data directory. An agent that answers but
+    /// refuses (`status` needs the `ingest` right) is an error naming `--data-dir`, never a silent
+    /// fall back to a directory the agent does not use.
+    static func dataDirectory(explicit: String?, runtimeDirectory: String) throws -> String {
+        if let explicit { return explicit }
+        do {
+            let reply = try request(.status(), runtimeDirectory: runtimeDirectory, timeout: .seconds(3))
+            return try decode(StatusReply.self, from: reply).dataDirectory
+        } catch CLIError.notRunning {
+            return FerryPaths.dataDirectory()
+        } catch {
+            throw CLIError.message("could not ask the agent at \(runtimeDirectory) where its data directory is (\(error)); pass --data-dir")
+        }
+    }
 }
 
 extension AgentOptions {

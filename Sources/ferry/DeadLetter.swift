@@ -14,7 +14,9 @@ struct DeadLetterCommand: ParsableCommand {
             (for HTTP: 400/401/403/404/422) or keeps failing past the sink's retry.maxElapsedMilliseconds; \
             a single event lands there (reason rejected) when its sink can never take it (HTTP segment \
             format: no userId or anonymousId, over 32 KB). \
-            list, show and drop read the directory (no agent needed); replay asks the running agent to \
+            list, show and drop read the directory: --data-dir when given, else the one the running \
+            agent reports (found by --runtime-dir or FERRY_RUNTIME_DIR), else the default (no agent \
+            needed); replay asks the running agent to \
             hand the batch to its sink once more: on success the file is deleted, on failure it is kept.
             """,
         subcommands: [List.self, Show.self, Replay.self, Drop.self]
@@ -22,16 +24,21 @@ struct DeadLetterCommand: ParsableCommand {
 
     /// Options of the commands that read the directory.
     struct Location: ParsableArguments {
-        @Option(name: .long, help: "Data directory. Default: $XDG_STATE_HOME/ferry or ~/.local/state/ferry.")
+        @Option(name: .long, help: "Data directory. Default: the running agent's (asked over its control socket); with no agent running, $XDG_STATE_HOME/ferry or ~/.local/state/ferry.")
         var dataDir: String?
 
         @Option(name: .long, help: "Only this sink's dead letters.")
         var sink: String?
 
-        var store: DeadLetterStore { DeadLetterStore(dataDirectory: dataDir ?? FerryPaths.dataDirectory()) }
+        @OptionGroup var agent: AgentOptions
 
-        /// The sink holding `id`: `--sink` if given, else the only one that has it.
-        func sink(holding id: String) throws -> String {
+        /// The dead letters of `--data-dir`, else of the running agent, else of the default directory.
+        func store() throws -> DeadLetterStore {
+            DeadLetterStore(dataDirectory: try Control.dataDirectory(explicit: dataDir, runtimeDirectory: agent.runtimeDirectory))
+        }
+
+        /// The sink holding `id` in `store`: `--sink` if given, else the only one that has it.
+        func sink(holding id: String, in store: DeadLetterStore) throws -> String {
             guard DeadLetterStore.isValidID(id) else { throw ValidationError("'\(id)' is not a dead-letter id") }
             if let sink {
                 guard store.load(exists: id, sink: sink) else { throw CLIError.message("no dead letter \(id) for sink \(sink) in \(store.directory)") }
@@ -53,7 +60,7 @@ struct DeadLetterCommand: ParsableCommand {
         var json = false
 
         func run() throws {
-            let store = location.store
+            let store = try location.store()
             let sinks = try location.sink.map { [$0] } ?? store.sinks()
             var rows: [[String: Any]] = []
             for sink in sinks {
@@ -109,8 +116,8 @@ struct DeadLetterCommand: ParsableCommand {
         var json = false
 
         func run() throws {
-            let sink = try location.sink(holding: id)
-            let store = location.store
+            let store = try location.store()
+            let sink = try location.sink(holding: id, in: store)
             if json {
                 let data = FileManager.default.contents(atPath: store.path(sink: sink, id: id)) ?? Data()
                 print(String(decoding: data, as: UTF8.self))
@@ -176,8 +183,9 @@ struct DeadLetterCommand: ParsableCommand {
         @OptionGroup var location: Location
 
         func run() throws {
-            let sink = try location.sink(holding: id)
-            guard try location.store.remove(sink: sink, id: id) else { throw CLIError.message("no dead letter \(id)") }
+            let store = try location.store()
+            let sink = try location.sink(holding: id, in: store)
+            guard try store.remove(sink: sink, id: id) else { throw CLIError.message("no dead letter \(id)") }
             print("dropped \(id) (sink \(sink))")
         }
     }

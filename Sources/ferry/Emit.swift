@@ -10,7 +10,7 @@ struct Emit: AsyncParsableCommand {
         abstract: "Send one event, or one per JSON line on standard input.",
         discussion: """
             ferry emit always waits (up to --timeout) until the agent has acked the events. With \
-            --wait it prints `accepted=N duplicate=N rejected=N` (and `blocked=N`, `suppressed=N`, \
+            --wait it prints `accepted=N duplicate=N rejected=N` (and `quarantined=N`, `blocked=N`, `suppressed=N`, \
             `invalid=N`, `unacknowledged=N` when not zero). Blocked and suppressed events are acked \
             by the consent state; they are not errors.
 
@@ -28,19 +28,22 @@ struct Emit: AsyncParsableCommand {
             (app, device, locale …). identify, group and alias events need no NAME ("name" may be \
             left out of a --stdin line of those types).
 
-            Every line gets an outcome: accepted, duplicate, blocked, suppressed, rejected (by the \
-            agent, with a reason), invalid (not sent: the line is not a valid event) or \
-            unacknowledged (no ack before --timeout: it may or may not be stored). An invalid line \
-            does not stop the run: the lines after it are still sent. In text, each line that is \
-            rejected, invalid or unacknowledged is named on standard error (`stdin line 2: …`); \
-            every line not named was acked. With --json, standard output gets one object per line, \
+            Every line gets an outcome: accepted, quarantined (acked with reason quarantined: it \
+            breaks the tracking plan and is kept in the agent's quarantine, not delivered until \
+            released), duplicate, blocked, suppressed, rejected (by the agent, with a reason), \
+            invalid (not sent: the line is not a valid event) or unacknowledged (no ack before \
+            --timeout: it may or may not be stored). An invalid line does not stop the run: the \
+            lines after it are still sent. In text, each line that is quarantined, rejected, invalid \
+            or unacknowledged is named on standard error (`stdin line 2: …`); every line not named \
+            was acked and goes on as usual. With --json, standard output gets one object per line, \
             in input order, as soon as its outcome is known: \
             {"line":1,"status":"accepted","id":"…"}, {"line":2,"status":"invalid","error":"…"}, \
             {"line":3,"status":"rejected","id":"…","reason":"too_large"} (blocked and suppressed lines \
-            carry the consent state's reason too, e.g. "consent_denied"), then one summary object \
+            carry the consent state's reason too, e.g. "consent_denied"; a quarantined line has \
+            "reason":"quarantined"), then one summary object \
             {"summary":{"accepted":N,…},"exitCode":N}.
 
-            Exit status: 0 every line acked (accepted, duplicate, blocked or suppressed); 2 some \
+            Exit status: 0 every line acked (accepted, quarantined, duplicate, blocked or suppressed); 2 some \
             line unacknowledged (timeout, agent unreachable); 65 some line invalid; 1 some line \
             rejected by the agent; 74 standard input could not be read (the first that applies, in \
             this order); 64 bad arguments.
@@ -213,7 +216,7 @@ struct Emit: AsyncParsableCommand {
             print("{\"summary\":{\(fields)},\"exitCode\":\(exitCode)}")
         } else if wait || count(.unacknowledged) > 0 {
             var line = "accepted=\(count(.accepted)) duplicate=\(count(.duplicate)) rejected=\(count(.rejected))"
-            for status in [LineOutcome.Status.blocked, .suppressed, .invalid, .unacknowledged] where count(status) > 0 {
+            for status in [LineOutcome.Status.quarantined, .blocked, .suppressed, .invalid, .unacknowledged] where count(status) > 0 {
                 line += " \(status.rawValue)=\(count(status))"
             }
             print(line)

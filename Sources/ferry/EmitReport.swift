@@ -9,6 +9,10 @@ struct LineOutcome: Sendable {
     enum Status: String, Sendable, CaseIterable {
         /// Durable in the agent's queue.
         case accepted
+        /// Acked accepted with reason `quarantined`: it breaks the host's tracking plan and is kept
+        /// durably in the agent's quarantine, not delivered until released (`ferry quarantine`).
+        /// Acked: a re-send would not help.
+        case quarantined
         /// The agent already had it (same id, or an already used once-key): not stored again.
         case duplicate
         /// Acked, but the consent state blocks it: not stored.
@@ -38,6 +42,7 @@ struct LineOutcome: Sendable {
     /// The outcome of a receipt from the client library.
     init(_ receipt: Receipt) {
         switch receipt.status {
+        case .accepted where receipt.reason == .quarantined: self.init(status: .quarantined, id: receipt.id, detail: Self.reason(receipt))
         case .accepted: self.init(status: .accepted, id: receipt.id)
         // Blocked and suppressed lines (and a once-key duplicate) say why, when the agent does.
         case .duplicate: self.init(status: .duplicate, id: receipt.id, detail: Self.reason(receipt))
@@ -65,7 +70,8 @@ struct LineOutcome: Sendable {
 ///
 /// With `--json`, every line is one object on standard output (`{"line":2,"status":"invalid",
 /// "error":"…"}`). In text, the lines that were not acked as sent (`rejected`, `invalid`,
-/// `unacknowledged`) are named on standard error; every other line was acked.
+/// `unacknowledged`) are named on standard error, and so are the `quarantined` ones (acked, but
+/// not delivered until released); every other line was acked and goes on as usual.
 final class EmitReporter: Sendable {
     private struct State {
         /// Line numbers (nil: the event of the command line) by report position.
@@ -150,6 +156,8 @@ final class EmitReporter: Sendable {
         switch outcome.status {
         case .accepted, .duplicate, .blocked, .suppressed:
             return nil
+        case .quarantined:
+            return "ferry emit: \(what): quarantined (it breaks the tracking plan; kept, not delivered until released: see `ferry quarantine list`)\n"
         case .rejected:
             return "ferry emit: \(what): rejected by the agent (\(outcome.detail ?? "no reason"))\n"
         case .invalid:

@@ -13,8 +13,9 @@ struct QuarantineCommand: ParsableCommand {
         discussion: """
             An event that breaks the tracking plan (quality.plan) while quality.onViolation is \
             "quarantine" is kept in <data>/quarantine/<event id>.q, acked accepted with reason \
-            quarantined, and never delivered until released. list and show read the directory (no \
-            agent needed); replay asks the running agent to judge each event again against the plan \
+            quarantined, and never delivered until released. list and show read the directory: \
+            --data-dir when given, else the one the running agent reports (found like every other \
+            command, by --runtime-dir or FERRY_RUNTIME_DIR), else the default (no agent needed); replay asks the running agent to judge each event again against the plan \
             in effect (fix the plan, reload ferryd with SIGHUP, then replay): an event that passes is \
             stored once and leaves the quarantine, one that still breaks the plan stays. drop deletes \
             events for good.
@@ -24,10 +25,15 @@ struct QuarantineCommand: ParsableCommand {
 
     /// Options of the commands that read the directory.
     struct Location: ParsableArguments {
-        @Option(name: .long, help: "Data directory. Default: $XDG_STATE_HOME/ferry or ~/.local/state/ferry.")
+        @Option(name: .long, help: "Data directory. Default: the running agent's (asked over its control socket); with no agent running, $XDG_STATE_HOME/ferry or ~/.local/state/ferry.")
         var dataDir: String?
 
-        var store: QuarantineStore { QuarantineStore(dataDirectory: dataDir ?? FerryPaths.dataDirectory()) }
+        @OptionGroup var agent: AgentOptions
+
+        /// The quarantine of `--data-dir`, else of the running agent, else of the default directory.
+        func store() throws -> QuarantineStore {
+            QuarantineStore(dataDirectory: try Control.dataDirectory(explicit: dataDir, runtimeDirectory: agent.runtimeDirectory))
+        }
     }
 
     struct List: ParsableCommand {
@@ -37,7 +43,7 @@ struct QuarantineCommand: ParsableCommand {
         var json = false
 
         func run() throws {
-            let store = location.store
+            let store = try location.store()
             var rows: [[String: Any]] = []
             for id in try store.ids() {
                 var row: [String: Any] = ["id": id.description, "path": store.path(id)]
@@ -88,7 +94,7 @@ struct QuarantineCommand: ParsableCommand {
 
         func run() throws {
             guard let eventID = EventID(id) else { throw ValidationError("'\(id)' is not an event id") }
-            let store = location.store
+            let store = try location.store()
             guard let entry = try store.load(eventID) else { throw CLIError.message("no quarantined event \(id) in \(store.directory)") }
             print("quarantined event \(entry.id)")
             print("  quarantined  \(DeadLetterCommand.List.time(Int(entry.quarantinedAt)))")

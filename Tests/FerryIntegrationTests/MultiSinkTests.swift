@@ -92,5 +92,9 @@ struct MultiSinkTests {
         }
         let list = try await runCLI(["deadletter", "list", "--data-dir", agent.dataDirectory])
         #expect(list.stdout.contains("no dead letters"), "\(list)")
+        // Without --data-dir the CLI asks the running agent where its data directory is (this
+        // agent's is not the default one).
+        let found = try await runCLI(["deadletter", "list"], environment: agent.environment)
+        #expect(found.status == .exited(0) && found.stdout.contains("no dead letters in \(agent.dataDirectory)/deadletter"), "\(found)")
     }
 }

@@ -235,6 +235,16 @@ struct ControlProtocolTests {
         #expect(try Self.object(JSONEncoder().encode(reply)) == Self.object(Array(#"{"ok":true,"purged":{"queued":4,"held":5}}"#.utf8)))
     }
 
+    @Test("a forget that reached the quarantine counts it: purged.quarantined read, in the total, encoded only when not zero")
+    func purgeRepliesQuarantined() throws {
+        let report = try Self.decode(PurgeReply.self, #"{"ok":true,"purged":{"queued":2,"held":1,"quarantined":3}}"#).report
+        #expect(report == PurgeReport(queued: 2, held: 1, quarantined: 3) && report.total == 6)
+        let reply = PurgeReply(purged: report)
+        #expect(try Self.roundTrip(reply) == reply)
+        #expect(try Self.object(JSONEncoder().encode(reply)) == Self.object(Array(#"{"ok":true,"purged":{"queued":2,"held":1,"quarantined":3}}"#.utf8)))
+        #expect(try Self.decode(PurgeReply.self, #"{"ok":true,"purged":{"queued":2,"held":1}}"#).report.quarantined == 0)
+    }
+
     @Test("refusal replies: error and valid, valid left out when empty")
     func refusalReplies() throws {
         let unknown = try Self.decode(ControlRefusal.self, #"""

@@ -58,6 +58,14 @@ struct SinkContractTests {
     }
 }
 
+extension SinkContractTests {
+    @Test("ferry forget --user reaches the upstream with the sink's documented effect, retried after a failure, not sent again after a restart",
+          arguments: contractSinks.map(ContractFixture.init))
+    func erasure(_ sink: ContractFixture) async throws {
+        try await SinkContract.erasureReachesUpstream(sink.fixture)
+    }
+}
+
 /// A fixture as a test argument, shown by its name.
 struct ContractFixture: Sendable, CustomTestStringConvertible {
     let fixture: any SinkFixture

@@ -107,8 +107,11 @@ extension BusMessage {
         ConsentWorker.jsonBytes(["topic": "consent", "change": change, "old": old, "new": new, "at": at, "seq": seq])
     }
 
-    /// `{"at":…,"held":…,"queued":…,"reason":…,"topic":"purged","total":…}` (keys sorted).
-    static func purged(queued: Int, held: Int, total: Int, reason: String, at: Int) -> [UInt8] {
-        ConsentWorker.jsonBytes(["topic": "purged", "queued": queued, "held": held, "total": total, "reason": reason, "at": at])
+    /// `{"at":…,"held":…,"queued":…,"reason":…,"topic":"purged","total":…}` (keys sorted), with
+    /// `"quarantined":…` when the change deleted quarantined events.
+    static func purged(queued: Int, held: Int, quarantined: Int, total: Int, reason: String, at: Int) -> [UInt8] {
+        var object: [String: Any] = ["topic": "purged", "queued": queued, "held": held, "total": total, "reason": reason, "at": at]
+        if quarantined != 0 { object["quarantined"] = quarantined }
+        return ConsentWorker.jsonBytes(object)
     }
 }

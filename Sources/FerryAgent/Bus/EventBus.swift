@@ -115,9 +115,9 @@ final class EventBus: Sendable {
     }
 
     /// Publishes the counts of a purge, an erasure or a hold expiry (`purged`).
-    func publishPurged(queued: Int, held: Int, total: Int, reason: String, at: Int) {
+    func publishPurged(queued: Int, held: Int, quarantined: Int = 0, total: Int, reason: String, at: Int) {
         guard wants(.purged) else { return }
-        queue.post(.message(.purged, BusMessage.purged(queued: queued, held: held, total: total, reason: reason, at: at)))
+        queue.post(.message(.purged, BusMessage.purged(queued: queued, held: held, quarantined: quarantined, total: total, reason: reason, at: at)))
     }
 
     /// Publishes a request an ingest path refused as a whole (`rejected`): the path, its status

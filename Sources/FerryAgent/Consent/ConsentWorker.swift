@@ -307,7 +307,7 @@ final class ConsentWorker {
             ConsentJournal.DeadLetterErasure(sink: $0.sink, id: $0.id, events: $0.events.map(\.description))
         }
         journal.quarantine = try planQuarantineErasure(matching: matches)
-        journal.purged = PurgeReport(queued: queued, held: journal.eraseHeld.count)
+        journal.purged = PurgeReport(queued: queued, held: journal.eraseHeld.count, quarantined: journal.quarantine.count)
     }
 
     /// Records the held events of `categories` to move to the queue.
@@ -425,11 +425,12 @@ final class ConsentWorker {
             bus.publishConsent(change: journal.change, old: journal.old, new: journal.new, at: Int(entry.at), seq: entry.seq)
         }
         if let report = journal.purged {
-            bus.publishPurged(queued: report.queued, held: report.held, total: report.total, reason: journal.change,
+            bus.publishPurged(queued: report.queued, held: report.held, quarantined: report.quarantined, total: report.total, reason: journal.change,
                               at: Int(journal.entry.map { UInt64($0.at) } ?? WallClock.unixMilliseconds()))
             if journal.entry != nil {
                 logger.notice("purged events", metadata: ["reason": "\(journal.change)", "queued": "\(report.queued)",
-                                                          "held": "\(report.held)", "dead_letters": "\(journal.deadLetters.count)"])
+                                                          "held": "\(report.held)", "quarantined": "\(report.quarantined)",
+                                                          "dead_letters": "\(journal.deadLetters.count)"])
             } else {
                 logger.info("held events expired", metadata: ["events": "\(report.held)"])
             }

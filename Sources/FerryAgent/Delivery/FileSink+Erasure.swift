@@ -31,7 +31,9 @@ extension FileSink {
         let erased: Int
         do {
             erased = try await runOnSinkThread {
-                guard (try? FileIO.listDirectory(directory)) != nil else { return 0 }
+                // A directory that does not exist holds no line (listDirectory answers []); one
+                // that cannot be read (a failing disk, ENOTDIR, EACCES) throws: retried, never
+                // answered "sent" with the user's lines still there.
                 var total = 0
                 for name in try FileIO.listDirectory(directory).sorted() where Self.index(ofFileName: name) != nil {
                     total += try Self.eraseLines(in: directory + "/" + name, needle: needle, request: requestID, lineFormat: format)

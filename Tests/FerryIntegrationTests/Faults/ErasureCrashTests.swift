@@ -9,13 +9,24 @@ import Testing
 /// report, never from the clock — then restarted, and either nothing happened (the caller sends
 /// the request again) or the restarted agent completes both: the user's events erased in the
 /// queue, the erasure recorded, sent to the sink (its lines overwritten) and audited once.
+/// Redaction is on (the email detector masks) and every event carries a raw email: after each
+/// kill, after each restart and at the end, no file under the test's directory (the data
+/// directories with their consent journal and erasure outbox `consent/erasures.json`, the sink's
+/// files, the logs) and no line of ferryd's log holds it (issue 31: "tested by grepping everything
+/// Ferry wrote after kill -9 at each crash point").
 @Suite("Faults: crash during a forget and its upstream erasure", .serialized)
 struct ErasureCrashTests {
     static let marker = "MARK-U1-\(UInt32.random(in: 0...UInt32.max))"
     static let keep = "MARK-U2-\(UInt32.random(in: 0...UInt32.max))"
 
+    /// The personal value every event carries; redaction masks it before anything is written.
+    static let rawEmail = "erasure.victim@example.com"
+
+    /// The agent's configuration: the email detector masks every email.
+    static let config = #"{"redact":{"detect":[{"kind":"email","action":"mask"}]}}"#
+
     static func lines(_ user: String, _ marker: String, _ count: Int) -> String {
-        (1...count).map { #"{"name":"Viewed","type":"track","userId":"\#(user)","properties":{"m":"\#(marker)","i":\#($0)}}"# }
+        (1...count).map { #"{"name":"Viewed","type":"track","userId":"\#(user)","properties":{"m":"\#(marker)","i":\#($0),"email":"\#(rawEmail)"}}"# }
             .joined(separator: "\n") + "\n"
     }
 
@@ -28,15 +39,24 @@ struct ErasureCrashTests {
     func killedAtEachPoint() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
+        let config = try AgentProcess.configurationArguments(Self.config, in: dir)
+        // The raw value nowhere: no file under the test's directory, no line of `agent`'s log.
+        func expectNoRawValue(_ agent: AgentProcess, _ label: String) {
+            let found = QuarantineCrashTests.rawValueFound(under: dir.path, logs: agent.logs, raw: Self.rawEmail)
+            #expect(found.isEmpty, "\(label): the raw value in \(found)")
+        }
         // The template: 3 events of u-1 and 2 of u-2 delivered to the file sink.
         let template = try AgentProcess(dataDirectory: dir.appending("template"), runtimeDirectory: dir.appending("t"),
-                                        logDirectory: dir.appending("tlogs"))
+                                        logDirectory: dir.appending("tlogs"), extraArguments: config)
         do {
             try await template.waitUntilReady()
             let emitted = try await runCLI(["emit", "--stdin", "--wait"], stdin: Self.lines("u-1", Self.marker, 3) + Self.lines("u-2", Self.keep, 2),
                                            environment: template.environment)
             #expect(emitted.status == .exited(0), "\(emitted)")
             try await eventually("5 lines delivered") { (try? template.deliveredEvents().count) == 5 }
+            // Delivered masked: the check below can fail (the lines hold the masked email).
+            #expect(!filesContaining("@e***.com", under: template.dataDirectory + "/delivered").isEmpty)
+            expectNoRawValue(template, "template")
             _ = try await template.terminate()
         }
         template.cleanup()
@@ -44,7 +64,8 @@ struct ErasureCrashTests {
         // A first run without a fault: the points reached, in order.
         let learnData = dir.appending("learn")
         try Self.copy(template.dataDirectory, to: learnData)
-        let learn = try AgentProcess(dataDirectory: learnData, runtimeDirectory: dir.appending("l"), logDirectory: dir.appending("llogs"), start: false)
+        let learn = try AgentProcess(dataDirectory: learnData, runtimeDirectory: dir.appending("l"), logDirectory: dir.appending("llogs"),
+                                     extraArguments: config, start: false)
         defer { learn.cleanup() }
         let progressPath = dir.appending("progress")
         try learn.start(extraEnvironment: ["FERRY_PROGRESS_FILE": progressPath])
@@ -52,13 +73,14 @@ struct ErasureCrashTests {
         let forgot = try await runCLI(["forget", "--user", "u-1"], environment: learn.environment)
         #expect(forgot.status == .exited(0), "\(forgot)")
         try await eventually("the erasure sent") { Self.done(try await learn.control(["op": "forget_status"])) }
+        expectNoRawValue(learn, "no crash")
         _ = try await learn.terminate()
         let progress = CrashPointProgress(path: progressPath)
-        // The erasure's own points, and the two that decide whether the forget happened; the
-        // forget's other points are ConsentCrashTests' (its `forget` change reaches these too).
-        let points = progress.names.filter {
-            $0.hasPrefix("consent.erasure") || $0.hasPrefix("sink.file.erase") || $0 == "consent.intent.written" || $0 == "consent.intent"
-        }
+        // Every point the forget and its erasure reach (each one's first reach): the consent
+        // change's (intent, audit, state, the queue's erasure, done), the erasure outbox's and the
+        // file sink's. ConsentCrashTests kills at the consent points of every kind of change
+        // without redaction; here each kill also proves the raw value was never written.
+        let points = progress.names.filter { $0.hasPrefix("consent.") || $0.hasPrefix("sink.file.erase") }
         #expect(points.contains("consent.erasure.recorded") && points.contains("consent.erasure.settled")
                 && points.contains("sink.file.erase.pass2"), "\(progress)")
 
@@ -67,7 +89,7 @@ struct ErasureCrashTests {
             let data = dir.appending("run")
             try Self.copy(template.dataDirectory, to: data)
             let agent = try AgentProcess(dataDirectory: data, runtimeDirectory: dir.appending("r"), logDirectory: dir.appending("rlogs-" + point),
-                                         start: false)
+                                         extraArguments: config, start: false)
             defer { agent.cleanup() }
             try agent.start(extraEnvironment: ["FERRY_CRASH_AT": point + ":1"])
             try await agent.waitUntilReady()
@@ -76,9 +98,11 @@ struct ErasureCrashTests {
             defer { caller.cleanup() }
             try await eventually("ferryd to kill itself at \(point)", timeout: .seconds(20)) { agent.process?.exitStatus != nil }
             #expect(agent.process?.exitStatus == .signaled(SIGKILL), "\(point): \(agent.logs.suffix(1500))")
+            expectNoRawValue(agent, "\(point): after the kill")
 
             try agent.start()
             try await agent.waitUntilReady()
+            expectNoRawValue(agent, "\(point): after the restart")
             let status = try await agent.control(["op": "forget_status"])
             let recorded = !((status["erasures"] as? [Any]) ?? []).isEmpty
             if point == "consent.intent.written" {
@@ -106,6 +130,7 @@ struct ErasureCrashTests {
             let changes = ((log["entries"] as? [[String: Any]]) ?? []).compactMap { $0["change"] as? String }
             #expect(changes == ["forget", "erasure"], "\(point): \(changes)")
             _ = try await agent.terminate()
+            expectNoRawValue(agent, "\(point): at the end")
         }
         print("[fault] erasure crash: points \(progress); \(points.count) kills; \(ContinuousClock.now - started)")
     }

@@ -90,10 +90,10 @@ struct QuarantineCrashTests {
         return reply
     }
 
-    /// Every file under `directory` and `logs` that holds ``rawEmail``.
-    static func rawValueFound(under directory: String, logs: String) -> [String] {
-        let raw = Data(rawEmail.utf8)
-        var found = logs.contains(rawEmail) ? ["ferryd's log"] : []
+    /// Every file under `directory` and `logs` that holds `rawValue` (default ``rawEmail``).
+    static func rawValueFound(under directory: String, logs: String, raw rawValue: String = rawEmail) -> [String] {
+        let raw = Data(rawValue.utf8)
+        var found = logs.contains(rawValue) ? ["ferryd's log"] : []
         let enumerator = FileManager.default.enumerator(atPath: directory)
         while let name = enumerator?.nextObject() as? String {
             if let data = FileManager.default.contents(atPath: directory + "/" + name), data.range(of: raw) != nil { found.append(name) }
@@ -129,7 +129,7 @@ struct QuarantineCrashTests {
             defer { run.cleanup() }
             let agent = run.agent
             try await agent.waitUntilReady()
-            let tail = try BusTail(topics: ["quarantined"], environment: agent.environment, outputDirectory: run.dir.path)
+            let tail = try BusTail(topics: ["quarantined", "purged"], environment: agent.environment, outputDirectory: run.dir.path)
             defer { tail.cleanup() }
             try await tail.waitUntilSubscribed()
             // The tail's probe events break the plan too: dropped before the test's own.
@@ -151,11 +151,57 @@ struct QuarantineCrashTests {
             let environment = agent.environment
             let list = try await runCLI(["quarantine", "list", "--data-dir", agent.dataDirectory], environment: environment)
             #expect(list.status == .exited(0) && list.stdout.contains("3 quarantined events") && list.stdout.contains("unplanned"), "\(list)")
+            // Without --data-dir, list and show read the quarantine of the agent FERRY_RUNTIME_DIR
+            // names (its --data-dir is not the default one): they ask it over the control socket.
+            let found = try await runCLI(["quarantine", "list", "--json"], environment: environment)
+            let rows = (try? JSONSerialization.jsonObject(with: Data(found.stdout.utf8))) as? [[String: Any]] ?? []
+            #expect(found.status == .exited(0) && rows.count == 3
+                    && rows.allSatisfy { ($0["path"] as? String)?.hasPrefix(agent.dataDirectory + "/quarantine/") == true }, "\(found)")
             let badID = EventID(bytes: bad[0]).description
+            let shown = try await runCLI(["quarantine", "show", badID], environment: environment)
+            #expect(shown.status == .exited(0) && shown.stdout.contains("[unplanned]"), "\(shown)")
             let show = try await runCLI(["quarantine", "show", badID, "--data-dir", agent.dataDirectory], environment: environment)
             #expect(show.status == .exited(0) && show.stdout.contains("[unplanned]") && show.stdout.contains(#""name":"Bad""#), "\(show)")
+            // `ferry emit` reports a quarantined event as such (the ack's reason 21), apart from
+            // accepted and rejected, per line and in the counts; exit status 0 (acked).
+            let emitted = try await runCLI(["emit", "--stdin", "--json"], stdin: "{\"name\":\"Bad\"}\n{\"name\":\"Good\",\"properties\":{\"i\":0}}\n", environment: environment)
+            let lines = emitted.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            #expect(emitted.status == .exited(0) && lines.count == 3, "\(emitted)")
+            if lines.count == 3 {
+                #expect(lines[0]["status"] as? String == "quarantined" && lines[0]["reason"] as? String == "quarantined", "\(lines[0])")
+                #expect(lines[1]["status"] as? String == "accepted" && lines[1]["reason"] == nil, "\(lines[1])")
+                let summary = lines[2]["summary"] as? [String: Int] ?? [:]
+                #expect(summary["quarantined"] == 1 && summary["accepted"] == 1 && summary["rejected"] == 0, "\(summary)")
+                ids.formUnion(lines[0...1].compactMap { $0["id"] as? String })
+            }
+            let text = try await runCLI(["emit", "Bad", "--wait"], environment: environment)
+            #expect(text.status == .exited(0) && text.stdout.contains("accepted=0 duplicate=0 rejected=0 quarantined=1")
+                    && text.stderr.contains("the event: quarantined"), "\(text)")
+            try await eventually("5 quarantined events on the bus") { try tail.messages(topic: "quarantined").count >= probes + 5 }
+            ids.formUnion(try tail.messages(topic: "quarantined").dropFirst(probes).compactMap { $0["id"] as? String })
+            #expect(ids.count == 7, "\(ids)")
             let early = try await runCLI(["quarantine", "replay", "--all"], environment: environment)
             #expect(early.status == .exited(1) && early.stdout.contains("violating"), "\(early)")
+            // `ferry forget --user` reaches the quarantine and says so: the HTTP message's user
+            // (u1) has one event there, deleted and counted in the reply and the CLI's line.
+            func quarantinedIDs() async throws -> Set<String> {
+                let listed = try await runCLI(["quarantine", "list", "--json"], environment: environment)
+                let rows = (try? JSONSerialization.jsonObject(with: Data(listed.stdout.utf8))) as? [[String: Any]] ?? []
+                return Set(rows.compactMap { $0["id"] as? String })
+            }
+            let before = try await quarantinedIDs()
+            let forgot = try await runCLI(["forget", "--user", "u1"], environment: environment)
+            #expect(forgot.status == .exited(0) && forgot.stdout == "erased 1 event (0 queued, 0 held, 1 quarantined) for user u1\n", "\(forgot)")
+            let forgotten = before.subtracting(try await quarantinedIDs())
+            #expect(forgotten.count == 1, "\(before) \(forgotten)")
+            ids.subtract(forgotten)
+            // The purged topic counts it too (total included).
+            try await eventually("the forget's purged message") { try tail.messages(topic: "purged").contains { $0["reason"] as? String == "forget" } }
+            let purgedMessage = try #require(try tail.messages(topic: "purged").first { $0["reason"] as? String == "forget" })
+            #expect(purgedMessage["quarantined"] as? Int == 1 && purgedMessage["total"] as? Int == 1 && purgedMessage["queued"] as? Int == 0, "\(purgedMessage)")
+            let again = try await runCLI(["forget", "--user", "u1", "--json"], environment: environment)
+            let purged = ((try? JSONSerialization.jsonObject(with: Data(again.stdout.utf8))) as? [String: Any])?["purged"] as? [String: Int]
+            #expect(again.status == .exited(0) && (purged == nil || purged?["quarantined"] == nil), "nothing left to erase: \(again)")
             try run.fixPlanAndReload()
             _ = try await Self.replayAll(agent)
             try await Self.checkDelivered(agent, ids: ids, label: "no crash", directory: run.dir.path)

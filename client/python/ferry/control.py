@@ -78,15 +78,17 @@ class ConsentState:
 
 @dataclass(frozen=True)
 class PurgeReport:
-    """What an erasure removed: pending events from the queue and events from the held area."""
+    """What an erasure removed: pending events from the queue, events from the held area and
+    events from the quarantine (`quarantined`, absent from the reply when zero)."""
 
     queued: int = 0
     held: int = 0
+    quarantined: int = 0
 
     @property
     def total(self) -> int:
-        """`queued + held`."""
-        return self.queued + self.held
+        """`queued + held + quarantined`."""
+        return self.queued + self.held + self.quarantined
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,8 @@ def _purge_report(obj: Any) -> Optional[PurgeReport]:
     if obj is None:
         return None
     try:
-        return PurgeReport(queued=int(obj.get("queued", 0)), held=int(obj.get("held", 0)))
+        return PurgeReport(queued=int(obj.get("queued", 0)), held=int(obj.get("held", 0)),
+                           quarantined=int(obj.get("quarantined", 0)))
     except (TypeError, ValueError, AttributeError):
         raise BadReply("cannot read \"purged\": %r" % (obj,)) from None
 
