@@ -177,6 +177,25 @@ extension Driver {
                 "ferryd_threads_us_per_event": perEvent(agentCPU.threads, events: agentCPU.events)]
     }
 
+    /// The app's own cost at a load: `processes` `track-latency --null` apps (the same Poisson
+    /// loop and events, no library) for ``cpuRunSeconds``, CPU per event sent.
+    func cpuNullRun(rate: Double, processes: Int) throws -> Double {
+        let apps = try (0..<processes).map { _ in
+            try Child(me, ["track-latency", "--null", "--runtime", work, "--rate", "\(rate / Double(processes))",
+                           "--seconds", "\(cpuRunSeconds)", "--size", "256"])
+        }
+        for app in apps { try app.expectReady() }
+        for app in apps { app.go() }
+        var seconds = 0.0, sent = 0
+        for app in apps {
+            let result = try app.result()
+            seconds += result["cpu_seconds"] as? Double ?? .nan
+            sent += result["sent"] as? Int ?? 0
+            app.wait()
+        }
+        return seconds * 1e6 / Double(max(sent, 1))
+    }
+
     /// The row set: every load (``cpuLoads``), `runs` times each, medians; then the Python row.
     mutating func cpuPerEvent() throws {
         var loads: [[String: Any]] = []
@@ -187,7 +206,10 @@ extension Driver {
             // The per-thread split of the run whose total is the median (or the first).
             let total = med("total_us_per_event")
             let middle = runsOfLoad.first { ($0["total_us_per_event"] as? Double) == total } ?? runsOfLoad[0]
+            // The same loop without Ferry, for the apps' share that is Ferry's.
+            let null = median(try (0..<runs).map { _ in try cpuNullRun(rate: rate, processes: processes) })
             loads.append(["offered_rate": rate, "processes": processes, "seconds": cpuRunSeconds,
+                          "null_app_us_per_event": null, "apps_beyond_null_us_per_event": med("apps_us_per_event") - null,
                           "apps_us_per_event": med("apps_us_per_event"), "ferryd_us_per_event": med("ferryd_us_per_event"),
                           "total_us_per_event": total, "p50_us": med("p50_us"), "p99_us": med("p99_us"),
                           "apps_threads_us_per_event": middle["apps_threads_us_per_event"] ?? [String: Double](),
@@ -312,10 +334,10 @@ extension Report {
         }
         if let cpu = summary["cpu_per_event"] as? [String: Any] {
             out.append("\n### CPU per event across the load range: K FerryClient processes (track-latency, Poisson, 256 B), default ferryd, file sink live\n")
-            out.append("| offered/s | K | apps µs/event | ferryd µs/event | total µs/event | p50 µs | p99 µs | apps: top threads µs/event | ferryd: top threads µs/event |")
-            out.append("|---|---|---|---|---|---|---|---|---|")
+            out.append("| offered/s | K | apps µs/event | the same apps without Ferry | ferryd µs/event | total µs/event | p50 µs | p99 µs | apps: top threads µs/event | ferryd: top threads µs/event |")
+            out.append("|---|---|---|---|---|---|---|---|---|---|")
             for row in cpu["loads"] as? [[String: Any]] ?? [] {
-                out.append("| \(n(row["offered_rate"])) | \(row["processes"] ?? "") | \(f(row["apps_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(n(row["p50_us"])) | \(n(row["p99_us"])) | \(top(row["apps_threads_us_per_event"])) | \(top(row["ferryd_threads_us_per_event"])) |")
+                out.append("| \(n(row["offered_rate"])) | \(row["processes"] ?? "") | \(f(row["apps_us_per_event"])) | \(f(row["null_app_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(n(row["p50_us"])) | \(n(row["p99_us"])) | \(top(row["apps_threads_us_per_event"])) | \(top(row["ferryd_threads_us_per_event"])) |")
             }
         }
         if let cpu = summary["cpu_per_event"] as? [String: Any], let frontier = cpu["send_delay"] as? [[String: Any]], !frontier.isEmpty {

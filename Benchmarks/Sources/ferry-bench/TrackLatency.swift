@@ -66,6 +66,9 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
     let duration = flags.double("seconds", default: 2)
     let size = flags.int("size", default: 256)
     let capacity = benchOutboxCapacity
+    // `--null`: the same loop, the same properties built, and no Ferry: what the app's own pacing
+    // costs, the baseline the CPU-per-event rows subtract to show Ferry's share.
+    if flags.has("null") { return try runNullApp(rate: rate, duration: duration, size: size) }
     let client = try makeBenchClient(flags)
     // Properties of about `size` bytes once encoded: a number, a short string and a pad.
     let pad = String(repeating: "x", count: max(1, size - 40))
@@ -120,4 +123,34 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
                           "offered_rate": rate, "seconds": elapsed, "rate": Double(statistics.accepted) / elapsed,
                           "latencies": merged.count, "histogram": merged.encoded])
     await client.shutdown()
+}
+
+/// `track-latency --null`: the Poisson loop of ``runTrackLatencyClient(_:)`` building the same
+/// properties, handed to no library (not even encoded into an `Event`). Reports `sent` as `accepted` and the process's CPU.
+private func runNullApp(rate: Double, duration: Double, size: Int) throws {
+    let pad = String(repeating: "x", count: max(1, size - 40))
+    tightenTimerSlack()
+    ChildProtocol.ready()
+    let cpu0 = ownCPUSeconds(), threads0 = threadCPUSeconds(pid: getpid())
+    let start = nowNanoseconds()
+    let end = start + UInt64(duration * 1e9)
+    var generator = SystemRandomNumberGenerator()
+    var due = Double(start)
+    var sent = 0, kept = 0
+    while true {
+        due += -log(Double.random(in: Double.ulpOfOne..<1, using: &generator)) / max(rate, 1) * 1e9
+        guard due < Double(end) else { break }
+        let dueAt = UInt64(due)
+        let now = nowNanoseconds()
+        if dueAt > now { sleep(untilNanoseconds: max(dueAt, now + pacingQuantumNanoseconds)) }
+        // What the app itself builds: its properties (encoding them is the library's work).
+        let properties: [String: FerryValue] = ["total": 42.5, "sku": "A-1", "pad": .string(pad)]
+        kept &+= properties.count  // kept observable so the dictionary is really built
+        sent += 1
+    }
+    let cpu = ownCPUSeconds() - cpu0, threads = threadDelta(threads0, threadCPUSeconds(pid: getpid()))
+    let elapsed = Double(end - start) / 1e9
+    ChildProtocol.finish(["cpu_seconds": cpu, "threads_cpu_seconds": threads, "accepted": sent, "rejected": 0, "sent": sent,
+                          "offered_rate": rate, "seconds": elapsed, "rate": Double(sent) / elapsed, "kept": kept,
+                          "latencies": 0, "histogram": [[Int]]()])
 }
