@@ -14,26 +14,21 @@ extension QualityGate {
             if fields.properties.isEmpty {
                 return ParsedJSON.empty.withView { passes(fields, header.type, properties: $0, hasProperties: false) }
             }
-            guard let tape = Self.object(fields.properties) else { return false }
-            return tape.nodes.withUnsafeBufferPointer { nodes in
-                passes(fields, header.type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
+            // The tapes live on the stack for the call (JSONTape.withNodes): nothing allocated.
+            return JSONTape.withNodes(fields.properties) { nodes in
+                guard let nodes, nodes.first?.kind == .object else { return false }
+                return passes(fields, header.type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
             }
         }
-    }
-
-    /// `bytes` parsed, when they are one JSON object.
-    private static func object(_ bytes: UnsafeRawBufferPointer) -> JSONTape? {
-        guard let tape = try? JSONTape.parse(bytes), tape.nodes.first?.kind == .object else { return nil }
-        return tape
     }
 
     private func passes(_ fields: FrameFields, _ type: EventType, properties: JSONView, hasProperties: Bool) -> Bool {
         if fields.context.isEmpty {
             return passes(fields, type, properties: properties, hasProperties: hasProperties, context: nil)
         }
-        guard let tape = Self.object(fields.context) else { return false }
-        return tape.nodes.withUnsafeBufferPointer { nodes in
-            passes(fields, type, properties: properties, hasProperties: hasProperties, context: JSONView(bytes: fields.context, nodes: nodes))
+        return JSONTape.withNodes(fields.context) { nodes in
+            guard let nodes, nodes.first?.kind == .object else { return false }
+            return passes(fields, type, properties: properties, hasProperties: hasProperties, context: JSONView(bytes: fields.context, nodes: nodes))
         }
     }
 
