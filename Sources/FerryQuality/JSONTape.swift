@@ -96,6 +96,8 @@ struct JSONTape: Sendable {
 
         /// Exactly one value with optional whitespace around it.
         mutating func document() throws(Failure) {
+            // Offsets are stored as Int32 (converted unchecked below).
+            guard bytes.count < Int(Int32.max) else { throw fail("a document of 2 GiB or more") }
             skipWhitespace()
             try value(depth: 0)
             skipWhitespace()
@@ -136,7 +138,7 @@ struct JSONTape: Sendable {
             let slot = used
             switch byte {
             case UInt8(ascii: "{"):
-                append(JSONNode(kind: .object, escaped: false, start: Int32(index), end: 0, next: 0, count: 0))
+                append(JSONNode(kind: .object, escaped: false, start: Int32(truncatingIfNeeded: index), end: 0, next: 0, count: 0))
                 index += 1
                 skipWhitespace()
                 var count: Int32 = 0
@@ -160,10 +162,10 @@ struct JSONTape: Sendable {
                         skipWhitespace()
                     }
                 }
-                nodes[slot].end = Int32(index)
+                nodes[slot].end = Int32(truncatingIfNeeded: index)
                 nodes[slot].count = count
             case UInt8(ascii: "["):
-                append(JSONNode(kind: .array, escaped: false, start: Int32(index), end: 0, next: 0, count: 0))
+                append(JSONNode(kind: .array, escaped: false, start: Int32(truncatingIfNeeded: index), end: 0, next: 0, count: 0))
                 index += 1
                 skipWhitespace()
                 var count: Int32 = 0
@@ -181,7 +183,7 @@ struct JSONTape: Sendable {
                         skipWhitespace()
                     }
                 }
-                nodes[slot].end = Int32(index)
+                nodes[slot].end = Int32(truncatingIfNeeded: index)
                 nodes[slot].count = count
             case UInt8(ascii: "\""):
                 try string()
@@ -191,15 +193,15 @@ struct JSONTape: Sendable {
             case UInt8(ascii: "n"): try literal("null", .null)
             default: try number()
             }
-            nodes[slot].next = Int32(used)
+            nodes[slot].next = Int32(truncatingIfNeeded: used)
         }
 
         mutating func literal(_ text: StaticString, _ kind: JSONKind) throws(Failure) {
             let count = text.utf8CodeUnitCount
             guard bytes.count - index >= count else { throw fail("unexpected end of input") }
             for offset in 0..<count where bytes[index + offset] != text.utf8Start[offset] { throw fail("invalid literal") }
-            append(JSONNode(kind: kind, escaped: false, start: Int32(index), end: Int32(index + count),
-                                  next: Int32(used + 1), count: 0))
+            append(JSONNode(kind: kind, escaped: false, start: Int32(truncatingIfNeeded: index), end: Int32(truncatingIfNeeded: index + count),
+                                  next: Int32(truncatingIfNeeded: used + 1), count: 0))
             index += count
         }
 
@@ -262,7 +264,7 @@ struct JSONTape: Sendable {
                 at = index
             }
             append(JSONNode(kind: .string, escaped: escaped, candidate: candidate,
-                                  start: Int32(start), end: Int32(at), next: Int32(used + 1), count: 0))
+                                  start: Int32(truncatingIfNeeded: start), end: Int32(truncatingIfNeeded: at), next: Int32(truncatingIfNeeded: used + 1), count: 0))
             index = at + 1
         }
 
@@ -271,7 +273,7 @@ struct JSONTape: Sendable {
             var value: UInt32 = 0
             for _ in 0..<4 {
                 guard let digit = JSONTape.hexValue(bytes[index]) else { return nil }
-                value = value << 4 | UInt32(digit)
+                value = value << 4 | UInt32(truncatingIfNeeded: digit)
                 index += 1
             }
             return value
@@ -294,8 +296,8 @@ struct JSONTape: Sendable {
                 guard let digit = peek, isDigit(digit) else { throw fail("invalid number") }
                 digits()
             }
-            append(JSONNode(kind: .number, escaped: false, start: Int32(start), end: Int32(index),
-                                  next: Int32(used + 1), count: 0))
+            append(JSONNode(kind: .number, escaped: false, start: Int32(truncatingIfNeeded: start), end: Int32(truncatingIfNeeded: index),
+                                  next: Int32(truncatingIfNeeded: used + 1), count: 0))
         }
 
         mutating func digits() {

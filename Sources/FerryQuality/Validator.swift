@@ -72,7 +72,7 @@ struct Validator {
             return
         }
         let value = nodes[node]
-        if flags.contains(.types), !matches(schema.pointee.types, value) {
+        if flags.contains(.types), !Self.matches(schema.pointee.types, value, bytes) {
             fail(node, "type", "must be \(schema.pointee.types.description), not \(Self.typeName(value.kind))")
             return
         }
@@ -80,7 +80,7 @@ struct Validator {
             let constValue = table.full[index].constValue!
             if !equals(node, constValue) { fail(node, "const", "must be \(constValue.text)") }
         }
-        if flags.contains(.enumStrings) ? !enumStringsContain(schema, value) : flags.contains(.enumAny) && !enumContains(index, node) {
+        if flags.contains(.enumStrings) ? !Self.enumStringsContain(table, schema, value, bytes) : flags.contains(.enumAny) && !enumContains(index, node) {
             let values = table.full[index].enumValues!
             let listed = values.prefix(8).map(\.text).joined(separator: ", ")
             fail(node, "enum", "must be one of \(listed)\(values.count > 8 ? ", …" : "")")
@@ -112,16 +112,17 @@ struct Validator {
     }
 
     /// Whether the value is one of a flat `enum`'s strings (compared in place, escapes decoded).
-    private func enumStringsContain(_ schema: UnsafePointer<FlatSchema>, _ value: JSONNode) -> Bool {
+    private static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ value: JSONNode,
+                                           _ bytes: UnsafeRawBufferPointer) -> Bool {
         guard value.kind == .string else { return false }
         if value.escaped {
             let decoded = JSONTape.decodedString(value, in: bytes)
-            return decoded.withUnsafeBytes { enumStringsContain(schema, $0) }
+            return decoded.withUnsafeBytes { enumStringsContain(table, schema, $0) }
         }
-        return enumStringsContain(schema, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
+        return enumStringsContain(table, schema, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
     }
 
-    private func enumStringsContain(_ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
+    private static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
         let strings = table.enumStrings + Int(schema.pointee.enumStart)
         for position in 0..<Int(schema.pointee.enumCount) where Int(strings[position].count) == text.count {
             if text.isEmpty || memcmp(table.bytes + Int(strings[position].start), text.baseAddress!, text.count) == 0 { return true }
@@ -142,9 +143,9 @@ struct Validator {
             if memberCount > 0 {
                 if key.escaped {
                     let decoded = JSONTape.decodedString(key, in: bytes)
-                    found = decoded.withUnsafeBytes { member(members, memberCount, $0) }
+                    found = decoded.withUnsafeBytes { Self.member(table.bytes, members, memberCount, $0) }
                 } else {
-                    found = member(members, memberCount, UnsafeRawBufferPointer(rebasing: bytes[Int(key.start)..<Int(key.end)]))
+                    found = Self.member(table.bytes, members, memberCount, UnsafeRawBufferPointer(rebasing: bytes[Int(key.start)..<Int(key.end)]))
                 }
             }
             if found >= 0 {
@@ -173,9 +174,10 @@ struct Validator {
     }
 
     /// The position of the member whose key is `key` among `count` members, -1 for none.
-    private func member(_ members: UnsafePointer<FlatMember>, _ count: Int, _ key: UnsafeRawBufferPointer) -> Int {
+    private static func member(_ pool: UnsafePointer<UInt8>, _ members: UnsafePointer<FlatMember>, _ count: Int,
+                               _ key: UnsafeRawBufferPointer) -> Int {
         for position in 0..<count where Int(members[position].keyCount) == key.count {
-            if key.isEmpty || memcmp(table.bytes + Int(members[position].keyStart), key.baseAddress!, key.count) == 0 { return position }
+            if key.isEmpty || memcmp(pool + Int(members[position].keyStart), key.baseAddress!, key.count) == 0 { return position }
         }
         return -1
     }
@@ -242,7 +244,7 @@ struct Validator {
 
     static func format(_ number: Double) -> String { JSONValue.number(number).text }
 
-    private func matches(_ types: Schema.Types, _ value: JSONNode) -> Bool {
+    private static func matches(_ types: Schema.Types, _ value: JSONNode, _ bytes: UnsafeRawBufferPointer) -> Bool {
         switch value.kind {
         case .object: types.contains(.object)
         case .array: types.contains(.array)
