@@ -51,6 +51,7 @@ struct JSONTape: Sendable {
     /// Parses `bytes` as ``parse(_:)`` does and lends the nodes to `body` (nil when the bytes are
     /// not one JSON value). The nodes of a document of up to ``stackNodes`` values live on the
     /// stack: no allocation (the gate's per-event parse, ``QualityGate/passesUntouched(frame:header:)``).
+    @inline(__always)
     static func withNodes<Result>(_ bytes: UnsafeRawBufferPointer, _ body: (UnsafeBufferPointer<JSONNode>?) -> Result) -> Result {
         withUnsafeTemporaryAllocation(of: JSONNode.self, capacity: stackNodes) { buffer in
             var parser = Parser(bytes: bytes, nodes: buffer.baseAddress!, capacity: buffer.count, onHeap: false)

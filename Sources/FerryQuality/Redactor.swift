@@ -204,7 +204,14 @@ public struct Redactor: Sendable {
     /// without building the edited bytes.
     func leavesUnchanged(_ view: JSONView, root: RedactionPath.Root) -> Bool {
         let mask = core.rootMask(root)
-        if mask == 0 && core.detectorKinds.isEmpty { return true }
+        if mask == 0 {
+            // Only the detectors can change it: nothing to walk when no string may be personal
+            // (the parser's candidate flag; a candidate key only sends us down the walk).
+            if core.detectorKinds.isEmpty { return true }
+            var candidates = false
+            for node in view.nodes where node.candidate { candidates = true; break }
+            if !candidates { return true }
+        }
         var walker = Walker(core: core, bytes: view.bytes, nodes: view.nodes)
         walker.walk(0, depth: 0, active: mask, key: -1)
         return walker.edits.isEmpty

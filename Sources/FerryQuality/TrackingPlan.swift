@@ -197,7 +197,7 @@ struct JSONView {
     let bytes: UnsafeRawBufferPointer
     let nodes: UnsafeBufferPointer<JSONNode>
 
-    func check(_ schemas: SchemaTable, _ schema: Int, root: String, into violations: inout [Violation]) {
+    func check(_ schemas: SchemaTable, _ schema: Int, root: StaticString, into violations: inout [Violation]) {
         guard !schemas.isTrivial(schema) else { return }
         var validator = Validator(table: schemas, bytes: bytes, nodes: nodes, root: root)
         validator.check(schema, node: 0)

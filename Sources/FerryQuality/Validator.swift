@@ -12,11 +12,11 @@ struct Validator {
     let table: SchemaTable
     let bytes: UnsafeRawBufferPointer
     let nodes: UnsafeBufferPointer<JSONNode>
-    let root: String
+    let root: StaticString
     /// Violations found, their `event` left empty (the caller names the event).
     var violations: [Violation] = []
 
-    init(table: SchemaTable, bytes: UnsafeRawBufferPointer, nodes: UnsafeBufferPointer<JSONNode>, root: String) {
+    init(table: SchemaTable, bytes: UnsafeRawBufferPointer, nodes: UnsafeBufferPointer<JSONNode>, root: StaticString) {
         self.table = table
         self.bytes = bytes
         self.nodes = nodes
@@ -26,7 +26,7 @@ struct Validator {
     /// The path of the value at tape index `target`: `properties.items[2].sku`, rebuilt by
     /// descending from the root through the subtrees that hold it.
     func path(of target: Int, appending extra: String? = nil) -> String {
-        var text = root
+        var text = root.description
         var node = 0
         while node != target {
             let container = nodes[node]
@@ -58,6 +58,7 @@ struct Validator {
         return text
     }
 
+    @inline(never)
     private mutating func fail(_ node: Int, _ rule: String, _ message: String, member: String? = nil) {
         violations.append(Violation(event: "", rule: rule, path: path(of: node, appending: member), message: message))
     }
@@ -73,23 +74,14 @@ struct Validator {
         }
         let value = nodes[node]
         if flags.contains(.types), !Self.matches(schema.pointee.types, value, bytes) {
-            fail(node, "type", "must be \(schema.pointee.types.description), not \(Self.typeName(value.kind))")
+            failType(node, schema.pointee.types, value.kind)
             return
         }
-        if flags.contains(.const) {
-            let constValue = table.full[index].constValue!
-            if !equals(node, constValue) { fail(node, "const", "must be \(constValue.text)") }
-        }
+        if flags.contains(.const) { checkConst(index, node) }
         if flags.contains(.enumStrings) ? !Self.enumStringsContain(table, schema, value, bytes) : flags.contains(.enumAny) && !enumContains(index, node) {
-            let values = table.full[index].enumValues!
-            let listed = values.prefix(8).map(\.text).joined(separator: ", ")
-            fail(node, "enum", "must be one of \(listed)\(values.count > 8 ? ", …" : "")")
+            failEnum(index, node)
         }
-        if flags.contains(.not) {
-            var inner = Validator(table: table, bytes: bytes, nodes: nodes, root: root)
-            inner.check(Int(schema.pointee.not), node: node)
-            if inner.violations.isEmpty { fail(node, "not", "must not match the schema under \"not\"") }
-        }
+        if flags.contains(.not) { checkNot(Int(schema.pointee.not), node) }
         switch value.kind {
         case .object: checkObject(schema, node: node)
         case .array:
@@ -106,6 +98,34 @@ struct Validator {
         }
     }
 
+    // The rarer checks and the messages, out of line: the passing path stays small.
+
+    @inline(never)
+    private mutating func failType(_ node: Int, _ types: Schema.Types, _ kind: JSONKind) {
+        fail(node, "type", "must be \(types.description), not \(Self.typeName(kind))")
+    }
+
+    @inline(never)
+    private mutating func checkConst(_ index: Int, _ node: Int) {
+        let constValue = table.full[index].constValue!
+        if !equals(node, constValue) { fail(node, "const", "must be \(constValue.text)") }
+    }
+
+    @inline(never)
+    private mutating func failEnum(_ index: Int, _ node: Int) {
+        let values = table.full[index].enumValues!
+        let listed = values.prefix(8).map(\.text).joined(separator: ", ")
+        fail(node, "enum", "must be one of \(listed)\(values.count > 8 ? ", …" : "")")
+    }
+
+    @inline(never)
+    private mutating func checkNot(_ not: Int, _ node: Int) {
+        var inner = Validator(table: table, bytes: bytes, nodes: nodes, root: root)
+        inner.check(not, node: node)
+        if inner.violations.isEmpty { fail(node, "not", "must not match the schema under \"not\"") }
+    }
+
+    @inline(never)
     private func enumContains(_ index: Int, _ node: Int) -> Bool {
         for value in table.full[index].enumValues! where equals(node, value) { return true }
         return false
@@ -162,13 +182,15 @@ struct Validator {
         let requiredCount = Int(schema.pointee.requiredCount)
         if requiredCount > 0 {
             let all: UInt64 = requiredCount == 64 ? .max : (1 << UInt64(requiredCount)) - 1
-            if seen != all {
-                let index = schema - table.flat
-                for member in table.full[index].members {
-                    if let bit = member.requiredBit, seen & (1 << UInt64(bit)) == 0 {
-                        fail(node, "required", "is required", member: member.name)
-                    }
-                }
+            if seen != all { failRequired(schema - table.flat, node, seen) }
+        }
+    }
+
+    @inline(never)
+    private mutating func failRequired(_ index: Int, _ node: Int, _ seen: UInt64) {
+        for member in table.full[index].members {
+            if let bit = member.requiredBit, seen & (1 << UInt64(bit)) == 0 {
+                fail(node, "required", "is required", member: member.name)
             }
         }
     }
