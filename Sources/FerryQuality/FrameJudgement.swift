@@ -35,21 +35,23 @@ extension QualityGate {
     /// The order of ``judge(_:)``: redaction (any change: false), then the plan.
     private func passes(_ fields: FrameFields, _ type: EventType, properties: JSONView, hasProperties: Bool, context: JSONView?) -> Bool {
         let isTraits = type == .identify || type == .group
-        if let redactor {
-            if hasProperties && !redactor.leavesUnchanged(properties, root: isTraits ? .traits : .properties) { return false }
-            if let context, !redactor.leavesUnchanged(context, root: .context) { return false }
-            guard redactor.leavesIdentifierUnchanged(fields.userID, .userId),
-                  redactor.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId),
-                  redactor.leavesIdentifierUnchanged(fields.previousID, .previousId),
-                  redactor.leavesIdentifierUnchanged(fields.groupID, .groupId)
+        // The redactor and the plan are used through optional chaining, not bound to locals: a
+        // binding would copy (retain and release) their compiled cores per event.
+        if redactor != nil {
+            if hasProperties && redactor?.leavesUnchanged(properties, root: isTraits ? .traits : .properties) == false { return false }
+            if let context, redactor?.leavesUnchanged(context, root: .context) == false { return false }
+            guard redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false,
+                  redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false,
+                  redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false,
+                  redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false
             else { return false }
         }
-        guard let plan else { return true }
-        let rule = plan.rule(type: type, name: fields.name)
+        guard plan != nil else { return true }
+        let rule = plan?.rule(type: type, name: fields.name) ?? -1
         if rule < 0 && !allowUnplanned { return false }
-        guard rule >= 0 || !plan.common.isEmpty else { return true }
+        guard rule >= 0 || plan?.common.isEmpty == false else { return true }
         var violations: [Violation] = []
-        plan.check(type: type, rule: rule, properties: properties, context: context, into: &violations)
+        plan?.check(type: type, rule: rule, properties: properties, context: context, into: &violations)
         return violations.isEmpty
     }
 }
