@@ -40,10 +40,11 @@ extension QualityGate {
         if redactor != nil {
             if hasProperties && redactor?.leavesUnchanged(properties, root: isTraits ? .traits : .properties) == false { return false }
             if let context, redactor?.leavesUnchanged(context, root: .context) == false { return false }
-            guard redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false,
-                  redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false,
-                  redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false,
-                  redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false
+            // An absent identifier is left unchanged: no call for it.
+            guard fields.userID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false,
+                  fields.anonymousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false,
+                  fields.previousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false,
+                  fields.groupID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false
             else { return false }
         }
         guard plan != nil else { return true }

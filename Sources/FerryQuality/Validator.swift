@@ -92,7 +92,13 @@ struct Validator {
                 check(items, node: child)
                 child = Int(nodes[child].next)
             }
-        case .string: if flags.contains(.text) { checkString(index, node) }
+        case .string:
+            guard flags.contains(.text) else { break }
+            // The common bound alone (`maxLength`, no pattern, format or minLength): a string
+            // within that many bytes as written passes (code points never outnumber bytes).
+            if !flags.contains(.patternOrFormat) && schema.pointee.minLength < 0
+                && Int(value.end - value.start) <= Int(schema.pointee.maxLength) { break }
+            checkString(index, node)
         case .number: if flags.contains(.bounds) { checkNumber(table.full.baseAddress! + index, node) }
         default: break
         }
@@ -145,7 +151,7 @@ struct Validator {
     private static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
         let strings = table.enumStrings + Int(schema.pointee.enumStart)
         for position in 0..<Int(schema.pointee.enumCount) where Int(strings[position].count) == text.count {
-            if text.isEmpty || memcmp(table.bytes + Int(strings[position].start), text.baseAddress!, text.count) == 0 { return true }
+            if text.isEmpty || Self.equalBytes(table.bytes + Int(strings[position].start), text.baseAddress!, text.count) { return true }
         }
         return false
     }
@@ -199,9 +205,22 @@ struct Validator {
     private static func member(_ pool: UnsafePointer<UInt8>, _ members: UnsafePointer<FlatMember>, _ count: Int,
                                _ key: UnsafeRawBufferPointer) -> Int {
         for position in 0..<count where Int(members[position].keyCount) == key.count {
-            if key.isEmpty || memcmp(pool + Int(members[position].keyStart), key.baseAddress!, key.count) == 0 { return position }
+            if key.isEmpty || Self.equalBytes(pool + Int(members[position].keyStart), key.baseAddress!, key.count) { return position }
         }
         return -1
+    }
+
+    /// Whether `count` bytes at `a` and `b` are equal: short ones (member names, enum strings)
+    /// compared in a loop, not by a call.
+    @inline(__always)
+    private static func equalBytes(_ a: UnsafePointer<UInt8>, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
+        guard count <= 16 else { return memcmp(a, b, count) == 0 }
+        var index = 0
+        while index < count {
+            if a[index] != b.load(fromByteOffset: index, as: UInt8.self) { return false }
+            index &+= 1
+        }
+        return true
     }
 
     private mutating func checkString(_ index: Int, _ node: Int) {
