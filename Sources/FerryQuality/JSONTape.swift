@@ -226,6 +226,13 @@ struct JSONTape: Sendable {
                         at &+= 8
                     }
                 } else {
+                    // Two words per step while both are plain text (one branch for 16 bytes).
+                    while at &+ 8 <= last {
+                        let first = (base + at).loadUnaligned(as: UInt64.self)
+                        let second = (base + (at &+ 8)).loadUnaligned(as: UInt64.self)
+                        if !JSONScan.isPlainText(first) || !JSONScan.isPlainText(second) { break }
+                        at &+= 16
+                    }
                     while at <= last {
                         let flags = JSONScan.attention((base + at).loadUnaligned(as: UInt64.self))
                         if flags != 0 { at &+= flags.trailingZeroBitCount &>> 3; break }
@@ -416,6 +423,15 @@ enum JSONScan {
         let notControl = low &+ ones &* (0x80 - 0x20)  // high bit: ≥ 0x20
         let notQuote = (low ^ (ones &* 0x22)) &+ lows  // high bit: ≠ '"'
         return ~((notControl & notQuote & notBackslash) | word) & highs
+    }
+
+    /// Whether every byte of `word` is ≥ 0x41 (or ≥ 0x80) and none is a backslash: letters and
+    /// the like, nothing ``attention(_:)`` flags (its first test).
+    @inline(__always)
+    static func isPlainText(_ word: UInt64) -> Bool {
+        let low = word & lows
+        let notBackslash = (low ^ (ones &* 0x5C)) &+ lows
+        return ((low &+ ones &* (0x80 - 0x41)) & notBackslash | word) & highs == highs
     }
 
     /// ``stops(_:)`` and the bytes 0x30…0x40: the digits, `:` and `@` that make a string a

@@ -285,6 +285,7 @@ struct Validator {
 
     static func format(_ number: Double) -> String { JSONValue.number(number).text }
 
+    @inline(__always)
     private static func matches(_ types: Schema.Types, _ value: JSONNode, _ bytes: UnsafeRawBufferPointer) -> Bool {
         switch value.kind {
         case .object: types.contains(.object)
