@@ -157,6 +157,7 @@ final class SchemaStorage: @unchecked Sendable {
     }
 
     /// The table, valid while this storage lives.
+    @inline(__always)
     var table: SchemaTable {
         SchemaTable(full: UnsafeBufferPointer(full), flat: flat.baseAddress!, members: members.baseAddress!,
                     enumStrings: enumStrings.baseAddress!, bytes: bytes.baseAddress!)

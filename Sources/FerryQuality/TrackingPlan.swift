@@ -199,9 +199,10 @@ struct JSONView {
 
     func check(_ schemas: SchemaTable, _ schema: Int, root: StaticString, into violations: inout [Violation]) {
         guard !schemas.isTrivial(schema) else { return }
-        var validator = Validator(table: schemas, bytes: bytes, nodes: nodes, root: root)
-        validator.check(schema, node: 0)
-        if !validator.violations.isEmpty { violations += validator.violations }
+        withUnsafeMutablePointer(to: &violations) { violations in
+            var validator = Validator(table: schemas, bytes: bytes, nodes: nodes, root: root, violations: violations)
+            validator.check(schema, node: 0)
+        }
     }
 
     /// Checks the top-level member `name` (if present) against `schema`.
@@ -211,9 +212,10 @@ struct JSONView {
         for _ in 0..<Int(nodes[0].count) {
             if JSONTape.decodedString(nodes[child], in: bytes).elementsEqual(name.utf8) {
                 // The path is rebuilt from the tape's root: name the context, not context.traits twice.
-                var validator = Validator(table: schemas, bytes: bytes, nodes: nodes, root: "context")
-                validator.check(schema, node: child + 1)
-                violations += validator.violations
+                withUnsafeMutablePointer(to: &violations) { violations in
+                    var validator = Validator(table: schemas, bytes: bytes, nodes: nodes, root: "context", violations: violations)
+                    validator.check(schema, node: child + 1)
+                }
                 return
             }
             child = Int(nodes[child + 1].next)

@@ -13,14 +13,17 @@ struct Validator {
     let bytes: UnsafeRawBufferPointer
     let nodes: UnsafeBufferPointer<JSONNode>
     let root: StaticString
-    /// Violations found, their `event` left empty (the caller names the event).
-    var violations: [Violation] = []
+    /// Where violations go (the caller's array, lent for the check: the validator itself holds
+    /// nothing to release), their `event` left empty (the caller names the event).
+    let violations: UnsafeMutablePointer<[Violation]>
 
-    init(table: SchemaTable, bytes: UnsafeRawBufferPointer, nodes: UnsafeBufferPointer<JSONNode>, root: StaticString) {
+    init(table: SchemaTable, bytes: UnsafeRawBufferPointer, nodes: UnsafeBufferPointer<JSONNode>, root: StaticString,
+         violations: UnsafeMutablePointer<[Violation]>) {
         self.table = table
         self.bytes = bytes
         self.nodes = nodes
         self.root = root
+        self.violations = violations
     }
 
     /// The path of the value at tape index `target`: `properties.items[2].sku`, rebuilt by
@@ -60,7 +63,7 @@ struct Validator {
 
     @inline(never)
     private mutating func fail(_ node: Int, _ rule: String, _ message: String, member: String? = nil) {
-        violations.append(Violation(event: "", rule: rule, path: path(of: node, appending: member), message: message))
+        violations.pointee.append(Violation(event: "", rule: rule, path: path(of: node, appending: member), message: message))
     }
 
     /// Checks the value at tape index `node` against schema `index`.
@@ -126,9 +129,12 @@ struct Validator {
 
     @inline(never)
     private mutating func checkNot(_ not: Int, _ node: Int) {
-        var inner = Validator(table: table, bytes: bytes, nodes: nodes, root: root)
-        inner.check(not, node: node)
-        if inner.violations.isEmpty { fail(node, "not", "must not match the schema under \"not\"") }
+        var found: [Violation] = []
+        withUnsafeMutablePointer(to: &found) { found in
+            var inner = Validator(table: table, bytes: bytes, nodes: nodes, root: root, violations: found)
+            inner.check(not, node: node)
+        }
+        if found.isEmpty { fail(node, "not", "must not match the schema under \"not\"") }
     }
 
     @inline(never)
