@@ -47,7 +47,7 @@ enum Detectors {
     struct KindSet: OptionSet, Sendable {
         let rawValue: UInt8
         init(rawValue: UInt8) { self.rawValue = rawValue }
-        init(_ kind: DetectorKind) { rawValue = 1 << UInt8(DetectorKind.allCases.firstIndex(of: kind)!) }
+        init(_ kind: DetectorKind) { rawValue = 1 << UInt8(kind.index) }
         static let email = KindSet(.email), phone = KindSet(.phone), ip = KindSet(.ip), card = KindSet(.card), iban = KindSet(.iban)
         static let all: KindSet = [.email, .phone, .ip, .card, .iban]
     }

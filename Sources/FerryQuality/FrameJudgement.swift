@@ -14,47 +14,45 @@ extension QualityGate {
             if fields.properties.isEmpty {
                 return ParsedJSON.empty.withView { passes(fields, header.type, properties: $0, hasProperties: false) }
             }
-            guard let tape = Self.object(fields.properties) else { return false }
-            return tape.nodes.withUnsafeBufferPointer { nodes in
-                passes(fields, header.type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
+            // The tapes live on the stack for the call (JSONTape.withNodes): nothing allocated.
+            return JSONTape.withNodes(fields.properties) { nodes in
+                guard let nodes, nodes.first?.kind == .object else { return false }
+                return passes(fields, header.type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
             }
         }
-    }
-
-    /// `bytes` parsed, when they are one JSON object.
-    private static func object(_ bytes: UnsafeRawBufferPointer) -> JSONTape? {
-        guard let tape = try? JSONTape.parse(bytes), tape.nodes.first?.kind == .object else { return nil }
-        return tape
     }
 
     private func passes(_ fields: FrameFields, _ type: EventType, properties: JSONView, hasProperties: Bool) -> Bool {
         if fields.context.isEmpty {
             return passes(fields, type, properties: properties, hasProperties: hasProperties, context: nil)
         }
-        guard let tape = Self.object(fields.context) else { return false }
-        return tape.nodes.withUnsafeBufferPointer { nodes in
-            passes(fields, type, properties: properties, hasProperties: hasProperties, context: JSONView(bytes: fields.context, nodes: nodes))
+        return JSONTape.withNodes(fields.context) { nodes in
+            guard let nodes, nodes.first?.kind == .object else { return false }
+            return passes(fields, type, properties: properties, hasProperties: hasProperties, context: JSONView(bytes: fields.context, nodes: nodes))
         }
     }
 
     /// The order of ``judge(_:)``: redaction (any change: false), then the plan.
     private func passes(_ fields: FrameFields, _ type: EventType, properties: JSONView, hasProperties: Bool, context: JSONView?) -> Bool {
         let isTraits = type == .identify || type == .group
-        if let redactor {
-            if hasProperties && !redactor.leavesUnchanged(properties, root: isTraits ? .traits : .properties) { return false }
-            if let context, !redactor.leavesUnchanged(context, root: .context) { return false }
-            guard redactor.leavesIdentifierUnchanged(fields.userID, .userId),
-                  redactor.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId),
-                  redactor.leavesIdentifierUnchanged(fields.previousID, .previousId),
-                  redactor.leavesIdentifierUnchanged(fields.groupID, .groupId)
+        // The redactor and the plan are used through optional chaining, not bound to locals: a
+        // binding would copy (retain and release) their compiled cores per event.
+        if redactor != nil {
+            if hasProperties && redactor?.leavesUnchanged(properties, root: isTraits ? .traits : .properties) == false { return false }
+            if let context, redactor?.leavesUnchanged(context, root: .context) == false { return false }
+            // An absent identifier is left unchanged: no call for it.
+            guard fields.userID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false,
+                  fields.anonymousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false,
+                  fields.previousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false,
+                  fields.groupID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false
             else { return false }
         }
-        guard let plan else { return true }
-        let rule = plan.rule(type: type, name: fields.name)
+        guard plan != nil else { return true }
+        let rule = plan?.rule(type: type, name: fields.name) ?? -1
         if rule < 0 && !allowUnplanned { return false }
-        guard rule >= 0 || !plan.common.isEmpty else { return true }
+        guard rule >= 0 || plan?.common.isEmpty == false else { return true }
         var violations: [Violation] = []
-        plan.check(type: type, rule: rule, properties: properties, context: context, into: &violations)
+        plan?.check(type: type, rule: rule, properties: properties, context: context, into: &violations)
         return violations.isEmpty
     }
 }

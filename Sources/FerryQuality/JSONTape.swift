@@ -42,14 +42,32 @@ struct JSONTape: Sendable {
 
     /// Parses `bytes` as exactly one JSON value with optional whitespace around it.
     static func parse(_ bytes: UnsafeRawBufferPointer) throws(Failure) -> JSONTape {
-        var parser = Parser(bytes: bytes)
-        parser.nodes.reserveCapacity(16)
-        parser.skipWhitespace()
-        try parser.value(depth: 0)
-        parser.skipWhitespace()
-        guard parser.index == bytes.count else { throw Failure(offset: parser.index, reason: "unexpected data after the value") }
-        return JSONTape(nodes: parser.nodes)
+        var parser = Parser(bytes: bytes, nodes: .allocate(capacity: 16), capacity: 16, onHeap: true)
+        defer { parser.nodes.deallocate() }
+        try parser.document()
+        return JSONTape(nodes: Array(UnsafeBufferPointer(start: parser.nodes, count: parser.used)))
     }
+
+    /// Parses `bytes` as ``parse(_:)`` does and lends the nodes to `body` (nil when the bytes are
+    /// not one JSON value). The nodes of a document of up to ``stackNodes`` values live on the
+    /// stack: no allocation (the gate's per-event parse, ``QualityGate/passesUntouched(frame:header:)``).
+    @inline(__always)
+    static func withNodes<Result>(_ bytes: UnsafeRawBufferPointer, _ body: (UnsafeBufferPointer<JSONNode>?) -> Result) -> Result {
+        withUnsafeTemporaryAllocation(of: JSONNode.self, capacity: stackNodes) { buffer in
+            var parser = Parser(bytes: bytes, nodes: buffer.baseAddress!, capacity: buffer.count, onHeap: false)
+            defer { if parser.onHeap { parser.nodes.deallocate() } }
+            do throws(Failure) {
+                try parser.document()
+            } catch {
+                return body(nil)
+            }
+            return body(UnsafeBufferPointer(start: parser.nodes, count: parser.used))
+        }
+    }
+
+    /// Nodes ``withNodes(_:_:)`` keeps on the stack (48 × 20 bytes: within the 1 KiB that
+    /// `withUnsafeTemporaryAllocation` always places there); more move to the heap.
+    static let stackNodes = 48
 
     /// ``parse(_:)`` over an array.
     static func parse(_ bytes: [UInt8]) throws(Failure) -> JSONTape {
@@ -59,10 +77,49 @@ struct JSONTape: Sendable {
         return try result.get()
     }
 
+    /// The parser writes nodes into a buffer it grows itself (no array: an append is a store).
     private struct Parser {
         let bytes: UnsafeRawBufferPointer
         var index = 0
-        var nodes: [JSONNode] = []
+        var nodes: UnsafeMutablePointer<JSONNode>
+        var capacity: Int
+        /// Nodes written.
+        var used = 0
+        /// Whether `nodes` was allocated by the parser (freed by its owner).
+        var onHeap: Bool
+
+        init(bytes: UnsafeRawBufferPointer, nodes: UnsafeMutablePointer<JSONNode>, capacity: Int, onHeap: Bool) {
+            self.bytes = bytes
+            self.nodes = nodes
+            self.capacity = capacity
+            self.onHeap = onHeap
+        }
+
+        /// Exactly one value with optional whitespace around it.
+        mutating func document() throws(Failure) {
+            // Offsets are stored as Int32 (converted unchecked below).
+            guard bytes.count < Int(Int32.max) else { throw fail("a document of 2 GiB or more") }
+            skipWhitespace()
+            try value(depth: 0)
+            skipWhitespace()
+            guard index == bytes.count else { throw fail("unexpected data after the value") }
+        }
+
+        @inline(__always)
+        mutating func append(_ node: JSONNode) {
+            if used == capacity { grow() }
+            (nodes + used).initialize(to: node)
+            used &+= 1
+        }
+
+        mutating func grow() {
+            let bigger = UnsafeMutablePointer<JSONNode>.allocate(capacity: capacity * 2)
+            bigger.moveInitialize(from: nodes, count: used)
+            if onHeap { nodes.deallocate() }
+            nodes = bigger
+            capacity *= 2
+            onHeap = true
+        }
 
         var peek: UInt8? { index < bytes.count ? bytes[index] : nil }
 
@@ -79,10 +136,10 @@ struct JSONTape: Sendable {
         mutating func value(depth: Int) throws(Failure) {
             guard depth < JSONTape.maxDepth else { throw fail("nesting deeper than \(JSONTape.maxDepth)") }
             guard let byte = peek else { throw fail("unexpected end of input") }
-            let slot = nodes.count
+            let slot = used
             switch byte {
             case UInt8(ascii: "{"):
-                nodes.append(JSONNode(kind: .object, escaped: false, start: Int32(index), end: 0, next: 0, count: 0))
+                append(JSONNode(kind: .object, escaped: false, start: Int32(truncatingIfNeeded: index), end: 0, next: 0, count: 0))
                 index += 1
                 skipWhitespace()
                 var count: Int32 = 0
@@ -106,10 +163,10 @@ struct JSONTape: Sendable {
                         skipWhitespace()
                     }
                 }
-                nodes[slot].end = Int32(index)
+                nodes[slot].end = Int32(truncatingIfNeeded: index)
                 nodes[slot].count = count
             case UInt8(ascii: "["):
-                nodes.append(JSONNode(kind: .array, escaped: false, start: Int32(index), end: 0, next: 0, count: 0))
+                append(JSONNode(kind: .array, escaped: false, start: Int32(truncatingIfNeeded: index), end: 0, next: 0, count: 0))
                 index += 1
                 skipWhitespace()
                 var count: Int32 = 0
@@ -127,7 +184,7 @@ struct JSONTape: Sendable {
                         skipWhitespace()
                     }
                 }
-                nodes[slot].end = Int32(index)
+                nodes[slot].end = Int32(truncatingIfNeeded: index)
                 nodes[slot].count = count
             case UInt8(ascii: "\""):
                 try string()
@@ -137,55 +194,57 @@ struct JSONTape: Sendable {
             case UInt8(ascii: "n"): try literal("null", .null)
             default: try number()
             }
-            nodes[slot].next = Int32(nodes.count)
+            nodes[slot].next = Int32(truncatingIfNeeded: used)
         }
 
         mutating func literal(_ text: StaticString, _ kind: JSONKind) throws(Failure) {
             let count = text.utf8CodeUnitCount
             guard bytes.count - index >= count else { throw fail("unexpected end of input") }
             for offset in 0..<count where bytes[index + offset] != text.utf8Start[offset] { throw fail("invalid literal") }
-            nodes.append(JSONNode(kind: kind, escaped: false, start: Int32(index), end: Int32(index + count),
-                                  next: Int32(nodes.count + 1), count: 0))
+            append(JSONNode(kind: kind, escaped: false, start: Int32(truncatingIfNeeded: index), end: Int32(truncatingIfNeeded: index + count),
+                                  next: Int32(truncatingIfNeeded: used + 1), count: 0))
             index += count
         }
 
-        /// A string from its opening quote.
+        /// A string from its opening quote. Eight bytes at a time (``JSONScan``): a word none of
+        /// whose bytes needs attention is skipped with one test; once the string is known to be a
+        /// detector candidate, only its end and escapes are looked for.
         mutating func string() throws(Failure) {
             let start = index + 1
             var at = start
             var escaped = false
-            var candidate: UInt64 = 0
-            var candidateByte = false
+            var candidate = false
             let count = bytes.count
-            let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080, lows: UInt64 = 0x7F7F_7F7F_7F7F_7F7F
+            let last = count &- 8  // the last offset a whole word can be read from
+            let base = bytes.baseAddress!  // not empty: `index` is at the opening quote
             while true {
-                // Eight bytes at a time while none is a quote, a backslash or a control byte
-                // (wrapping arithmetic: no overflow checks in the loop that reads most bytes).
-                while count &- at >= 8 {
-                    let word = bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self)
-                    let quote = word ^ (ones &* 0x22), backslash = word ^ (ones &* 0x5C)
-                    let stop = (((word &- ones &* 0x20) & ~word) | ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash)) & highs
-                    // A digit or ':' (0x30…0x3A, Bit Twiddling Hacks' hasbetween) or '@'.
-                    let at40 = word ^ (ones &* 0x40)
-                    let found = (((ones &* (127 + 0x3B) &- (word & lows)) & ~word & ((word & lows) &+ ones &* (127 - 0x2F)))
-                        | ((at40 &- ones) & ~at40)) & highs
-                    if stop != 0 {
-                        // The lowest flagged byte is a real one (a borrow only flags bytes above a
-                        // real hit): the bytes below it are plain, skip them at once.
-                        let offset = stop.trailingZeroBitCount >> 3
-                        if offset > 0 { candidate |= found & (UInt64.max >> UInt64(64 - offset * 8)) }
-                        at &+= offset
-                        break
+                // Wrapping arithmetic: no overflow checks in the loops that read most bytes.
+                if candidate {
+                    while at <= last {
+                        let flags = JSONScan.stops((base + at).loadUnaligned(as: UInt64.self))
+                        if flags != 0 { at &+= flags.trailingZeroBitCount &>> 3; break }
+                        at &+= 8
                     }
-                    candidate |= found
-                    at &+= 8
+                } else {
+                    // Two words per step while both are plain text (one branch for 16 bytes).
+                    while at &+ 8 <= last {
+                        let first = (base + at).loadUnaligned(as: UInt64.self)
+                        let second = (base + (at &+ 8)).loadUnaligned(as: UInt64.self)
+                        if !JSONScan.isPlainText(first) || !JSONScan.isPlainText(second) { break }
+                        at &+= 16
+                    }
+                    while at <= last {
+                        let flags = JSONScan.attention((base + at).loadUnaligned(as: UInt64.self))
+                        if flags != 0 { at &+= flags.trailingZeroBitCount &>> 3; break }
+                        at &+= 8
+                    }
                 }
                 guard at < count else { index = at; throw fail("unterminated string") }
-                let byte = bytes[at]
+                let byte = base.load(fromByteOffset: at, as: UInt8.self)
                 if byte == UInt8(ascii: "\"") { break }
                 if byte < 0x20 { index = at; throw fail("control character in a string") }
                 at &+= 1
-                if byte &- 0x30 <= 0x0A || byte == 0x40 { candidateByte = true }
+                if JSONScan.isCandidate(byte) { candidate = true; continue }
                 guard byte == UInt8(ascii: "\\") else { continue }
                 escaped = true
                 index = at
@@ -196,7 +255,7 @@ struct JSONTape: Sendable {
                      UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
                     break
                 case UInt8(ascii: "u"):
-                    candidateByte = true  // it may stand for one
+                    candidate = true  // it may stand for one
                     guard let unit = hex4() else { throw fail("invalid \\u escape") }
                     if unit >= 0xD800 && unit < 0xDC00 {
                         // A high surrogate must be followed by a low one.
@@ -212,8 +271,8 @@ struct JSONTape: Sendable {
                 }
                 at = index
             }
-            nodes.append(JSONNode(kind: .string, escaped: escaped, candidate: candidateByte || candidate & highs != 0,
-                                  start: Int32(start), end: Int32(at), next: Int32(nodes.count + 1), count: 0))
+            append(JSONNode(kind: .string, escaped: escaped, candidate: candidate,
+                                  start: Int32(truncatingIfNeeded: start), end: Int32(truncatingIfNeeded: at), next: Int32(truncatingIfNeeded: used + 1), count: 0))
             index = at + 1
         }
 
@@ -222,17 +281,10 @@ struct JSONTape: Sendable {
             var value: UInt32 = 0
             for _ in 0..<4 {
                 guard let digit = JSONTape.hexValue(bytes[index]) else { return nil }
-                value = value << 4 | UInt32(digit)
+                value = value << 4 | UInt32(truncatingIfNeeded: digit)
                 index += 1
             }
             return value
-        }
-
-        static func needsAttention(_ word: UInt64) -> Bool {
-            let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-            func hasZero(_ value: UInt64) -> Bool { (value &- ones) & ~value & highs != 0 }
-            let control = (word &- ones &* 0x20) & ~word & highs != 0
-            return control || hasZero(word ^ (ones &* 0x22)) || hasZero(word ^ (ones &* 0x5C))
         }
 
         mutating func number() throws(Failure) {
@@ -252,8 +304,8 @@ struct JSONTape: Sendable {
                 guard let digit = peek, isDigit(digit) else { throw fail("invalid number") }
                 digits()
             }
-            nodes.append(JSONNode(kind: .number, escaped: false, start: Int32(start), end: Int32(index),
-                                  next: Int32(nodes.count + 1), count: 0))
+            append(JSONNode(kind: .number, escaped: false, start: Int32(truncatingIfNeeded: start), end: Int32(truncatingIfNeeded: index),
+                                  next: Int32(truncatingIfNeeded: used + 1), count: 0))
         }
 
         mutating func digits() {
@@ -347,4 +399,60 @@ struct JSONTape: Sendable {
         let value = double(node, in: bytes)
         return value.isFinite && value.rounded(.towardZero) == value
     }
+}
+
+/// The string scan's byte classes, eight bytes at a time (SWAR). Each test is exact per byte: it
+/// works on the low seven bits of each byte (adding at most 0x80 to a byte of at most 0x7F never
+/// carries into the next byte), so a flag marks exactly the bytes of its class and the lowest
+/// flag is the first such byte. Bytes ≥ 0x80 (UTF-8 sequences) are in no class. Each test first
+/// asks whether every byte is above its class (letters, most punctuation: one add and a
+/// backslash test) and only then tells the classes apart.
+enum JSONScan {
+    static let ones: UInt64 = 0x0101_0101_0101_0101
+    static let lows: UInt64 = 0x7F7F_7F7F_7F7F_7F7F
+    static let highs: UInt64 = 0x8080_8080_8080_8080
+
+    /// The high bit of each byte of `word` that ends a string's plain run: a quote, a backslash
+    /// or a control byte (< 0x20).
+    @inline(__always)
+    static func stops(_ word: UInt64) -> UInt64 {
+        let low = word & lows
+        let notBackslash = (low ^ (ones &* 0x5C)) &+ lows  // high bit: ≠ '\\'
+        // Every byte ≥ 0x23 (or ≥ 0x80) and none a backslash: nothing to stop at.
+        if ((low &+ ones &* (0x80 - 0x23)) & notBackslash | word) & highs == highs { return 0 }
+        let notControl = low &+ ones &* (0x80 - 0x20)  // high bit: ≥ 0x20
+        let notQuote = (low ^ (ones &* 0x22)) &+ lows  // high bit: ≠ '"'
+        return ~((notControl & notQuote & notBackslash) | word) & highs
+    }
+
+    /// Whether every byte of `word` is ≥ 0x41 (or ≥ 0x80) and none is a backslash: letters and
+    /// the like, nothing ``attention(_:)`` flags (its first test).
+    @inline(__always)
+    static func isPlainText(_ word: UInt64) -> Bool {
+        let low = word & lows
+        let notBackslash = (low ^ (ones &* 0x5C)) &+ lows
+        return ((low &+ ones &* (0x80 - 0x41)) & notBackslash | word) & highs == highs
+    }
+
+    /// ``stops(_:)`` and the bytes 0x30…0x40: the digits, `:` and `@` that make a string a
+    /// detector candidate (``isCandidate(_:)``), and `;<=>?` between them, rare in text, which
+    /// the byte-at-a-time step passes over.
+    @inline(__always)
+    static func attention(_ word: UInt64) -> UInt64 {
+        let low = word & lows
+        let notBackslash = (low ^ (ones &* 0x5C)) &+ lows
+        let above40 = low &+ ones &* (0x80 - 0x41)  // high bit: ≥ 0x41
+        // Every byte ≥ 0x41 (or ≥ 0x80) and none a backslash: the common word of text.
+        if (above40 & notBackslash | word) & highs == highs { return 0 }
+        let notControl = low &+ ones &* (0x80 - 0x20)
+        let notQuote = (low ^ (ones &* 0x22)) &+ lows
+        // High bit of (≥ 0x30) xor (≥ 0x41): in 0x30…0x40.
+        let digitToAt = (low &+ ones &* (0x80 - 0x30)) ^ above40
+        return (digitToAt | ~(notControl & notQuote & notBackslash)) & ~word & highs
+    }
+
+    /// A raw byte that makes a string a candidate for the detectors: a digit, `:` or `@`
+    /// (``Detectors/mayBePersonal(_:)``).
+    @inline(__always)
+    static func isCandidate(_ byte: UInt8) -> Bool { byte &- 0x30 <= 0x0A || byte == 0x40 }
 }

@@ -86,6 +86,19 @@ struct RedactionPath: Hashable, Sendable {
         case properties, traits, context, userId, anonymousId, previousId, groupId
 
         var isIdentifier: Bool { self != .properties && self != .traits && self != .context }
+
+        /// The position of the root in ``allCases`` (a table index, without searching the cases).
+        var index: Int {
+            switch self {
+            case .properties: 0
+            case .traits: 1
+            case .context: 2
+            case .userId: 3
+            case .anonymousId: 4
+            case .previousId: 5
+            case .groupId: 6
+            }
+        }
     }
     /// A step below the root: a member name, or `*` (any member, any array element).
     enum Step: Hashable, Sendable {

@@ -30,11 +30,11 @@ public struct Redactor: Sendable {
         }
 
         func action(for kind: DetectorKind) -> RedactionAction? {
-            detectorActions[DetectorKind.allCases.firstIndex(of: kind)!]
+            detectorActions[kind.index]
         }
 
         func rootMask(_ root: RedactionPath.Root) -> UInt64 {
-            rootMasks[RedactionPath.Root.allCases.firstIndex(of: root)!]
+            rootMasks[root.index]
         }
     }
 
@@ -56,13 +56,13 @@ public struct Redactor: Sendable {
         var masks = [UInt64](repeating: 0, count: RedactionPath.Root.allCases.count)
         for (index, rule) in configuration.rules.enumerated() {
             let path = try RedactionPath(parsing: rule.path, at: "rules[\(index)].path")
-            masks[RedactionPath.Root.allCases.firstIndex(of: path.root)!] |= 1 << UInt64(index)
+            masks[path.root.index] |= 1 << UInt64(index)
             rules.append(Compiled(path: path, action: rule.action))
         }
         var actions = [RedactionAction?](repeating: nil, count: DetectorKind.allCases.count)
         var kinds: Detectors.KindSet = []
         for detector in configuration.detectors {
-            actions[DetectorKind.allCases.firstIndex(of: detector.kind)!] = detector.action
+            actions[detector.kind.index] = detector.action
             kinds.insert(Detectors.KindSet(detector.kind))
         }
         let hashes = configuration.rules.contains { $0.action == .hash } || configuration.detectors.contains { $0.action == .hash }
@@ -204,7 +204,14 @@ public struct Redactor: Sendable {
     /// without building the edited bytes.
     func leavesUnchanged(_ view: JSONView, root: RedactionPath.Root) -> Bool {
         let mask = core.rootMask(root)
-        if mask == 0 && core.detectorKinds.isEmpty { return true }
+        if mask == 0 {
+            // Only the detectors can change it: nothing to walk when no string may be personal
+            // (the parser's candidate flag; a candidate key only sends us down the walk).
+            if core.detectorKinds.isEmpty { return true }
+            var candidates = false
+            for node in view.nodes where node.candidate { candidates = true; break }
+            if !candidates { return true }
+        }
         var walker = Walker(core: core, bytes: view.bytes, nodes: view.nodes)
         walker.walk(0, depth: 0, active: mask, key: -1)
         return walker.edits.isEmpty
@@ -221,7 +228,8 @@ public struct Redactor: Sendable {
 
     /// Walks a document's tape, deciding each value's fate, then writes the result.
     private struct Walker {
-        let core: Core
+        /// Unretained: a walker lives within a call on the redactor that holds the core.
+        unowned(unsafe) let core: Core
         let bytes: UnsafeRawBufferPointer
         let nodes: UnsafeBufferPointer<JSONNode>
         /// Replacements by tape index, in tape order; nil drops the value.

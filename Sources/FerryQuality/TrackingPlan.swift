@@ -32,11 +32,14 @@ public struct TrackingPlan: Sendable {
         let schemas: [Schema]
         let rules: [Rule]
         let common: [Rule]
+        /// The schemas as the validator reads them (flat, in place).
+        let storage: SchemaStorage
 
         init(schemas: [Schema], rules: [Rule], common: [Rule]) {
             self.schemas = schemas
             self.rules = rules
             self.common = common
+            storage = SchemaStorage(schemas)
         }
     }
 
@@ -125,12 +128,13 @@ public struct TrackingPlan: Sendable {
 
     /// ``check(type:rule:properties:context:into:)`` over documents read in place.
     func check(type: EventType, rule: Int, properties: JSONView, context: JSONView?, into violations: inout [Violation]) {
-        core.schemas.withUnsafeBufferPointer { schemas in
-            if rule >= 0 {
-                core.rules.withUnsafeBufferPointer { rules in
-                    Self.apply(rules.baseAddress! + rule, schemas, type: type, properties: properties, context: context, into: &violations)
-                }
+        let schemas = core.storage.table
+        if rule >= 0 {
+            core.rules.withUnsafeBufferPointer { rules in
+                Self.apply(rules.baseAddress! + rule, schemas, type: type, properties: properties, context: context, into: &violations)
             }
+        }
+        if !core.common.isEmpty {
             core.common.withUnsafeBufferPointer { common in
                 for index in 0..<common.count {
                     Self.apply(common.baseAddress! + index, schemas, type: type, properties: properties, context: context, into: &violations)
@@ -139,7 +143,7 @@ public struct TrackingPlan: Sendable {
         }
     }
 
-    private static func apply(_ applied: UnsafePointer<Rule>, _ schemas: UnsafeBufferPointer<Schema>, type: EventType, properties: JSONView,
+    private static func apply(_ applied: UnsafePointer<Rule>, _ schemas: SchemaTable, type: EventType, properties: JSONView,
                               context: JSONView?, into violations: inout [Violation]) {
         let isTraits = type == .identify || type == .group
         if let schema = isTraits ? applied.pointee.traits : applied.pointee.properties {
@@ -193,23 +197,25 @@ struct JSONView {
     let bytes: UnsafeRawBufferPointer
     let nodes: UnsafeBufferPointer<JSONNode>
 
-    func check(_ schemas: UnsafeBufferPointer<Schema>, _ schema: Int, root: String, into violations: inout [Violation]) {
-        guard !schemas[schema].isTrivial else { return }
-        var validator = Validator(schemas: schemas, bytes: bytes, nodes: nodes, root: root)
-        validator.check(schema, node: 0)
-        if !validator.violations.isEmpty { violations += validator.violations }
+    func check(_ schemas: SchemaTable, _ schema: Int, root: StaticString, into violations: inout [Violation]) {
+        guard !schemas.isTrivial(schema) else { return }
+        withUnsafeMutablePointer(to: &violations) { violations in
+            var validator = Validator(table: schemas, bytes: bytes, nodes: nodes, root: root, violations: violations)
+            validator.check(schema, node: 0)
+        }
     }
 
     /// Checks the top-level member `name` (if present) against `schema`.
-    func checkMember(_ name: String, _ schemas: UnsafeBufferPointer<Schema>, _ schema: Int, into violations: inout [Violation]) {
+    func checkMember(_ name: String, _ schemas: SchemaTable, _ schema: Int, into violations: inout [Violation]) {
         guard nodes.first?.kind == .object else { return }
         var child = 1
         for _ in 0..<Int(nodes[0].count) {
             if JSONTape.decodedString(nodes[child], in: bytes).elementsEqual(name.utf8) {
                 // The path is rebuilt from the tape's root: name the context, not context.traits twice.
-                var validator = Validator(schemas: schemas, bytes: bytes, nodes: nodes, root: "context")
-                validator.check(schema, node: child + 1)
-                violations += validator.violations
+                withUnsafeMutablePointer(to: &violations) { violations in
+                    var validator = Validator(table: schemas, bytes: bytes, nodes: nodes, root: "context", violations: violations)
+                    validator.check(schema, node: child + 1)
+                }
                 return
             }
             child = Int(nodes[child + 1].next)

@@ -5,27 +5,31 @@ import Darwin
 #endif
 
 /// Checks one parsed JSON document (a ``JSONTape`` over its bytes) against compiled schemas,
-/// collecting violations. Nothing is allocated on the passing path: schemas are read in place
-/// and the path of a value is rebuilt from the tape only when it breaks a rule.
+/// collecting violations. Nothing is allocated or retained on the passing path: the flat schemas
+/// (``SchemaTable``) are read in place, the full ones only for the rarer checks and messages, and
+/// the path of a value is rebuilt from the tape only when it breaks a rule.
 struct Validator {
-    let schemas: UnsafeBufferPointer<Schema>
+    let table: SchemaTable
     let bytes: UnsafeRawBufferPointer
     let nodes: UnsafeBufferPointer<JSONNode>
-    let root: String
-    /// Violations found, their `event` left empty (the caller names the event).
-    var violations: [Violation] = []
+    let root: StaticString
+    /// Where violations go (the caller's array, lent for the check: the validator itself holds
+    /// nothing to release), their `event` left empty (the caller names the event).
+    let violations: UnsafeMutablePointer<[Violation]>
 
-    init(schemas: UnsafeBufferPointer<Schema>, bytes: UnsafeRawBufferPointer, nodes: UnsafeBufferPointer<JSONNode>, root: String) {
-        self.schemas = schemas
+    init(table: SchemaTable, bytes: UnsafeRawBufferPointer, nodes: UnsafeBufferPointer<JSONNode>, root: StaticString,
+         violations: UnsafeMutablePointer<[Violation]>) {
+        self.table = table
         self.bytes = bytes
         self.nodes = nodes
         self.root = root
+        self.violations = violations
     }
 
     /// The path of the value at tape index `target`: `properties.items[2].sku`, rebuilt by
     /// descending from the root through the subtrees that hold it.
     func path(of target: Int, appending extra: String? = nil) -> String {
-        var text = root
+        var text = root.description
         var node = 0
         while node != target {
             let container = nodes[node]
@@ -57,119 +61,189 @@ struct Validator {
         return text
     }
 
+    @inline(never)
     private mutating func fail(_ node: Int, _ rule: String, _ message: String, member: String? = nil) {
-        violations.append(Violation(event: "", rule: rule, path: path(of: node, appending: member), message: message))
+        violations.pointee.append(Violation(event: "", rule: rule, path: path(of: node, appending: member), message: message))
     }
 
     /// Checks the value at tape index `node` against schema `index`.
     mutating func check(_ index: Int, node: Int) {
-        let schema = schemas.baseAddress! + index
-        if schema.pointee.ruleCount == 0 { return }
-        if schema.pointee.never {
+        let schema = table.flat + index
+        let flags = schema.pointee.flags
+        if schema.pointee.ruleCount == 0 && !flags.contains(.never) { return }
+        if flags.contains(.never) {
             fail(node, "false", "is not allowed here (the schema is false)")
             return
         }
         let value = nodes[node]
-        if let types = schema.pointee.types, !matches(types, value) {
-            fail(node, "type", "must be \(types.description), not \(Self.typeName(value.kind))")
+        if flags.contains(.types), !Self.matches(schema.pointee.types, value, bytes) {
+            failType(node, schema.pointee.types, value.kind)
             return
         }
-        if let constValue = schema.pointee.constValue, !equals(node, constValue) {
-            fail(node, "const", "must be \(constValue.text)")
+        if flags.contains(.const) { checkConst(index, node) }
+        if flags.contains(.enumStrings) ? !Self.enumStringsContain(table, schema, value, bytes) : flags.contains(.enumAny) && !enumContains(index, node) {
+            failEnum(index, node)
         }
-        if schema.pointee.enumValues != nil, !enumContains(schema, node) {
-            let values = schema.pointee.enumValues!
-            let listed = values.prefix(8).map(\.text).joined(separator: ", ")
-            fail(node, "enum", "must be one of \(listed)\(values.count > 8 ? ", …" : "")")
-        }
-        if let not = schema.pointee.not {
-            var inner = Validator(schemas: schemas, bytes: bytes, nodes: nodes, root: root)
-            inner.check(not, node: node)
-            if inner.violations.isEmpty { fail(node, "not", "must not match the schema under \"not\"") }
-        }
+        if flags.contains(.not) { checkNot(Int(schema.pointee.not), node) }
         switch value.kind {
         case .object: checkObject(schema, node: node)
         case .array:
-            guard let items = schema.pointee.items else { break }
+            guard flags.contains(.items) else { break }
+            let items = Int(schema.pointee.items)
             var child = node + 1
             for _ in 0..<Int(value.count) {
                 check(items, node: child)
                 child = Int(nodes[child].next)
             }
-        case .string: checkString(schema, node)
-        case .number: checkNumber(schema, node)
+        case .string:
+            guard flags.contains(.text) else { break }
+            // The common bound alone (`maxLength`, no pattern, format or minLength): a string
+            // within that many bytes as written passes (code points never outnumber bytes).
+            if !flags.contains(.patternOrFormat) && schema.pointee.minLength < 0
+                && Int(value.end - value.start) <= Int(schema.pointee.maxLength) { break }
+            checkString(index, node)
+        case .number: if flags.contains(.bounds) { checkNumber(table.full.baseAddress! + index, node) }
         default: break
         }
     }
 
-    private func enumContains(_ schema: UnsafePointer<Schema>, _ node: Int) -> Bool {
-        for value in schema.pointee.enumValues! where equals(node, value) { return true }
+    // The rarer checks and the messages, out of line: the passing path stays small.
+
+    @inline(never)
+    private mutating func failType(_ node: Int, _ types: Schema.Types, _ kind: JSONKind) {
+        fail(node, "type", "must be \(types.description), not \(Self.typeName(kind))")
+    }
+
+    @inline(never)
+    private mutating func checkConst(_ index: Int, _ node: Int) {
+        let constValue = table.full[index].constValue!
+        if !equals(node, constValue) { fail(node, "const", "must be \(constValue.text)") }
+    }
+
+    @inline(never)
+    private mutating func failEnum(_ index: Int, _ node: Int) {
+        let values = table.full[index].enumValues!
+        let listed = values.prefix(8).map(\.text).joined(separator: ", ")
+        fail(node, "enum", "must be one of \(listed)\(values.count > 8 ? ", …" : "")")
+    }
+
+    @inline(never)
+    private mutating func checkNot(_ not: Int, _ node: Int) {
+        var found: [Violation] = []
+        withUnsafeMutablePointer(to: &found) { found in
+            var inner = Validator(table: table, bytes: bytes, nodes: nodes, root: root, violations: found)
+            inner.check(not, node: node)
+        }
+        if found.isEmpty { fail(node, "not", "must not match the schema under \"not\"") }
+    }
+
+    @inline(never)
+    private func enumContains(_ index: Int, _ node: Int) -> Bool {
+        for value in table.full[index].enumValues! where equals(node, value) { return true }
         return false
     }
 
-    private mutating func checkObject(_ schema: UnsafePointer<Schema>, node: Int) {
+    /// Whether the value is one of a flat `enum`'s strings (compared in place, escapes decoded).
+    private static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ value: JSONNode,
+                                           _ bytes: UnsafeRawBufferPointer) -> Bool {
+        guard value.kind == .string else { return false }
+        if value.escaped {
+            let decoded = JSONTape.decodedString(value, in: bytes)
+            return decoded.withUnsafeBytes { enumStringsContain(table, schema, $0) }
+        }
+        return enumStringsContain(table, schema, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
+    }
+
+    private static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
+        let strings = table.enumStrings + Int(schema.pointee.enumStart)
+        for position in 0..<Int(schema.pointee.enumCount) where Int(strings[position].count) == text.count {
+            if text.isEmpty || Self.equalBytes(table.bytes + Int(strings[position].start), text.baseAddress!, text.count) { return true }
+        }
+        return false
+    }
+
+    private mutating func checkObject(_ schema: UnsafePointer<FlatSchema>, node: Int) {
         let value = nodes[node]
         var seen: UInt64 = 0
         var child = node + 1
-        let memberCount = schema.pointee.members.count
+        let members = table.members + Int(schema.pointee.memberStart)
+        let memberCount = Int(schema.pointee.memberCount)
         for _ in 0..<Int(value.count) {
             let key = nodes[child]
             let valueNode = child + 1
             var found = -1
             if memberCount > 0 {
-                found = schema.pointee.members.withUnsafeBufferPointer { members in
-                    if key.escaped {
-                        let decoded = JSONTape.decodedString(key, in: bytes)
-                        return members.firstIndex { $0.key == decoded } ?? -1
-                    }
-                    let start = bytes.baseAddress! + Int(key.start), length = Int(key.end - key.start)
-                    for position in 0..<members.count where members[position].key.count == length {
-                        let equal = members[position].key.withUnsafeBytes { memcmp($0.baseAddress!, start, length) == 0 }
-                        if equal { return position }
-                    }
-                    return -1
+                if key.escaped {
+                    let decoded = JSONTape.decodedString(key, in: bytes)
+                    found = decoded.withUnsafeBytes { Self.member(table.bytes, members, memberCount, $0) }
+                } else {
+                    found = Self.member(table.bytes, members, memberCount, UnsafeRawBufferPointer(rebasing: bytes[Int(key.start)..<Int(key.end)]))
                 }
             }
             if found >= 0 {
-                let (bit, index) = schema.pointee.members.withUnsafeBufferPointer { ($0[found].requiredBit, $0[found].schema) }
-                if let bit { seen |= 1 << UInt64(bit) }
-                if let index { check(index, node: valueNode) }
-            } else {
-                switch schema.pointee.additional {
-                case .allowed: break
-                case .forbidden: fail(valueNode, "additionalProperties", "is not in the plan (additionalProperties is false)")
-                case .schema(let index): check(index, node: valueNode)
-                }
+                let bit = members[found].requiredBit, index = members[found].schema
+                if bit >= 0 { seen |= 1 << UInt64(bit) }
+                if index >= 0 { check(Int(index), node: valueNode) }
+            } else if schema.pointee.flags.contains(.additionalForbidden) {
+                fail(valueNode, "additionalProperties", "is not in the plan (additionalProperties is false)")
+            } else if schema.pointee.flags.contains(.additionalSchema) {
+                check(Int(schema.pointee.additional), node: valueNode)
             }
             child = Int(nodes[valueNode].next)
         }
-        let requiredCount = schema.pointee.requiredCount
+        let requiredCount = Int(schema.pointee.requiredCount)
         if requiredCount > 0 {
             let all: UInt64 = requiredCount == 64 ? .max : (1 << UInt64(requiredCount)) - 1
-            if seen != all {
-                for member in schema.pointee.members {
-                    if let bit = member.requiredBit, seen & (1 << UInt64(bit)) == 0 {
-                        fail(node, "required", "is required", member: member.name)
-                    }
-                }
+            if seen != all { failRequired(schema - table.flat, node, seen) }
+        }
+    }
+
+    @inline(never)
+    private mutating func failRequired(_ index: Int, _ node: Int, _ seen: UInt64) {
+        for member in table.full[index].members {
+            if let bit = member.requiredBit, seen & (1 << UInt64(bit)) == 0 {
+                fail(node, "required", "is required", member: member.name)
             }
         }
     }
 
-    private mutating func checkString(_ schema: UnsafePointer<Schema>, _ node: Int) {
-        guard schema.pointee.pattern != nil || schema.pointee.minLength != nil || schema.pointee.maxLength != nil
-            || schema.pointee.format != nil else { return }
+    /// The position of the member whose key is `key` among `count` members, -1 for none.
+    private static func member(_ pool: UnsafePointer<UInt8>, _ members: UnsafePointer<FlatMember>, _ count: Int,
+                               _ key: UnsafeRawBufferPointer) -> Int {
+        for position in 0..<count where Int(members[position].keyCount) == key.count {
+            if key.isEmpty || Self.equalBytes(pool + Int(members[position].keyStart), key.baseAddress!, key.count) { return position }
+        }
+        return -1
+    }
+
+    /// Whether `count` bytes at `a` and `b` are equal: short ones (member names, enum strings)
+    /// compared in a loop, not by a call.
+    @inline(__always)
+    private static func equalBytes(_ a: UnsafePointer<UInt8>, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
+        guard count <= 16 else { return memcmp(a, b, count) == 0 }
+        var index = 0
+        while index < count {
+            if a[index] != b.load(fromByteOffset: index, as: UInt8.self) { return false }
+            index &+= 1
+        }
+        return true
+    }
+
+    private mutating func checkString(_ index: Int, _ node: Int) {
+        let schema = table.full.baseAddress! + index
         let value = nodes[node]
         if value.escaped {
             let decoded = JSONTape.decodedString(value, in: bytes)
-            decoded.withUnsafeBytes { checkText(schema, node, $0) }
+            decoded.withUnsafeBytes { checkText(index, schema, node, $0) }
         } else {
-            checkText(schema, node, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
+            checkText(index, schema, node, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
         }
     }
 
-    private mutating func checkText(_ schema: UnsafePointer<Schema>, _ node: Int, _ text: UnsafeRawBufferPointer) {
-        let minLength = schema.pointee.minLength, maxLength = schema.pointee.maxLength
+    private mutating func checkText(_ index: Int, _ schema: UnsafePointer<Schema>, _ node: Int, _ text: UnsafeRawBufferPointer) {
+        let flat = table.flat + index
+        let minLength = flat.pointee.minLength >= 0 ? Int(flat.pointee.minLength) : nil
+        let maxLength = flat.pointee.maxLength >= 0 ? Int(flat.pointee.maxLength) : nil
         if minLength != nil || maxLength != nil {
             // Code points never outnumber bytes: a string within maxLength bytes needs no count.
             let needsCount = minLength != nil || maxLength.map { text.count > $0 } == true
@@ -181,6 +255,7 @@ struct Validator {
                 fail(node, "maxLength", "must be at most \(maximum) characters, is \(length)")
             }
         }
+        guard flat.pointee.flags.contains(.patternOrFormat) else { return }
         if let pattern = schema.pointee.pattern, !pattern.matches(text) {
             fail(node, "pattern", "must match the pattern \(schema.pointee.patternText)")
         }
@@ -207,7 +282,6 @@ struct Validator {
     private mutating func checkNumber(_ schema: UnsafePointer<Schema>, _ node: Int) {
         let minimum = schema.pointee.minimum, maximum = schema.pointee.maximum
         let exclusiveMinimum = schema.pointee.exclusiveMinimum, exclusiveMaximum = schema.pointee.exclusiveMaximum
-        guard minimum != nil || maximum != nil || exclusiveMinimum != nil || exclusiveMaximum != nil else { return }
         let number = JSONTape.double(nodes[node], in: bytes)
         if let minimum, !(number >= minimum) { fail(node, "minimum", "must be ≥ \(Self.format(minimum))") }
         if let maximum, !(number <= maximum) { fail(node, "maximum", "must be ≤ \(Self.format(maximum))") }
@@ -217,7 +291,8 @@ struct Validator {
 
     static func format(_ number: Double) -> String { JSONValue.number(number).text }
 
-    private func matches(_ types: Schema.Types, _ value: JSONNode) -> Bool {
+    @inline(__always)
+    private static func matches(_ types: Schema.Types, _ value: JSONNode, _ bytes: UnsafeRawBufferPointer) -> Bool {
         switch value.kind {
         case .object: types.contains(.object)
         case .array: types.contains(.array)

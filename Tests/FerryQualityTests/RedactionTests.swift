@@ -18,6 +18,13 @@ func redacted(_ configuration: String, _ event: WireEvent) throws -> Judgement {
 }
 
 @Suite struct RedactionTests {
+    /// The table indexes the redactor uses for detector kinds and path roots are their
+    /// positions in `allCases` (the order its tables were built in).
+    @Test func tableIndexesFollowTheCases() {
+        #expect(DetectorKind.allCases.map(\.index) == Array(DetectorKind.allCases.indices))
+        #expect(RedactionPath.Root.allCases.map(\.index) == Array(RedactionPath.Root.allCases.indices))
+    }
+
     @Test(arguments: [
         ("drop", #"{"plan":"pro"}"#),
         ("mask", #"{"email":"j***@e***.com","plan":"pro"}"#),
