@@ -59,12 +59,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--size", type=int, default=250)
+    parser.add_argument("--send-delay-ms", type=float, default=0, help="ferry.Client's send_delay")
     args = parser.parse_args()
     # Properties of about --size bytes once encoded as JSON, as the Swift rows' events.
     properties = {"total": 42.5, "sku": "A-1", "pad": "x" * max(1, args.size - 40)}
     if args.library == "ferry":
         import ferry
-        client = ferry.Client(source="bench-python", runtime_dir=args.runtime, outbox_capacity=50_000)
+        client = ferry.Client(source="bench-python", runtime_dir=args.runtime, outbox_capacity=50_000,
+                              send_delay=args.send_delay_ms / 1000)
 
         def emit() -> None:
             client.track("bench", properties, user_id="u-1")

@@ -252,10 +252,13 @@ extension Driver {
         let rate = 1000.0
         var results: [String: [[String: Any]]] = [:]
         for _ in 0..<runs {
-            for library in ["ferry", "segment"] {
+            // Ferry's client at its defaults, with a 20 ms send delay (the frontier's point), and
+            // Segment's library at its defaults (it batches in memory for up to 0.5 s).
+            for (cell, library, delay) in [("ferry", "ferry", 0), ("ferry_send_delay_20ms", "ferry", 20), ("segment", "segment", 0)] {
                 let child = try Child(python, [app, "--library", library, "--runtime", dir + "/rt", "--host", "http://127.0.0.1:\(port)",
-                                               "--rate", "\(rate)", "--seconds", "\(cpuRunSeconds)", "--size", "250"],
-                                      stderrPath: dir + "-\(library).err")
+                                               "--rate", "\(rate)", "--seconds", "\(cpuRunSeconds)", "--size", "250",
+                                               "--send-delay-ms", "\(delay)"],
+                                      stderrPath: dir + "-\(cell).err")
                 try child.expectReady()
                 var result: [String: Any] = [:]
                 let agentCPU = try measureAgent(agent, runtime: dir + "/rt") {
@@ -265,7 +268,7 @@ extension Driver {
                 }
                 let events = Double(max(agentCPU.events, 0))
                 let appSeconds = result["cpu_seconds"] as? Double ?? .nan
-                results[library, default: []].append([
+                results[cell, default: []].append([
                     "events": agentCPU.events, "delivered_all": agentCPU.delivered, "sent": result["sent"] ?? 0,
                     "app_us_per_event": appSeconds * 1e6 / events, "ferryd_us_per_event": agentCPU.seconds * 1e6 / events,
                     "total_us_per_event": (appSeconds + agentCPU.seconds) * 1e6 / events,
@@ -316,6 +319,13 @@ extension Targets {
                         measured: "\(f(fa)) vs \(f(sa))", ratio: fa.flatMap { a in sa.map { a / $0 } }, .atMost(1)))
         rows.append(row("7.python.total", "app + ferryd CPU per event at 1 000/s: Ferry's Python client ÷ segment-analytics-python",
                         measured: "\(f(ft)) vs \(f(st))", ratio: ft.flatMap { a in st.map { a / $0 } }, .atMost(1)))
+        // The same with Ferry's client given a 20 ms send delay (Segment's library waits up to 0.5 s).
+        let delayed = python?["ferry_send_delay_20ms"] as? [String: Any]
+        let da = d(delayed?["app_us_per_event"]), dt = d(delayed?["total_us_per_event"])
+        rows.append(row("7.python.app.send_delay_20ms", "the same, Ferry's client with send_delay 20 ms: app ÷ segment-analytics-python",
+                        measured: "\(f(da)) vs \(f(sa))", ratio: da.flatMap { a in sa.map { a / $0 } }, .atMost(1)))
+        rows.append(row("7.python.total.send_delay_20ms", "the same, Ferry's client with send_delay 20 ms: app + ferryd ÷ segment-analytics-python",
+                        measured: "\(f(dt)) vs \(f(st))", ratio: dt.flatMap { a in st.map { a / $0 } }, .atMost(1)))
         return rows
     }
 }
@@ -355,7 +365,9 @@ extension Report {
             out.append("\n### Python at 1 000 events/s (Poisson, ~250 B), same ferryd, file sink live\n")
             out.append("| client | app µs/event | ferryd µs/event | total µs/event | app: top threads | ferryd: top threads |")
             out.append("|---|---|---|---|---|---|")
-            for (key, label) in [("ferry", "Ferry's Python client (ZeroMQ)"), ("segment", "segment-analytics-python → local HTTP API")] {
+            for (key, label) in [("ferry", "Ferry's Python client (ZeroMQ), defaults"),
+                                 ("ferry_send_delay_20ms", "Ferry's Python client, send_delay 20 ms"),
+                                 ("segment", "segment-analytics-python → local HTTP API, defaults")] {
                 guard let row = python[key] as? [String: Any] else { continue }
                 let first = (row["runs"] as? [[String: Any]])?.first
                 out.append("| \(label) | \(f(row["app_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(top(first?["app_threads_us_per_event"])) | \(top(first?["ferryd_threads_us_per_event"])) |")

@@ -134,12 +134,13 @@ class Event:
 
 
 class _Entry:
-    __slots__ = ("index", "id", "frame")
+    __slots__ = ("index", "id", "frame", "queued_at")
 
-    def __init__(self, index: int, event_id: bytes, frame: bytes) -> None:
+    def __init__(self, index: int, event_id: bytes, frame: bytes, queued_at: float = 0.0) -> None:
         self.index = index
         self.id = event_id
         self.frame = frame
+        self.queued_at = queued_at  # time.monotonic() when queued (read only with a send_delay)
 
 
 class _Batch:
@@ -205,6 +206,8 @@ class Client:
     _receipts: Dict[int, _ReceiptCallback]
     _stats: Statistics
     _io_idle: bool
+    _lingering: bool
+    _flushing: int
     _thread: Optional[threading.Thread]
     _context: Optional[zmq.Context]
     _socket: Optional[zmq.Socket]
@@ -216,7 +219,7 @@ class Client:
                  overflow_policy: Union[OverflowPolicy, str] = OverflowPolicy.DROP_OLDEST,
                  batch_max_events: int = 256, batch_max_bytes: int = 65536, max_in_flight_batches: int = 8,
                  resend_after: float = 2.0, exit_flush_timeout: float = 5.0,
-                 partial_batches_in_flight: int = 1) -> None:
+                 partial_batches_in_flight: int = 1, send_delay: float = 0.0) -> None:
         """Creates a client and starts its I/O thread; works whether or not the agent runs.
 
         - `source`: the name events are stamped with (default: the program's name).
@@ -231,6 +234,11 @@ class Client:
           than `partial_batches_in_flight` messages (default 1) are in flight: the events queued
           meanwhile go out together, in one message, when the ack comes (an app sending rarely
           still sends each event at once).
+        - `send_delay`: seconds a message that is not a full batch may wait for more events
+          before it goes out (default 0: at once), as the Swift client's `sendDelay` (Kafka's
+          `linger.ms`): at a trickle several events then share one message, the wake-ups of this
+          process's I/O thread and the agent's work, for that much more latency before their acks.
+          A full batch and `flush()` never wait.
         - `resend_after`: seconds without an ack before a message is sent again.
         - `exit_flush_timeout`: how long leaving a `with` block waits for the acks.
         """
@@ -248,6 +256,8 @@ class Client:
             raise ValueError("resend_after must be positive")
         if not isinstance(partial_batches_in_flight, int) or partial_batches_in_flight < 1:
             raise ValueError("partial_batches_in_flight must be a positive int")
+        if not send_delay >= 0:
+            raise ValueError("send_delay must be zero or positive")
         self.runtime_dir = runtime_dir or default_runtime_dir()
         self.endpoint = ingest_endpoint(self.runtime_dir)
         self.outbox_capacity = outbox_capacity
@@ -256,6 +266,7 @@ class Client:
         self.batch_max_bytes = batch_max_bytes
         self.max_in_flight_batches = max_in_flight_batches
         self.partial_batches_in_flight = partial_batches_in_flight
+        self.send_delay = float(send_delay)
         self.resend_after = float(resend_after)
         self.exit_flush_timeout = exit_flush_timeout
         self._closed = False
@@ -336,10 +347,13 @@ class Client:
             if refused is None:
                 index = self._next_index
                 self._next_index += 1
-                self._pending.append(_Entry(index, event_id, frame))
+                self._pending.append(_Entry(index, event_id, frame, time.monotonic() if self.send_delay else 0.0))
                 if on_receipt is not None:
                     self._receipts[index] = on_receipt
-                wake, self._io_idle = self._io_idle, False
+                # While a partial batch waits out the send delay the I/O thread's timer runs:
+                # only the event that fills the batch wakes it.
+                wake = self._io_idle or (self._lingering and len(self._pending) == self.batch_max_events)
+                self._io_idle = False
         if dropped is not None and dropped[1] is not None:
             _call(dropped[1], Receipt(uuid.UUID(bytes=dropped[0].id), Status.DROPPED_FROM_OUTBOX))
         if refused is not None:
@@ -374,14 +388,27 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._next_index - 1
-            while self._lowest_unresolved() <= target:
-                if self._closed:
-                    raise ClientClosed("the client was closed with events unacknowledged")
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    raise FerryTimeout("%d events still unacknowledged after %ss"
-                                       % (len(self._pending) + self._in_flight_events, timeout))
-                self._cond.wait(remaining)
+            if self._lowest_unresolved() > target:
+                return
+            # A flush does not wait out the send delay: the I/O thread sends now.
+            self._flushing += 1
+            wake = self._lingering
+            self._lingering = False
+        try:
+            if wake:
+                self._wake()
+            with self._cond:
+                while self._lowest_unresolved() <= target:
+                    if self._closed:
+                        raise ClientClosed("the client was closed with events unacknowledged")
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise FerryTimeout("%d events still unacknowledged after %ss"
+                                           % (len(self._pending) + self._in_flight_events, timeout))
+                    self._cond.wait(remaining)
+        finally:
+            with self._lock:
+                self._flushing -= 1
 
     @property
     def statistics(self) -> Statistics:
@@ -465,6 +492,8 @@ class Client:
         self._receipts = {}
         self._stats = Statistics()
         self._io_idle = False
+        self._lingering = False
+        self._flushing = 0
         self._thread = None
         self._context = None
         self._socket = None
@@ -567,7 +596,7 @@ class Client:
                     timeout = self._io_timeout(send_blocked)
                     # track() writes the wake pipe only while this is set: one write and one
                     # wake-up per burst of events, not one per event.
-                    self._io_idle = timeout != 0
+                    self._io_idle = timeout != 0 and not self._lingering
                 reply = woken = False
                 if sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                     reply = True
@@ -580,6 +609,7 @@ class Client:
                 now = time.monotonic()
                 with self._lock:
                     self._io_idle = False
+                    self._lingering = False
                     if self._closed:
                         break
                     overdue = any(now - batch.sent_at >= self.resend_after for batch in self._in_flight.values())
@@ -611,11 +641,26 @@ class Client:
         if self._next_batch_size() and not send_blocked:
             return 0
         wait: Optional[float] = 0.05 if send_blocked else None
+        now = time.monotonic()
         if self._in_flight:
             oldest = min(batch.sent_at for batch in self._in_flight.values())
-            due = max(0.0, oldest + self.resend_after - time.monotonic())
+            due = max(0.0, oldest + self.resend_after - now)
             wait = due if wait is None else min(wait, due)
+        # A partial batch waiting out the send delay (nothing else holds it back): sleep until due.
+        partial_due = self._partial_due()
+        self._lingering = (not send_blocked and partial_due is not None
+                           and len(self._in_flight) < self.partial_batches_in_flight)
+        if self._lingering:
+            delay = max(0.0, partial_due - now)
+            wait = delay if wait is None else min(wait, delay)
         return wait
+
+    def _partial_due(self) -> Optional[float]:
+        """When the partial batch at the head of the outbox may go out under `send_delay` (None:
+        it need not wait — no delay, a flush waiting, closing, nothing queued)."""
+        if not self.send_delay or self._flushing or self._closed or not self._pending:
+            return None
+        return self._pending[0].queued_at + self.send_delay
 
     def _resend_overdue(self, sock: zmq.Socket, now: float) -> bool:
         """Re-sends batches whose ack is overdue. False if the socket refused (no agent)."""
@@ -647,8 +692,12 @@ class Client:
             size += len(entry.frame)
             count += 1
         full = count == self.batch_max_events or count < len(self._pending)
-        if not full and len(self._in_flight) >= self.partial_batches_in_flight:
-            return 0
+        if not full:
+            if len(self._in_flight) >= self.partial_batches_in_flight:
+                return 0
+            due = self._partial_due()
+            if due is not None and due > time.monotonic():
+                return 0
         return count
 
     def _send_pending(self, sock: zmq.Socket, now: float) -> bool:

@@ -280,6 +280,45 @@ def test_partial_batches_wait_while_one_message_is_in_flight(workdir, make_clien
         assert all(r.status is ferry.Status.ACCEPTED and r.reason is None for r in receipts)
 
 
+def test_send_delay_gathers_a_trickle_and_never_holds_a_full_batch_or_a_flush(workdir, make_client):
+    """With a send delay, events queued within it go out together once the oldest has waited it
+    (not the first alone at once); a full batch goes out at once, and flush() does not wait the
+    delay out (as the Swift client's sendDelay)."""
+    with pytest.raises(ValueError):
+        ferry.Client(source="bad", runtime_dir=workdir, send_delay=-1)
+    with scripted_agent(workdir) as router:
+        def receive():
+            assert router.poll(10_000)
+            peer, header, *frames = router.recv_multipart()
+            return peer, wire.decode_header(header).request_id, frames
+
+        def ids(frames):
+            return [uuid.UUID(bytes=bytes(f[:16])) for f in frames]
+
+        gather = make_client(source="linger", runtime_dir=workdir, resend_after=600.0, send_delay=0.3)
+        trickle = [gather.enqueue(ferry.Event(name="trickle-%d" % i)) for i in range(3)]
+        message = receive()
+        assert ids(message[2]) == trickle, "one message with all three, not the first alone"
+        ack_all(router, *message)
+        gather.flush(timeout=10)
+        # A delay far longer than any wait here: only a full batch or a flush can send.
+        held = make_client(source="linger-full", runtime_dir=workdir, resend_after=600.0, send_delay=600.0,
+                           batch_max_events=4)
+        full = [held.enqueue(ferry.Event(name="full-%d" % i)) for i in range(4)]
+        message = receive()
+        assert ids(message[2]) == full
+        ack_all(router, *message)
+        rest = [held.enqueue(ferry.Event(name="rest-%d" % i)) for i in range(2)]
+        flushed = threading.Thread(target=held.flush, kwargs={"timeout": 20})
+        flushed.start()
+        message = receive()
+        assert ids(message[2]) == rest
+        ack_all(router, *message)
+        flushed.join(30)
+        assert not flushed.is_alive()
+        assert held.statistics.accepted == 6
+
+
 def test_partial_batches_wait_while_two_messages_are_in_flight(workdir, make_client):
     """With partial_batches_in_flight=2 and two messages unacked, events that do not fill a
     batch wait, then go out together."""
