@@ -37,7 +37,8 @@ extension FerryClient {
                 // A partial batch waiting out the send delay (nothing else holds it back): sleep
                 // until it is due; meanwhile only an event that fills the batch wakes this thread.
                 var lingering = false
-                if !sendBlocked, state.inFlight.count < configuration.partialBatchesInFlight,
+                if !sendBlocked,
+                   state.inFlight.count < min(configuration.partialBatchesInFlight, configuration.maxInFlightBatches),
                    let due = state.partialBatchDue(configuration) {
                     let delay = max(.zero, due - now)
                     wait = min(wait ?? delay, delay)

@@ -368,14 +368,20 @@ public final class FerryClient: Sendable {
         let completed = await withTaskGroup(of: Bool?.self) { group -> Bool in
             group.addTask {
                 await withCheckedContinuation { continuation in
-                    let now = self.state.withLock { state -> Bool in
-                        if state.lowestUnresolved > target { return true }
+                    enum Start { case done, closed, waiting(wake: Bool) }
+                    let start = self.state.withLock { state -> Start in
+                        if state.lowestUnresolved > target { return .done }
+                        // After shutdown() nothing resolves a waiter (and the wake pipe is gone).
+                        if state.closed { return .closed }
                         state.flushWaiters[waiterID] = (target, continuation)
-                        return false
+                        // A flush does not wait out the send delay: wake the I/O thread to send now.
+                        return .waiting(wake: self.configuration.sendDelay > .zero)
                     }
-                    if now { continuation.resume(returning: true) }
-                    // A flush does not wait out the send delay: wake the I/O thread to send now.
-                    else if self.configuration.sendDelay > .zero { self.wake.wake() }
+                    switch start {
+                    case .done: continuation.resume(returning: true)
+                    case .closed: continuation.resume(returning: false)
+                    case .waiting(let wake): if wake { self.wake.wake() }
+                    }
                 }
             }
             group.addTask {

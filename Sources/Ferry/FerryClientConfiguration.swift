@@ -28,8 +28,9 @@ public struct FerryClientConfiguration: Sendable, Hashable {
     /// (default zero: at once). Like Kafka's `linger.ms`: at a trickle, events sent one by one
     /// each cost a wake-up of this process's I/O thread, of libzmq's I/O threads on both sides and
     /// of the agent's threads, and an agent commit; waiting lets several share them, at the cost
-    /// of that much more latency before the ack. A batch of `batchMaxEvents` events and
-    /// ``FerryClient/flush(timeout:)`` do not wait. The events wait in this process's memory
+    /// of that much more latency before the ack. A batch of `batchMaxEvents` events does not
+    /// wait (one filled by `batchMaxBytes` first waits at most the delay), nor do the events
+    /// queued while a ``FerryClient/flush(timeout:)`` waits. The events wait in this process's memory
     /// meanwhile, as every unacked event does (docs/BENCHMARKS.md measures the trade).
     public var sendDelay: Duration
     /// A message not acked within this time is sent again (the agent drops the duplicates).

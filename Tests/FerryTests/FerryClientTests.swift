@@ -276,7 +276,7 @@ struct FerryClientReplyTests {
         defer { dir.remove() }
         let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in FakeIngestAgent.ack(header, events) }
         defer { fake.stop() }
-        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "linger", sendDelay: .milliseconds(300))
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "linger", sendDelay: .seconds(2))
         let ids = (0..<3).map { client.enqueue(Event(name: "trickle-\($0)")) }
         try await eventually("the delayed batch arrives without a flush") { fake.messageCount >= 1 }
         #expect(fake.receivedIDs == [ids], "one message with all three, not the first alone: \(fake.receivedIDs)")

@@ -156,6 +156,8 @@ struct CrashLoopTests {
         // mid-stream however fast the machine runs the clients and however late a status answers
         // under load (CI once saw the clients finish before any answer reached a kill target).
         let firstKillDone = StopFlag()
+        // However the loop below ends (a throw too), the feeders are released.
+        defer { firstKillDone.set() }
         let feeders = processes.enumerated().map { index, process in
             Task { () -> Int in
                 var written = 0

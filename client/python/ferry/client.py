@@ -238,7 +238,8 @@ class Client:
           before it goes out (default 0: at once), as the Swift client's `sendDelay` (Kafka's
           `linger.ms`): at a trickle several events then share one message, the wake-ups of this
           process's I/O thread and the agent's work, for that much more latency before their acks.
-          A full batch and `flush()` never wait.
+          A batch of `batch_max_events` never waits (one filled by `batch_max_bytes` first waits
+          at most the delay), nor do the events queued while a `flush()` waits.
         - `resend_after`: seconds without an ack before a message is sent again.
         - `exit_flush_timeout`: how long leaving a `with` block waits for the acks.
         """
@@ -649,7 +650,7 @@ class Client:
         # A partial batch waiting out the send delay (nothing else holds it back): sleep until due.
         partial_due = self._partial_due()
         self._lingering = (not send_blocked and partial_due is not None
-                           and len(self._in_flight) < self.partial_batches_in_flight)
+                           and len(self._in_flight) < min(self.partial_batches_in_flight, self.max_in_flight_batches))
         if self._lingering:
             delay = max(0.0, partial_due - now)
             wait = delay if wait is None else min(wait, delay)

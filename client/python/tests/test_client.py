@@ -295,7 +295,7 @@ def test_send_delay_gathers_a_trickle_and_never_holds_a_full_batch_or_a_flush(wo
         def ids(frames):
             return [uuid.UUID(bytes=bytes(f[:16])) for f in frames]
 
-        gather = make_client(source="linger", runtime_dir=workdir, resend_after=600.0, send_delay=0.3)
+        gather = make_client(source="linger", runtime_dir=workdir, resend_after=600.0, send_delay=2.0)
         trickle = [gather.enqueue(ferry.Event(name="trickle-%d" % i)) for i in range(3)]
         message = receive()
         assert ids(message[2]) == trickle, "one message with all three, not the first alone"
