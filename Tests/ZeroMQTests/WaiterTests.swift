@@ -105,16 +105,20 @@ struct WaiterTests {
         try pull.bind(endpoint)
         let count = 2_000
         let sent = Atomic<Int>(0)
+        let caughtUp = Atomic<Int>(0)  // messages the receiver has read
         let sender = Thread {
             guard let push = try? ZMQSocket(context: context, type: .push) else { return }
             defer { push.close() }
             guard (try? push.connect(endpoint)) != nil else { return }
             var random = SystemRandomNumberGenerator()
             for index in 0..<count {
-                // Gaps from none to ~1 ms: bursts and trickles, so messages arrive while the
-                // receiver is inside libzmq and while it sleeps.
-                let gap = UInt32.random(in: 0...1_000, using: &random)
-                if gap > 500 { usleep(gap) }
+                // Bursts and trickles, so messages arrive while the receiver is inside libzmq and
+                // while it waits: before about half of the messages the sender waits (a condition
+                // with a deadline, not a delay) until the receiver has read all it sent.
+                if Bool.random(using: &random) {
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    while caughtUp.load(ordering: .acquiring) < index && ContinuousClock.now < deadline { sched_yield() }
+                }
                 guard (try? push.send([withUnsafeBytes(of: UInt32(index).littleEndian) { Array($0) }])) == true else { return }
                 sent.add(1, ordering: .relaxed)
             }
@@ -134,6 +138,7 @@ struct WaiterTests {
                 guard let message = try pull.receive(dontWait: true) else { break }
                 #expect(message.count == 1 && message[0].count == 4)
                 received += 1
+                caughtUp.store(received, ordering: .releasing)
             }
         }
         #expect(received == count, "\(received) of \(count) received (sent \(sent.load(ordering: .relaxed)), \(emptyWaits) empty waits)")
