@@ -7,18 +7,89 @@ extension QualityGate {
     /// is stored as it came). False says only "judge the decoded event": the rare paths
     /// (redaction, violations, a field that is not an object) stay in ``judge(_:)`` alone.
     ///
+    /// Each field is read once (``OnePassCheck``: parsed, checked against its schema and shown to
+    /// the detectors in one pass); what that check leaves undecided is parsed into a tape and
+    /// checked in two passes, as ``judge(_:)`` does.
+    ///
     /// `header` is `frame`'s fixed header, already read and validated (`EventHeader(frame)`).
     public func passesUntouched(frame: [UInt8], header: EventHeader) -> Bool {
         frame.withUnsafeBytes { raw in
             let fields = FrameFields(raw, header)
-            if fields.properties.isEmpty {
-                return ParsedJSON.empty.withView { passes(fields, header.type, properties: $0, hasProperties: false) }
+            switch onePass(fields, header.type) {
+            case .passes: return true
+            case .judge: return false
+            case .unsure: return twoPass(fields, header.type)
             }
-            // The tapes live on the stack for the call (JSONTape.withNodes): nothing allocated.
-            return JSONTape.withNodes(fields.properties) { nodes in
-                guard let nodes, nodes.first?.kind == .object else { return false }
-                return passes(fields, header.type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
+        }
+    }
+
+    /// `{}`: what the plan checks when an event has no properties.
+    private static let emptyObject: StaticString = "{}"
+
+    /// The one-pass check of the event's fields, in ``judge(_:)``'s terms: the identifiers as
+    /// the redactor sees them, the rule the plan applies, then each field in one pass.
+    func onePass(_ fields: FrameFields, _ type: EventType) -> OnePassCheck.Outcome {
+        let isTraits = type == .identify || type == .group
+        let hasContext = !fields.context.isEmpty
+        var propertiesProbe: DetectionProbe?
+        var contextProbe: DetectionProbe?
+        // The redactor and the plan are used through optional chaining, not bound to locals: a
+        // binding would copy (retain and release) their compiled cores per event.
+        if redactor != nil {
+            // An absent identifier is left unchanged: no call for it.
+            guard fields.userID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false,
+                  fields.anonymousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false,
+                  fields.previousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false,
+                  fields.groupID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false
+            else { return .judge }
+            if !fields.properties.isEmpty {
+                switch redactor?.onePass(under: isTraits ? .traits : .properties) {
+                case .rules: return .unsure
+                case .detectors(let probe): propertiesProbe = probe
+                default: break
+                }
             }
+            if hasContext {
+                switch redactor?.onePass(under: .context) {
+                case .rules: return .unsure
+                case .detectors(let probe): contextProbe = probe
+                default: break
+                }
+            }
+        }
+        var schemas: OnePassSchemas?
+        if plan != nil {
+            let rule = plan?.rule(type: type, name: fields.name) ?? -1
+            if rule < 0 && !allowUnplanned { return .judge }
+            schemas = plan?.onePassSchemas(type: type, rule: rule, hasContext: hasContext)
+            guard let schemas else { return .unsure }
+            if schemas.requiresContext && !hasContext { return .judge }
+        }
+        let table = schemas?.table
+        var properties = fields.properties
+        if properties.isEmpty {
+            guard let schema = schemas?.properties, schema >= 0 else { return hasContext ? onePassContext(fields, schemas, contextProbe) : .passes }
+            properties = UnsafeRawBufferPointer(start: Self.emptyObject.utf8Start, count: Self.emptyObject.utf8CodeUnitCount)
+        }
+        let outcome = OnePassCheck.object(properties, schema: schemas?.properties ?? -1, table: table, probe: propertiesProbe)
+        guard outcome == .passes, hasContext else { return outcome }
+        return onePassContext(fields, schemas, contextProbe)
+    }
+
+    private func onePassContext(_ fields: FrameFields, _ schemas: OnePassSchemas?, _ probe: DetectionProbe?) -> OnePassCheck.Outcome {
+        OnePassCheck.object(fields.context, schema: schemas?.context ?? -1, table: schemas?.table, probe: probe)
+    }
+
+    /// The two-pass check: each field parsed into a tape (on the stack), then the redactor's
+    /// walk and the plan's validator over it.
+    private func twoPass(_ fields: FrameFields, _ type: EventType) -> Bool {
+        if fields.properties.isEmpty {
+            return ParsedJSON.empty.withView { passes(fields, type, properties: $0, hasProperties: false) }
+        }
+        // The tapes live on the stack for the call (JSONTape.withNodes): nothing allocated.
+        return JSONTape.withNodes(fields.properties) { nodes in
+            guard let nodes, nodes.first?.kind == .object else { return false }
+            return passes(fields, type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
         }
     }
 

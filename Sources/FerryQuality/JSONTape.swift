@@ -206,85 +206,19 @@ struct JSONTape: Sendable {
             index += count
         }
 
-        /// A string from its opening quote. Eight bytes at a time (``JSONScan``): a word none of
-        /// whose bytes needs attention is skipped with one test; once the string is known to be a
-        /// detector candidate, only its end and escapes are looked for.
+        /// A string from its opening quote (``JSONScan/string(_:count:from:)``).
         mutating func string() throws(Failure) {
             let start = index + 1
-            var at = start
-            var escaped = false
-            var candidate = false
-            let count = bytes.count
-            let last = count &- 8  // the last offset a whole word can be read from
-            let base = bytes.baseAddress!  // not empty: `index` is at the opening quote
-            while true {
-                // Wrapping arithmetic: no overflow checks in the loops that read most bytes.
-                if candidate {
-                    while at <= last {
-                        let flags = JSONScan.stops((base + at).loadUnaligned(as: UInt64.self))
-                        if flags != 0 { at &+= flags.trailingZeroBitCount &>> 3; break }
-                        at &+= 8
-                    }
-                } else {
-                    // Two words per step while both are plain text (one branch for 16 bytes).
-                    while at &+ 8 <= last {
-                        let first = (base + at).loadUnaligned(as: UInt64.self)
-                        let second = (base + (at &+ 8)).loadUnaligned(as: UInt64.self)
-                        if !JSONScan.isPlainText(first) || !JSONScan.isPlainText(second) { break }
-                        at &+= 16
-                    }
-                    while at <= last {
-                        let flags = JSONScan.attention((base + at).loadUnaligned(as: UInt64.self))
-                        if flags != 0 { at &+= flags.trailingZeroBitCount &>> 3; break }
-                        at &+= 8
-                    }
-                }
-                guard at < count else { index = at; throw fail("unterminated string") }
-                let byte = base.load(fromByteOffset: at, as: UInt8.self)
-                if byte == UInt8(ascii: "\"") { break }
-                if byte < 0x20 { index = at; throw fail("control character in a string") }
-                at &+= 1
-                if JSONScan.isCandidate(byte) { candidate = true; continue }
-                guard byte == UInt8(ascii: "\\") else { continue }
-                escaped = true
-                index = at
-                guard let escape = peek else { throw fail("unterminated string") }
-                index += 1
-                switch escape {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
-                     UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
-                    break
-                case UInt8(ascii: "u"):
-                    candidate = true  // it may stand for one
-                    guard let unit = hex4() else { throw fail("invalid \\u escape") }
-                    if unit >= 0xD800 && unit < 0xDC00 {
-                        // A high surrogate must be followed by a low one.
-                        guard bytes.count - index >= 6, bytes[index] == UInt8(ascii: "\\"), bytes[index + 1] == UInt8(ascii: "u") else {
-                            throw fail("unpaired surrogate")
-                        }
-                        index += 2
-                        guard let low = hex4(), low >= 0xDC00 && low < 0xE000 else { throw fail("unpaired surrogate") }
-                    } else if unit >= 0xDC00 && unit < 0xE000 {
-                        throw fail("unpaired surrogate")
-                    }
-                default: throw fail("invalid escape")
-                }
-                at = index
+            // Not empty: `index` is at the opening quote.
+            let scanned = JSONScan.string(bytes.baseAddress!, count: bytes.count, from: start)
+            if let fault = scanned.fault {
+                index = scanned.end
+                throw fail(fault.reason)
             }
-            append(JSONNode(kind: .string, escaped: escaped, candidate: candidate,
-                                  start: Int32(truncatingIfNeeded: start), end: Int32(truncatingIfNeeded: at), next: Int32(truncatingIfNeeded: used + 1), count: 0))
-            index = at + 1
-        }
-
-        mutating func hex4() -> UInt32? {
-            guard bytes.count - index >= 4 else { return nil }
-            var value: UInt32 = 0
-            for _ in 0..<4 {
-                guard let digit = JSONTape.hexValue(bytes[index]) else { return nil }
-                value = value << 4 | UInt32(truncatingIfNeeded: digit)
-                index += 1
-            }
-            return value
+            append(JSONNode(kind: .string, escaped: scanned.escaped, candidate: scanned.candidate,
+                            start: Int32(truncatingIfNeeded: start), end: Int32(truncatingIfNeeded: scanned.end),
+                            next: Int32(truncatingIfNeeded: used + 1), count: 0))
+            index = scanned.end + 1
         }
 
         mutating func number() throws(Failure) {
@@ -449,6 +383,124 @@ enum JSONScan {
         // High bit of (≥ 0x30) xor (≥ 0x41): in 0x30…0x40.
         let digitToAt = (low &+ ones &* (0x80 - 0x30)) ^ above40
         return (digitToAt | ~(notControl & notQuote & notBackslash)) & ~word & highs
+    }
+
+    /// Why bytes from an opening quote are not a JSON string.
+    enum StringFault: UInt8 {
+        case unterminated, control, unicodeEscape, unpairedSurrogate, escape
+
+        /// The parser's words for it.
+        var reason: String {
+            switch self {
+            case .unterminated: "unterminated string"
+            case .control: "control character in a string"
+            case .unicodeEscape: "invalid \\u escape"
+            case .unpairedSurrogate: "unpaired surrogate"
+            case .escape: "invalid escape"
+            }
+        }
+    }
+
+    /// What ``string(_:count:from:)`` found.
+    struct ScannedString {
+        /// The offset of the closing quote; with a fault, where the scan stopped.
+        var end: Int
+        /// The string holds an escape.
+        var escaped: Bool
+        /// The string holds a digit, `:` or `@` (raw) or a `\u` escape: a detector candidate.
+        var candidate: Bool
+        /// Why it is not a string; nil when it is one.
+        var fault: StringFault?
+    }
+
+    /// Scans the JSON string whose first byte after the opening quote is at `start` in the
+    /// `count` bytes at `base`: its end, whether it holds an escape or may be personal, or why it
+    /// is not a string (strict RFC 8259: escapes and surrogate pairs checked). Eight bytes at a
+    /// time: a word none of whose bytes needs attention is skipped with one test; once the string
+    /// is known to be a detector candidate, only its end and escapes are looked for. Shared by the
+    /// tape's parser and the gate's one-pass check.
+    @inline(__always)
+    static func string(_ base: UnsafeRawPointer, count: Int, from start: Int) -> ScannedString {
+        var at = start
+        var escaped = false
+        var candidate = false
+        let last = count &- 8  // the last offset a whole word can be read from
+        while true {
+            // Wrapping arithmetic: no overflow checks in the loops that read most bytes.
+            if candidate {
+                while at <= last {
+                    let flags = stops((base + at).loadUnaligned(as: UInt64.self))
+                    if flags != 0 { at &+= flags.trailingZeroBitCount &>> 3; break }
+                    at &+= 8
+                }
+            } else {
+                // Two words per step while both are plain text (one branch for 16 bytes).
+                while at &+ 8 <= last {
+                    let first = (base + at).loadUnaligned(as: UInt64.self)
+                    let second = (base + (at &+ 8)).loadUnaligned(as: UInt64.self)
+                    if !isPlainText(first) || !isPlainText(second) { break }
+                    at &+= 16
+                }
+                while at <= last {
+                    let flags = attention((base + at).loadUnaligned(as: UInt64.self))
+                    if flags != 0 { at &+= flags.trailingZeroBitCount &>> 3; break }
+                    at &+= 8
+                }
+            }
+            guard at < count else { return ScannedString(end: at, escaped: escaped, candidate: candidate, fault: .unterminated) }
+            let byte = base.load(fromByteOffset: at, as: UInt8.self)
+            if byte == UInt8(ascii: "\"") { break }
+            if byte < 0x20 { return ScannedString(end: at, escaped: escaped, candidate: candidate, fault: .control) }
+            at &+= 1
+            if isCandidate(byte) { candidate = true; continue }
+            guard byte == UInt8(ascii: "\\") else { continue }
+            escaped = true
+            if let fault = escape(base, count: count, at: &at, candidate: &candidate) {
+                return ScannedString(end: at, escaped: escaped, candidate: candidate, fault: fault)
+            }
+        }
+        return ScannedString(end: at, escaped: escaped, candidate: candidate, fault: nil)
+    }
+
+    /// One escape, `at` just past its backslash: `at` moves past it (or to where it is wrong).
+    private static func escape(_ base: UnsafeRawPointer, count: Int, at: inout Int, candidate: inout Bool) -> StringFault? {
+        guard at < count else { return .unterminated }
+        let escape = base.load(fromByteOffset: at, as: UInt8.self)
+        at += 1
+        switch escape {
+        case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"), UInt8(ascii: "b"), UInt8(ascii: "f"),
+             UInt8(ascii: "n"), UInt8(ascii: "r"), UInt8(ascii: "t"):
+            return nil
+        case UInt8(ascii: "u"):
+            candidate = true  // it may stand for one
+            guard let unit = hex4(base, count: count, at: &at) else { return .unicodeEscape }
+            if unit >= 0xD800 && unit < 0xDC00 {
+                // A high surrogate must be followed by a low one.
+                guard count - at >= 6, base.load(fromByteOffset: at, as: UInt8.self) == UInt8(ascii: "\\"),
+                      base.load(fromByteOffset: at + 1, as: UInt8.self) == UInt8(ascii: "u") else {
+                    return .unpairedSurrogate
+                }
+                at += 2
+                guard let low = hex4(base, count: count, at: &at), low >= 0xDC00 && low < 0xE000 else { return .unpairedSurrogate }
+            } else if unit >= 0xDC00 && unit < 0xE000 {
+                return .unpairedSurrogate
+            }
+            return nil
+        default:
+            return .escape
+        }
+    }
+
+    /// Four hex digits at `at` (moved past each digit read).
+    private static func hex4(_ base: UnsafeRawPointer, count: Int, at: inout Int) -> UInt32? {
+        guard count - at >= 4 else { return nil }
+        var value: UInt32 = 0
+        for _ in 0..<4 {
+            guard let digit = JSONTape.hexValue(base.load(fromByteOffset: at, as: UInt8.self)) else { return nil }
+            value = value << 4 | UInt32(truncatingIfNeeded: digit)
+            at += 1
+        }
+        return value
     }
 
     /// A raw byte that makes a string a candidate for the detectors: a digit, `:` or `@`

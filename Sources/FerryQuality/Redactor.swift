@@ -6,10 +6,10 @@ public struct Redactor: Sendable {
     public var configuration: RedactionConfiguration { core.configuration }
     /// Everything compiled, behind one reference: copying a redactor (the gate does per event)
     /// retains one object.
-    private let core: Core
+    fileprivate let core: Core
 
     /// The compiled redaction, shared by every copy.
-    private final class Core: Sendable {
+    fileprivate final class Core: Sendable {
         let configuration: RedactionConfiguration
         let rules: [Compiled]
         let hmac: HMACSHA256?
@@ -38,7 +38,7 @@ public struct Redactor: Sendable {
         }
     }
 
-    private struct Compiled: Sendable {
+    fileprivate struct Compiled: Sendable {
         var path: RedactionPath
         var action: RedactionAction
     }
@@ -215,6 +215,12 @@ public struct Redactor: Sendable {
         var walker = Walker(core: core, bytes: view.bytes, nodes: view.nodes)
         walker.walk(0, depth: 0, active: mask, key: -1)
         return walker.edits.isEmpty
+    }
+
+    /// What redaction may change under `root`, for the gate's one-pass check (``OnePassCheck``).
+    func onePass(under root: RedactionPath.Root) -> RedactionUnderRoot {
+        if core.rootMask(root) != 0 { return .rules }
+        return core.detectorKinds.isEmpty ? .nothing : .detectors(DetectionProbe(core: core))
     }
 
     /// Whether redaction leaves the identifier `text` (UTF-8, read in place) under `root`
@@ -437,5 +443,33 @@ public struct Redactor: Sendable {
                 out.append(contentsOf: bytes[JSONTape.rawRange(value)])
             }
         }
+    }
+}
+
+/// What redaction may change in a field, for the gate's one-pass check.
+enum RedactionUnderRoot {
+    /// Nothing: no rule names the root and no detector is on.
+    case nothing
+    /// Only the detectors, each string on its own (``DetectionProbe``).
+    case detectors(DetectionProbe)
+    /// A rule names the root: only the redactor's walk decides.
+    case rules
+}
+
+/// The detectors as the redactor's walk applies them to one string (its `detect`), for the gate's
+/// one-pass check. Unretained: it lives within a call on the gate, whose redactor holds the core.
+struct DetectionProbe {
+    fileprivate unowned(unsafe) let core: Redactor.Core
+
+    fileprivate init(core: Redactor.Core) {
+        self.core = core
+    }
+
+    /// Whether redaction leaves `text` as it is: a string that may be personal (a digit, `:` or
+    /// `@`, found by the scan), read raw (it has no escape), under the member whose raw name is
+    /// `key` (nil: none): no detector recognises it, or the kind recognised has no action.
+    func leavesUnchanged(_ text: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer?) -> Bool {
+        guard let kind = Detectors.classify(text, kinds: core.detectorKinds, key: key, prefiltered: true) else { return true }
+        return core.action(for: kind) == nil
     }
 }

@@ -106,6 +106,25 @@ public struct TrackingPlan: Sendable {
         }
     }
 
+    /// The schemas the gate's one-pass check (``OnePassCheck``) applies to an event of `type`
+    /// under rule `rule` (an index in ``rules``, or -1), read in place. Nil when the check cannot
+    /// apply them in one pass: common rules (several schemas over one field), or a
+    /// `context.traits` rule on an event with a context (two schemas over one value).
+    func onePassSchemas(type: EventType, rule: Int, hasContext: Bool) -> OnePassSchemas? {
+        guard core.common.isEmpty else { return nil }
+        var schemas = OnePassSchemas(table: core.storage.table)
+        guard rule >= 0 else { return schemas }
+        return core.rules.withUnsafeBufferPointer { rules in
+            let applied = rules.baseAddress! + rule
+            let isTraits = type == .identify || type == .group
+            if hasContext && !isTraits && applied.pointee.contextTraits != nil { return nil }
+            schemas.properties = (isTraits ? applied.pointee.traits : applied.pointee.properties) ?? -1
+            schemas.context = applied.pointee.context ?? -1
+            schemas.requiresContext = applied.pointee.requiresContext
+            return schemas
+        }
+    }
+
     /// How the plan names an event that it does not list.
     static func label(type: EventType, name: String) -> String {
         switch type {
@@ -221,4 +240,16 @@ struct JSONView {
             child = Int(nodes[child + 1].next)
         }
     }
+}
+
+/// What the plan checks of one event, for the gate's one-pass check.
+struct OnePassSchemas {
+    /// The plan's schemas.
+    var table: SchemaTable
+    /// The schema of the properties (traits for identify and group); -1 for none.
+    var properties = -1
+    /// The schema of the context; -1 for none.
+    var context = -1
+    /// The event must carry a context.
+    var requiresContext = false
 }

@@ -154,7 +154,7 @@ struct Validator {
         return enumStringsContain(table, schema, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
     }
 
-    private static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
+    static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
         let strings = table.enumStrings + Int(schema.pointee.enumStart)
         for position in 0..<Int(schema.pointee.enumCount) where Int(strings[position].count) == text.count {
             if text.isEmpty || Self.equalBytes(table.bytes + Int(strings[position].start), text.baseAddress!, text.count) { return true }
@@ -208,7 +208,7 @@ struct Validator {
     }
 
     /// The position of the member whose key is `key` among `count` members, -1 for none.
-    private static func member(_ pool: UnsafePointer<UInt8>, _ members: UnsafePointer<FlatMember>, _ count: Int,
+    static func member(_ pool: UnsafePointer<UInt8>, _ members: UnsafePointer<FlatMember>, _ count: Int,
                                _ key: UnsafeRawBufferPointer) -> Int {
         for position in 0..<count where Int(members[position].keyCount) == key.count {
             if key.isEmpty || Self.equalBytes(pool + Int(members[position].keyStart), key.baseAddress!, key.count) { return position }
@@ -262,6 +262,32 @@ struct Validator {
         if let format = schema.pointee.format, !Formats.check(format, text) {
             fail(node, "format", "must be a \(format.rawValue)")
         }
+    }
+
+    /// Whether `text` (decoded) passes the string checks of schema `schema` (`flat` is its flat
+    /// record): what ``checkText(_:_:_:_:)`` decides, without the messages (the one-pass check).
+    static func textPasses(_ schema: UnsafePointer<Schema>, _ flat: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
+        let minLength = Int(flat.pointee.minLength), maxLength = Int(flat.pointee.maxLength)
+        if minLength >= 0 || maxLength >= 0 {
+            // Code points never outnumber bytes: a string within maxLength bytes needs no count.
+            let length = minLength >= 0 || (maxLength >= 0 && text.count > maxLength) ? codePoints(text) : text.count
+            if minLength >= 0 && length < minLength { return false }
+            if maxLength >= 0 && length > maxLength { return false }
+        }
+        guard flat.pointee.flags.contains(.patternOrFormat) else { return true }
+        if let pattern = schema.pointee.pattern, !pattern.matches(text) { return false }
+        if let format = schema.pointee.format, !Formats.check(format, text) { return false }
+        return true
+    }
+
+    /// Whether `number` is within schema `schema`'s bounds: what ``checkNumber(_:_:)`` decides,
+    /// without the messages (the one-pass check).
+    static func numberPasses(_ schema: UnsafePointer<Schema>, _ number: Double) -> Bool {
+        if let minimum = schema.pointee.minimum, !(number >= minimum) { return false }
+        if let maximum = schema.pointee.maximum, !(number <= maximum) { return false }
+        if let bound = schema.pointee.exclusiveMinimum, !(number > bound) { return false }
+        if let bound = schema.pointee.exclusiveMaximum, !(number < bound) { return false }
+        return true
     }
 
     /// Code points in valid UTF-8: bytes that do not continue a sequence, eight at a time.
