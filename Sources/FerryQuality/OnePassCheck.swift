@@ -113,22 +113,31 @@ struct OnePassCheck {
         } else {
             while true {
                 guard index < count, byte(index) == UInt8(ascii: "\"") else { return .judge }
-                let name = JSONScan.string(base, count: count, from: index &+ 1)
-                guard name.fault == nil else { return .judge }
-                let key = UnsafeRawBufferPointer(start: base + (index &+ 1), count: name.end &- index &- 1)
-                index = name.end &+ 1
+                let keyStart = index &+ 1
+                let key: UnsafeRawBufferPointer
+                // A name the schema lists, written as it is (the common case): found by comparing
+                // its bytes and the closing quote, without scanning the name first.
+                var found = memberCount > 0 ? literalMember(members!, memberCount, at: keyStart) : -1
+                if found >= 0 {
+                    key = UnsafeRawBufferPointer(start: base + keyStart, count: Int(members![found].keyCount))
+                    index = keyStart &+ key.count &+ 1
+                } else {
+                    let name = JSONScan.string(base, count: count, from: keyStart)
+                    guard name.fault == nil else { return .judge }
+                    key = UnsafeRawBufferPointer(start: base + keyStart, count: name.end &- keyStart)
+                    index = name.end &+ 1
+                    if memberCount > 0 {
+                        // A name with an escape is compared decoded by the validator.
+                        if name.escaped { return .unsure }
+                        found = Validator.member(table!.bytes, members!, memberCount, key)
+                    }
+                }
                 skipWhitespace()
                 guard index < count, byte(index) == UInt8(ascii: ":") else { return .judge }
                 index &+= 1
                 skipWhitespace()
                 var member: Int32 = -1
                 if let schema {
-                    var found = -1
-                    if memberCount > 0 {
-                        // A name with an escape is compared decoded by the validator.
-                        if name.escaped { return .unsure }
-                        found = Validator.member(table!.bytes, members!, memberCount, key)
-                    }
                     if found >= 0 {
                         let bit = members![found].requiredBit
                         if bit >= 0 { seen |= 1 &<< UInt64(bit) }
@@ -157,6 +166,43 @@ struct OnePassCheck {
         return .passes
     }
 
+    /// The member among `memberCount` whose name is written at `start` as it is, followed by
+    /// the closing quote; -1 for none (a name with an escape, or one the schema does not list).
+    @inline(__always)
+    private func literalMember(_ members: UnsafePointer<FlatMember>, _ memberCount: Int, at start: Int) -> Int {
+        let pool = table!.bytes
+        for position in 0..<memberCount where members[position].literal {
+            let length = Int(members[position].keyCount)
+            guard count &- start > length, byte(start &+ length) == UInt8(ascii: "\"") else { continue }
+            if Self.equalBytes(pool + Int(members[position].keyStart), base + start, length) { return position }
+        }
+        return -1
+    }
+
+    /// The length of the string of `schema`'s `enum` written at `start` as it is, followed by the
+    /// closing quote and nothing the detectors look at (``FlatString/plain``); nil for none.
+    @inline(__always)
+    private func plainEnumString(_ schema: UnsafePointer<FlatSchema>, at start: Int) -> Int? {
+        let strings = table!.enumStrings + Int(schema.pointee.enumStart)
+        for position in 0..<Int(schema.pointee.enumCount) where strings[position].plain {
+            let length = Int(strings[position].count)
+            guard count &- start > length, byte(start &+ length) == UInt8(ascii: "\"") else { continue }
+            if Self.equalBytes(table!.bytes + Int(strings[position].start), base + start, length) { return length }
+        }
+        return nil
+    }
+
+    /// Whether `count` bytes at `a` and `b` are equal (short ones in a loop, not by a call).
+    @inline(__always)
+    private static func equalBytes(_ a: UnsafePointer<UInt8>, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
+        var index = 0
+        while index < count {
+            if a[index] != b.load(fromByteOffset: index, as: UInt8.self) { return false }
+            index &+= 1
+        }
+        return true
+    }
+
     private mutating func array(_ schema: UnsafePointer<FlatSchema>?, depth: Int, key: UnsafeRawBufferPointer?) -> Outcome {
         guard Self.admits(schema, .array) else { return .judge }
         let items = schema.map { $0.pointee.flags.contains(.items) ? $0.pointee.items : -1 } ?? -1
@@ -180,9 +226,15 @@ struct OnePassCheck {
     }
 
     private mutating func string(_ schema: UnsafePointer<FlatSchema>?, key: UnsafeRawBufferPointer?) -> Outcome {
-        let scanned = JSONScan.string(base, count: count, from: index &+ 1)
+        let start = index &+ 1
+        if let schema, schema.pointee.flags.contains(.enumStrings), let length = plainEnumString(schema, at: start) {
+            // One of the enum's strings as written (the common case of an enum): no scan.
+            index = start &+ length &+ 1
+            return stringChecks(schema, UnsafeRawBufferPointer(start: base + start, count: length), escaped: false, enumChecked: true)
+        }
+        let scanned = JSONScan.string(base, count: count, from: start)
         guard scanned.fault == nil else { return .judge }
-        let text = UnsafeRawBufferPointer(start: base + (index &+ 1), count: scanned.end &- index &- 1)
+        let text = UnsafeRawBufferPointer(start: base + start, count: scanned.end &- start)
         index = scanned.end &+ 1
         if scanned.candidate, let probe {
             // The detectors read a string decoded.
@@ -190,10 +242,16 @@ struct OnePassCheck {
             if !probe.leavesUnchanged(text, key: key) { return .judge }
         }
         guard let schema else { return .passes }
+        return stringChecks(schema, text, escaped: scanned.escaped, enumChecked: false)
+    }
+
+    /// A string's checks against `schema`: `text` as written (decoded unless `escaped`).
+    @inline(__always)
+    private func stringChecks(_ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer, escaped: Bool, enumChecked: Bool) -> Outcome {
         let flags = schema.pointee.flags
         if flags.contains(.types) && !schema.pointee.types.contains(.string) { return .judge }
-        if flags.contains(.enumStrings) {
-            if scanned.escaped { return .unsure }
+        if flags.contains(.enumStrings) && !enumChecked {
+            if escaped { return .unsure }
             if !Validator.enumStringsContain(table!, schema, text) { return .judge }
         }
         guard flags.contains(.text) else { return .passes }
@@ -201,7 +259,7 @@ struct OnePassCheck {
         if !flags.contains(.patternOrFormat) && schema.pointee.minLength < 0 && text.count <= Int(schema.pointee.maxLength) {
             return .passes
         }
-        if scanned.escaped { return .unsure }
+        if escaped { return .unsure }
         return Validator.textPasses(table!.full.baseAddress! + (schema - table!.flat), schema, text) ? .passes : .judge
     }
 

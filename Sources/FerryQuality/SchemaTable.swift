@@ -50,12 +50,26 @@ struct FlatMember {
     var schema: Int32
     /// Its bit in the required mask, -1 for none.
     var requiredBit: Int32
+    /// Its key's bytes stand in a JSON string as they are (no quote, backslash or control
+    /// byte): a member name written without escapes is these bytes and a closing quote.
+    var literal: Bool
 }
 
 /// A string of a flat `enum`: its UTF-8 bytes in ``SchemaTable/bytes``.
 struct FlatString {
     var start: Int32
     var count: Int32
+    /// The bytes stand in a JSON string as they are, and none makes the string a detector
+    /// candidate (``JSONScan/isCandidate(_:)``): a value written as these bytes and a closing
+    /// quote is this string, and nothing the detectors look at.
+    var plain: Bool
+}
+
+extension FlatString {
+    /// Whether `text` can stand in a JSON string as it is: no quote, backslash or control byte.
+    static func isLiteral(_ text: [UInt8]) -> Bool {
+        !text.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
+    }
 }
 
 /// The schemas of a plan, flat and full, read in place (pointers into ``SchemaStorage``, valid
@@ -106,7 +120,8 @@ final class SchemaStorage: @unchecked Sendable {
                     record.enumCount = Int32(texts.count)
                     for text in texts {
                         let (start, count) = intern(text)
-                        strings.append(FlatString(start: start, count: count))
+                        strings.append(FlatString(start: start, count: count,
+                                                  plain: FlatString.isLiteral(text) && !text.contains(where: JSONScan.isCandidate)))
                     }
                 } else {
                     record.flags.insert(.enumAny)
@@ -131,7 +146,7 @@ final class SchemaStorage: @unchecked Sendable {
             for member in schema.members {
                 let (start, count) = intern(member.key)
                 flatMembers.append(FlatMember(keyStart: start, keyCount: count, schema: Int32(member.schema ?? -1),
-                                              requiredBit: Int32(member.requiredBit ?? -1)))
+                                              requiredBit: Int32(member.requiredBit ?? -1), literal: FlatString.isLiteral(member.key)))
             }
             flatSchemas.append(record)
         }

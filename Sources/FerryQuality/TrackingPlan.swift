@@ -34,12 +34,15 @@ public struct TrackingPlan: Sendable {
         let common: [Rule]
         /// The schemas as the validator reads them (flat, in place).
         let storage: SchemaStorage
+        /// The rules as the ingest path looks them up per event (flat, in place).
+        let lookup: RuleTable
 
         init(schemas: [Schema], rules: [Rule], common: [Rule]) {
             self.schemas = schemas
             self.rules = rules
             self.common = common
             storage = SchemaStorage(schemas)
+            lookup = RuleTable(rules)
         }
     }
 
@@ -90,20 +93,7 @@ public struct TrackingPlan: Sendable {
 
     /// ``rule(type:name:)`` for a name's UTF-8 bytes (read in place from a frame).
     func rule(type: EventType, name bytes: UnsafeRawBufferPointer) -> Int {
-        core.rules.withUnsafeBufferPointer { rules in
-            var unnamed = -1
-            for index in 0..<rules.count where rules[index].type == type {
-                guard rules[index].name != nil else {
-                    unnamed = index
-                    continue
-                }
-                let equal = rules[index].name!.withUnsafeBufferPointer { ruleName in
-                    ruleName.count == bytes.count && (bytes.isEmpty || memcmp(ruleName.baseAddress!, bytes.baseAddress!, bytes.count) == 0)
-                }
-                if equal { return index }
-            }
-            return unnamed
-        }
+        core.lookup.index(type: type, name: bytes)
     }
 
     /// The schemas the gate's one-pass check (``OnePassCheck``) applies to an event of `type`
@@ -114,15 +104,13 @@ public struct TrackingPlan: Sendable {
         guard core.common.isEmpty else { return nil }
         var schemas = OnePassSchemas(table: core.storage.table)
         guard rule >= 0 else { return schemas }
-        return core.rules.withUnsafeBufferPointer { rules in
-            let applied = rules.baseAddress! + rule
-            let isTraits = type == .identify || type == .group
-            if hasContext && !isTraits && applied.pointee.contextTraits != nil { return nil }
-            schemas.properties = (isTraits ? applied.pointee.traits : applied.pointee.properties) ?? -1
-            schemas.context = applied.pointee.context ?? -1
-            schemas.requiresContext = applied.pointee.requiresContext
-            return schemas
-        }
+        let entry = core.lookup[rule]
+        let isTraits = type == .identify || type == .group
+        if hasContext && !isTraits && entry.contextTraits { return nil }
+        schemas.properties = Int(isTraits ? entry.traits : entry.properties)
+        schemas.context = Int(entry.context)
+        schemas.requiresContext = entry.requiresContext
+        return schemas
     }
 
     /// How the plan names an event that it does not list.
@@ -252,4 +240,73 @@ struct OnePassSchemas {
     var context = -1
     /// The event must carry a context.
     var requiresContext = false
+}
+
+/// A plan's rules as the ingest path looks them up per event: one flat, trivial record per rule
+/// (its type, its name's bytes in a pool, its schemas), read in place: no retain, no optional
+/// array per rule. Built once per load, never changed, freed with the plan.
+final class RuleTable: @unchecked Sendable {
+    // Written only by init; read-only afterwards (so sharing across threads is safe).
+    struct Entry {
+        var type: UInt8
+        /// The rule names the event (else it is for the type alone).
+        var named: Bool
+        var nameStart: Int32
+        var nameCount: Int32
+        /// Schema indices, -1 for none.
+        var properties: Int32
+        var traits: Int32
+        var context: Int32
+        /// A `context.traits` rule.
+        var contextTraits: Bool
+        var requiresContext: Bool
+    }
+
+    private let entries: UnsafeMutableBufferPointer<Entry>
+    private let names: UnsafeMutableBufferPointer<UInt8>
+
+    init(_ rules: [TrackingPlan.Rule]) {
+        var pool: [UInt8] = []
+        var flat: [Entry] = []
+        for rule in rules {
+            flat.append(Entry(type: rule.type?.rawValue ?? .max, named: rule.name != nil, nameStart: Int32(pool.count),
+                              nameCount: Int32(rule.name?.count ?? 0), properties: Int32(rule.properties ?? -1),
+                              traits: Int32(rule.traits ?? -1), context: Int32(rule.context ?? -1),
+                              contextTraits: rule.contextTraits != nil, requiresContext: rule.requiresContext))
+            pool += rule.name ?? []
+        }
+        // At least one element, so every table has a base address.
+        entries = .allocate(capacity: max(flat.count, 1))
+        _ = entries.initialize(fromContentsOf: flat)
+        names = .allocate(capacity: max(pool.count, 1))
+        _ = names.initialize(fromContentsOf: pool)
+        count = flat.count
+    }
+
+    deinit {
+        entries.deallocate()
+        names.deallocate()
+    }
+
+    /// Rules in the table.
+    let count: Int
+
+    subscript(index: Int) -> Entry { entries[index] }
+
+    /// The index of the rule naming an event of `type` called `name`: the one with that name,
+    /// else the one for the type alone; -1 for none (``TrackingPlan/rule(type:name:)``).
+    func index(type: EventType, name: UnsafeRawBufferPointer) -> Int {
+        var unnamed = -1
+        let code = type.rawValue
+        for index in 0..<count where entries[index].type == code {
+            let entry = entries[index]
+            guard entry.named else {
+                unnamed = index
+                continue
+            }
+            guard Int(entry.nameCount) == name.count else { continue }
+            if name.isEmpty || memcmp(names.baseAddress! + Int(entry.nameStart), name.baseAddress!, name.count) == 0 { return index }
+        }
+        return unnamed
+    }
 }
