@@ -109,13 +109,16 @@ final class IngestStages: Sendable {
     /// ``item(_:version:quality:)`` (nil: no plan and no redaction).
     var quality: QualityStage? { qualityHolder.stage }
 
-    /// One frame through the limits, then through `quality` (``QualityStage/apply(_:frame:metrics:)``)
-    /// when there is one.
+    /// One frame through the limits, then through `quality` when there is one: stored as it
+    /// came when the gate passes it untouched (``QualityStage/passesUntouched(_:frame:)``), else
+    /// decoded and judged (``QualityStage/judged(_:frame:metrics:)``).
     @inline(__always)
     func item(_ frame: [UInt8], version: UInt8, quality: QualityStage?) -> IngestBatch.Item {
         let item = item(frame, version: version)
-        guard let quality, case .event(let header, let frame) = item else { return item }
-        return quality.apply(header, frame: frame, metrics: metrics)
+        // The common case returns the item as it is (no copy of it, no retain of its frame): an
+        // event the gate passes untouched, read from `frame`, the bytes the item holds.
+        guard let quality, case .event(let header, _) = item, !quality.passesUntouched(header, frame: frame) else { return item }
+        return quality.judged(header, frame: frame, metrics: metrics)
     }
 
     /// One frame through the limits: stored as an event, or refused with its ack entry (too

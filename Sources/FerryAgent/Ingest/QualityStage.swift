@@ -48,15 +48,20 @@ final class QualityStage: Sendable {
         return gate.isEmpty ? nil : QualityStage(gate: gate, action: configuration.quality.configuration.onViolation)
     }
 
-    /// One frame that passed the limits, through the gate: redacted events are re-encoded (the
-    /// raw value never reaches the log, the quarantine or the bus); one that breaks the plan is
-    /// refused (`block`: `rejected`/`plan_violation`), quarantined (`quarantine`: written by the
-    /// commit thread before its ack) or tagged (`tag`: `context.ferry.violations`). Violations
-    /// and redactions are counted. An event that passes untouched is judged from the frame without
-    /// decoding it (``QualityGate/passesUntouched(frame:header:)``); the others are decoded.
-    func apply(_ header: EventHeader, frame: [UInt8], metrics: AgentMetrics) -> IngestBatch.Item {
-        // The common case, judged from the frame's bytes in place: stored as it came.
-        if gate.passesUntouched(frame: frame, header: header) { return .event(header, frame: frame) }
+    /// Whether the gate passes the event in `frame` untouched, judged from the frame's bytes in
+    /// place without decoding it (``QualityGate/passesUntouched(frame:header:)``): the common
+    /// case, stored as it came.
+    @inline(__always)
+    func passesUntouched(_ header: EventHeader, frame: [UInt8]) -> Bool {
+        gate.passesUntouched(frame: frame, header: header)
+    }
+
+    /// A frame the gate does not pass untouched, decoded and judged: redacted events are
+    /// re-encoded (the raw value never reaches the log, the quarantine or the bus); one that
+    /// breaks the plan is refused (`block`: `rejected`/`plan_violation`), quarantined
+    /// (`quarantine`: written by the commit thread before its ack) or tagged (`tag`:
+    /// `context.ferry.violations`). Violations and redactions are counted.
+    func judged(_ header: EventHeader, frame: [UInt8], metrics: AgentMetrics) -> IngestBatch.Item {
         let event: WireEvent
         do {
             event = try WireEvent(decoding: frame)
