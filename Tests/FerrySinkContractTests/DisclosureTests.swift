@@ -89,6 +89,28 @@ struct DisclosureTests {
         }
     }
 
+    /// An event of the HTTP API's TCP listener: pid 0 (the kernel gives no pid for a TCP peer)
+    /// and seq 0 (the HTTP API has no client sequence), its origin only uid and gid.
+    static func unknownProcessBatch() -> DeliveryBatch {
+        var event = Events.make(0, name: "Over TCP")
+        event.pid = 0
+        event.userID = "u1"
+        let frame = event.encoded()
+        let stored = StoredEvent(position: LogPosition(segment: 1, offset: 16), size: LogRecord.framedSize(frameSize: frame.count),
+                                 acceptedAt: 1_700_000_000_000, frame: frame, metadata: EventOrigin(uid: 1000, gid: 1000).metadata)
+        return DeliveryBatch(events: [stored], consent: [:], disclosure: .all)
+    }
+
+    @Test("a pid and seq the sender did not have (0: an HTTP API event over TCP) are left out of every body, even with process details disclosed")
+    func unknownPidAndSeqLeftOut() throws {
+        let objects = try Self.objects(Self.unknownProcessBatch())
+        #expect(Set(objects.keys) == ["file", "jetstream", "envelope", "segment"])
+        for (sink, object) in objects {
+            #expect(object["pid"] == nil && object["seq"] == nil, "\(sink): \(object)")
+            #expect(object["source"] as? String == "agent-tests" && object["accepted_at"] is NSNumber, "\(sink): \(object)")
+        }
+    }
+
     @Test("dropContext removes those top-level context keys in every body, and nothing else")
     func dropContext() throws {
         let disclosure = Disclosure(origin: true, process: true, dropContext: ["ip", "device", "absent"])
