@@ -102,22 +102,8 @@ import Testing
 
     // MARK: The one-pass check against the gate, on generated events
 
-    /// A plan with the usual shapes, a context schema, and an identify rule.
-    static let shapes = try! TrackingPlan(json: Array(#"""
-        {"events": [
-          {"type": "track", "name": "Order Completed",
-           "properties": {"required": ["total"], "properties": {
-               "total": {"type": "number", "minimum": 0}, "n": {"type": "integer", "maximum": 10},
-               "sku": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,4}$"}, "currency": {"type": "string", "enum": ["EUR", "USD"]},
-               "note": {"type": "string", "maxLength": 8}, "tag": {"minLength": 2, "maxLength": 4}, "flag": {"type": "boolean"},
-               "at": {"format": "date-time"}, "mail": {"format": "email"},
-               "items": {"type": "array", "items": {"type": "object", "required": ["sku"], "properties": {"sku": {"type": "string"}},
-                                                     "additionalProperties": {"type": ["string", "number"]}}},
-               "meta": {"type": "object", "additionalProperties": false, "properties": {"k": {"type": ["string", "null"]}}}}},
-           "context": {"properties": {"app": {"type": "object", "required": ["name"]}}}},
-          {"type": "identify", "traits": {"properties": {"plan": {"enum": ["free", "pro"]}, "age": {"type": "integer", "exclusiveMinimum": 0}}}}
-        ]}
-        """#.utf8), source: "plan.json")
+    /// The fuzzers' plan of the usual shapes (QualityChecks).
+    static let shapes = try! TrackingPlan(json: Array(QualityChecks.shapesPlan.utf8), source: "plan.json")
 
     /// Deterministic values (SplitMix64): the same events on every run.
     struct Generator {

@@ -50,6 +50,7 @@ enum QualityChecks {
     /// Parses `input` as a tracking plan. Returns the outcome, or a description of a broken
     /// property (a bug: the fuzzer stops on it, the test fails).
     static func plan(_ input: [UInt8]) -> Result<Outcome, Violation> {
+        if let violation = inPlaceJudgementAgrees(input) { return .failure(violation) }
         let plan: TrackingPlan
         do {
             plan = try TrackingPlan(json: input, source: source)
@@ -84,6 +85,7 @@ enum QualityChecks {
 
     /// Parses `input` as a redact table and redacts the events with it.
     static func redact(_ input: [UInt8]) -> Result<Outcome, Violation> {
+        if let violation = inPlaceJudgementAgrees(input) { return .failure(violation) }
         let configuration: RedactionConfiguration
         do {
             configuration = try RedactionConfiguration(json: input)
@@ -137,6 +139,57 @@ enum QualityChecks {
         let frame = event.encoded()
         guard let header = try? EventHeader(frame) else { return true }
         return !gate.passesUntouched(frame: frame, header: header) || (!judgement.redacted && judgement.violations.isEmpty)
+    }
+
+    /// A plan of the usual shapes (the keywords the ingest path's one-pass check reads, nested
+    /// objects and arrays, a context schema, an identify rule): the plan the input is judged by as
+    /// an event's properties and context (``inPlaceJudgementAgrees(_:)``), and OnePassCheckTests'.
+    static let shapesPlan = #"""
+        {"events": [
+          {"type": "track", "name": "Order Completed",
+           "properties": {"required": ["total"], "properties": {
+               "total": {"type": "number", "minimum": 0}, "n": {"type": "integer", "maximum": 10},
+               "sku": {"type": "string", "pattern": "^[A-Z]{2}-\\d{3,4}$"}, "currency": {"type": "string", "enum": ["EUR", "USD"]},
+               "note": {"type": "string", "maxLength": 8}, "tag": {"minLength": 2, "maxLength": 4}, "flag": {"type": "boolean"},
+               "at": {"format": "date-time"}, "mail": {"format": "email"},
+               "items": {"type": "array", "items": {"type": "object", "required": ["sku"], "properties": {"sku": {"type": "string"}},
+                                                     "additionalProperties": {"type": ["string", "number"]}}},
+               "meta": {"type": "object", "additionalProperties": false, "properties": {"k": {"type": ["string", "null"]}}}}},
+           "context": {"properties": {"app": {"type": "object", "required": ["name"]}}}},
+          {"type": "identify", "traits": {"properties": {"plan": {"enum": ["free", "pro"]}, "age": {"type": "integer", "exclusiveMinimum": 0}}}}
+        ]}
+        """#
+
+    /// The five detectors on.
+    static let allDetectors = #"{"detect": [{"kind": "email", "action": "hash"}, {"kind": "phone", "action": "mask"}, {"kind": "ip", "action": "mask"}, {"kind": "card", "action": "mask"}, {"kind": "iban", "action": "hash"}]}"#
+
+    /// The shapes plan with the five detectors, the plan alone, and the detectors alone.
+    static let referenceGates: [QualityGate] = {
+        let plan = try! TrackingPlan(json: Array(shapesPlan.utf8), source: source)
+        let redactor = try! Redactor(configuration: try! RedactionConfiguration(json: Array(allDetectors.utf8)),
+                                     key: [UInt8](repeating: 0x42, count: 32))
+        return [QualityGate(plan: plan, allowUnplanned: true, redactor: redactor), QualityGate(plan: plan, allowUnplanned: true, redactor: nil),
+                QualityGate(plan: nil, allowUnplanned: true, redactor: redactor)]
+    }()
+
+    /// The ingest path's in-place judgement (``QualityGate/passesUntouched(frame:header:)``: the
+    /// one-pass check, and the tape for what it leaves undecided) never passes the input, as an
+    /// identify's traits or a planned track's properties (and context), when the gate would
+    /// change or refuse the event. Nil when it holds.
+    static func inPlaceJudgementAgrees(_ input: [UInt8]) -> Violation? {
+        guard String(validating: input, as: UTF8.self) != nil else { return nil }
+        for gate in referenceGates {
+            for (type, name) in [(EventType.track, "Order Completed"), (.identify, "")] {
+                for context in [[], input] {
+                    let event = WireEvent(id: EventID.zero, timestamp: 0, sequence: 1, pid: 1, type: type, source: "fuzz", name: name,
+                                          properties: input, context: context)
+                    guard shortcutAgrees(gate, event, gate.judge(event)) else {
+                        return Violation("passesUntouched passed, as \(type) \(context.isEmpty ? "properties" : "properties and context"), what the gate changes or refuses", input)
+                    }
+                }
+            }
+        }
+        return nil
     }
 
     /// Whether `bytes` are one JSON object (or empty), by the agent's own check of a context
