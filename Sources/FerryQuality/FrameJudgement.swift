@@ -36,12 +36,7 @@ extension QualityGate {
         // The redactor and the plan are used through optional chaining, not bound to locals: a
         // binding would copy (retain and release) their compiled cores per event.
         if redactor != nil {
-            // An absent identifier is left unchanged: no call for it.
-            guard fields.userID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false,
-                  fields.anonymousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false,
-                  fields.previousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false,
-                  fields.groupID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false
-            else { return .judge }
+            guard identifiersUnchanged(fields) else { return .judge }
             if !fields.properties.isEmpty {
                 switch redactor?.onePass(under: isTraits ? .traits : .properties) {
                 case .rules: return .unsure
@@ -71,13 +66,13 @@ extension QualityGate {
             guard let schema = schemas?.properties, schema >= 0 else { return hasContext ? onePassContext(fields, schemas, contextProbe) : .passes }
             properties = UnsafeRawBufferPointer(start: Self.emptyObject.utf8Start, count: Self.emptyObject.utf8CodeUnitCount)
         }
-        let outcome = OnePassCheck.object(properties, schema: schemas?.properties ?? -1, table: table, probe: propertiesProbe)
+        let outcome = OnePassCheck.check(object: properties, schema: schemas?.properties ?? -1, table: table, probe: propertiesProbe)
         guard outcome == .passes, hasContext else { return outcome }
         return onePassContext(fields, schemas, contextProbe)
     }
 
     private func onePassContext(_ fields: FrameFields, _ schemas: OnePassSchemas?, _ probe: DetectionProbe?) -> OnePassCheck.Outcome {
-        OnePassCheck.object(fields.context, schema: schemas?.context ?? -1, table: schemas?.table, probe: probe)
+        OnePassCheck.check(object: fields.context, schema: schemas?.context ?? -1, table: schemas?.table, probe: probe)
     }
 
     /// The two-pass check: each field parsed into a tape (on the stack), then the redactor's
@@ -103,6 +98,16 @@ extension QualityGate {
         }
     }
 
+    /// Whether redaction leaves the event's four identifiers as they are (an absent one is left
+    /// unchanged: no call for it). Only with a redactor.
+    @inline(__always)
+    private func identifiersUnchanged(_ fields: FrameFields) -> Bool {
+        (fields.userID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false)
+            && (fields.anonymousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false)
+            && (fields.previousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false)
+            && (fields.groupID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false)
+    }
+
     /// The order of ``judge(_:)``: redaction (any change: false), then the plan.
     private func passes(_ fields: FrameFields, _ type: EventType, properties: JSONView, hasProperties: Bool, context: JSONView?) -> Bool {
         let isTraits = type == .identify || type == .group
@@ -111,12 +116,7 @@ extension QualityGate {
         if redactor != nil {
             if hasProperties && redactor?.leavesUnchanged(properties, root: isTraits ? .traits : .properties) == false { return false }
             if let context, redactor?.leavesUnchanged(context, root: .context) == false { return false }
-            // An absent identifier is left unchanged: no call for it.
-            guard fields.userID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false,
-                  fields.anonymousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false,
-                  fields.previousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false,
-                  fields.groupID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false
-            else { return false }
+            guard identifiersUnchanged(fields) else { return false }
         }
         guard plan != nil else { return true }
         let rule = plan?.rule(type: type, name: fields.name) ?? -1

@@ -223,30 +223,16 @@ struct JSONTape: Sendable {
 
         mutating func number() throws(Failure) {
             let start = index
-            if peek == UInt8(ascii: "-") { index += 1 }
-            guard let first = peek, isDigit(first) else { throw fail("invalid value") }
-            index += 1
-            if first != UInt8(ascii: "0") { digits() }
-            if peek == UInt8(ascii: ".") {
-                index += 1
-                guard let digit = peek, isDigit(digit) else { throw fail("invalid number") }
-                digits()
+            // Not empty: `index` is at the number's first byte.
+            let end = JSONScan.number(bytes.baseAddress!, count: bytes.count, from: start)
+            if let fault = end.fault {
+                index = end.end
+                throw fail(fault == .value ? "invalid value" : "invalid number")
             }
-            if peek == UInt8(ascii: "e") || peek == UInt8(ascii: "E") {
-                index += 1
-                if peek == UInt8(ascii: "+") || peek == UInt8(ascii: "-") { index += 1 }
-                guard let digit = peek, isDigit(digit) else { throw fail("invalid number") }
-                digits()
-            }
+            index = end.end
             append(JSONNode(kind: .number, escaped: false, start: Int32(truncatingIfNeeded: start), end: Int32(truncatingIfNeeded: index),
                                   next: Int32(truncatingIfNeeded: used + 1), count: 0))
         }
-
-        mutating func digits() {
-            while let byte = peek, isDigit(byte) { index += 1 }
-        }
-
-        func isDigit(_ byte: UInt8) -> Bool { byte &- UInt8(ascii: "0") < 10 }
     }
 
     static func hexValue(_ byte: UInt8) -> UInt8? {
@@ -501,6 +487,44 @@ enum JSONScan {
             at += 1
         }
         return value
+    }
+
+    /// Why bytes are not a JSON number: no digit where the value starts (`value`), or a fraction
+    /// or exponent without digits (`number`).
+    enum NumberFault: UInt8 {
+        case value, number
+    }
+
+    /// Scans the JSON number (RFC 8259: `-`, no leading zero, fraction, exponent) whose first byte
+    /// is at `start` in the `count` bytes at `base`: the offset just past it, or where and why it
+    /// is not a number. Shared by the tape's parser and the gate's one-pass check.
+    @inline(__always)
+    static func number(_ base: UnsafeRawPointer, count: Int, from start: Int) -> (end: Int, fault: NumberFault?) {
+        @inline(__always) func byte(_ at: Int) -> UInt8 { base.load(fromByteOffset: at, as: UInt8.self) }
+        @inline(__always) func isDigit(_ at: Int) -> Bool { at < count && byte(at) &- UInt8(ascii: "0") < 10 }
+        var at = start
+        if at < count && byte(at) == UInt8(ascii: "-") { at &+= 1 }
+        guard isDigit(at) else { return (at, .value) }
+        let first = byte(at)
+        at &+= 1
+        if first != UInt8(ascii: "0") { while isDigit(at) { at &+= 1 } }
+        if at < count && byte(at) == UInt8(ascii: ".") {
+            at &+= 1
+            guard isDigit(at) else { return (at, .number) }
+            while isDigit(at) { at &+= 1 }
+        }
+        if at < count && (byte(at) == UInt8(ascii: "e") || byte(at) == UInt8(ascii: "E")) {
+            at &+= 1
+            if at < count && (byte(at) == UInt8(ascii: "+") || byte(at) == UInt8(ascii: "-")) { at &+= 1 }
+            guard isDigit(at) else { return (at, .number) }
+            while isDigit(at) { at &+= 1 }
+        }
+        return (at, nil)
+    }
+
+    /// Whether `text` can stand in a JSON string as it is: no quote, backslash or control byte.
+    static func isLiteral(_ text: [UInt8]) -> Bool {
+        !text.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
     }
 
     /// A raw byte that makes a string a candidate for the detectors: a digit, `:` or `@`

@@ -14,8 +14,10 @@ struct OnePassCheck {
     enum Outcome: Equatable {
         /// The field is valid JSON, breaks no rule of its schema, and redaction leaves it as it is.
         case passes
-        /// It is not one JSON value, breaks a rule, or the detectors would change one of its
-        /// strings: the event must be judged (``QualityGate/judge(_:)``).
+        /// It breaks a rule, the detectors would change one of its strings, or it is not one
+        /// JSON object: ``QualityGate/judge(_:)`` must decide (for a planned event, that
+        /// judgement redacts or refuses it; an unplanned event's properties the plan never
+        /// reads, so their syntax alone does not make it fail).
         case judge
         /// Not decided in one pass: ask the two-pass check.
         case unsure
@@ -38,7 +40,7 @@ struct OnePassCheck {
 
     /// Checks `bytes`, which must hold one JSON object, against schema `schema` of `table` (-1 or
     /// a nil table: no schema), showing its strings to `probe`'s detectors.
-    static func object(_ bytes: UnsafeRawBufferPointer, schema: Int, table: SchemaTable?, probe: DetectionProbe?) -> Outcome {
+    static func check(object bytes: UnsafeRawBufferPointer, schema: Int, table: SchemaTable?, probe: DetectionProbe?) -> Outcome {
         guard let base = bytes.baseAddress else { return .judge }
         var check = OnePassCheck(base: base, count: bytes.count, table: table, probe: probe)
         check.skipWhitespace()
@@ -117,7 +119,7 @@ struct OnePassCheck {
                 let key: UnsafeRawBufferPointer
                 // A name the schema lists, written as it is (the common case): found by comparing
                 // its bytes and the closing quote, without scanning the name first.
-                var found = memberCount > 0 ? literalMember(members!, memberCount, at: keyStart) : -1
+                let found = memberCount > 0 ? literalMember(members!, memberCount, at: keyStart) : -1
                 if found >= 0 {
                     key = UnsafeRawBufferPointer(start: base + keyStart, count: Int(members![found].keyCount))
                     index = keyStart &+ key.count &+ 1
@@ -126,11 +128,10 @@ struct OnePassCheck {
                     guard name.fault == nil else { return .judge }
                     key = UnsafeRawBufferPointer(start: base + keyStart, count: name.end &- keyStart)
                     index = name.end &+ 1
-                    if memberCount > 0 {
-                        // A name with an escape is compared decoded by the validator.
-                        if name.escaped { return .unsure }
-                        found = Validator.member(table!.bytes, members!, memberCount, key)
-                    }
+                    // A name with an escape is compared decoded by the validator. One without
+                    // is not listed: had it been, `literalMember` would have found it (a name
+                    // that is not literal holds a byte that raw text cannot).
+                    if memberCount > 0 && name.escaped { return .unsure }
                 }
                 skipWhitespace()
                 guard index < count, byte(index) == UInt8(ascii: ":") else { return .judge }
@@ -170,11 +171,8 @@ struct OnePassCheck {
     /// the closing quote; -1 for none (a name with an escape, or one the schema does not list).
     @inline(__always)
     private func literalMember(_ members: UnsafePointer<FlatMember>, _ memberCount: Int, at start: Int) -> Int {
-        let pool = table!.bytes
         for position in 0..<memberCount where members[position].literal {
-            let length = Int(members[position].keyCount)
-            guard count &- start > length, byte(start &+ length) == UInt8(ascii: "\"") else { continue }
-            if Self.equalBytes(pool + Int(members[position].keyStart), base + start, length) { return position }
+            if isWritten(Int(members[position].keyStart), Int(members[position].keyCount), at: start) { return position }
         }
         return -1
     }
@@ -186,21 +184,17 @@ struct OnePassCheck {
         let strings = table!.enumStrings + Int(schema.pointee.enumStart)
         for position in 0..<Int(schema.pointee.enumCount) where strings[position].plain {
             let length = Int(strings[position].count)
-            guard count &- start > length, byte(start &+ length) == UInt8(ascii: "\"") else { continue }
-            if Self.equalBytes(table!.bytes + Int(strings[position].start), base + start, length) { return length }
+            if isWritten(Int(strings[position].start), length, at: start) { return length }
         }
         return nil
     }
 
-    /// Whether `count` bytes at `a` and `b` are equal (short ones in a loop, not by a call).
+    /// Whether the `length` bytes at `poolStart` in the table's byte pool are written at `start`
+    /// and followed by a closing quote.
     @inline(__always)
-    private static func equalBytes(_ a: UnsafePointer<UInt8>, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
-        var index = 0
-        while index < count {
-            if a[index] != b.load(fromByteOffset: index, as: UInt8.self) { return false }
-            index &+= 1
-        }
-        return true
+    private func isWritten(_ poolStart: Int, _ length: Int, at start: Int) -> Bool {
+        count &- start > length && byte(start &+ length) == UInt8(ascii: "\"")
+            && Validator.equalBytes(table!.bytes + poolStart, base + start, length)
     }
 
     private mutating func array(_ schema: UnsafePointer<FlatSchema>?, depth: Int, key: UnsafeRawBufferPointer?) -> Outcome {
@@ -273,22 +267,9 @@ struct OnePassCheck {
 
     private mutating func number(_ schema: UnsafePointer<FlatSchema>?) -> Outcome {
         let start = index
-        if byte(index) == UInt8(ascii: "-") { index &+= 1 }
-        guard index < count, isDigit(byte(index)) else { return .judge }
-        let first = byte(index)
-        index &+= 1
-        if first != UInt8(ascii: "0") { digits() }
-        if index < count && byte(index) == UInt8(ascii: ".") {
-            index &+= 1
-            guard index < count, isDigit(byte(index)) else { return .judge }
-            digits()
-        }
-        if index < count && (byte(index) == UInt8(ascii: "e") || byte(index) == UInt8(ascii: "E")) {
-            index &+= 1
-            if index < count && (byte(index) == UInt8(ascii: "+") || byte(index) == UInt8(ascii: "-")) { index &+= 1 }
-            guard index < count, isDigit(byte(index)) else { return .judge }
-            digits()
-        }
+        let scanned = JSONScan.number(base, count: count, from: start)
+        guard scanned.fault == nil else { return .judge }
+        index = scanned.end
         guard let schema else { return .passes }
         let flags = schema.pointee.flags
         if flags.contains(.enumStrings) { return .judge }
@@ -303,11 +284,4 @@ struct OnePassCheck {
         let full = table!.full.baseAddress! + (schema - table!.flat)
         return Validator.numberPasses(full, JSONTape.double(node, in: bytes)) ? .passes : .judge
     }
-
-    private mutating func digits() {
-        while index < count && isDigit(byte(index)) { index &+= 1 }
-    }
-
-    @inline(__always)
-    private func isDigit(_ byte: UInt8) -> Bool { byte &- UInt8(ascii: "0") < 10 }
 }

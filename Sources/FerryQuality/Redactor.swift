@@ -218,6 +218,8 @@ public struct Redactor: Sendable {
     }
 
     /// What redaction may change under `root`, for the gate's one-pass check (``OnePassCheck``).
+    /// A probe it returns holds this redactor's core unretained: use it only while this redactor
+    /// lives (within a call on the gate that holds it).
     func onePass(under root: RedactionPath.Root) -> RedactionUnderRoot {
         if core.rootMask(root) != 0 { return .rules }
         return core.detectorKinds.isEmpty ? .nothing : .detectors(DetectionProbe(core: core))
@@ -450,7 +452,8 @@ public struct Redactor: Sendable {
 enum RedactionUnderRoot {
     /// Nothing: no rule names the root and no detector is on.
     case nothing
-    /// Only the detectors, each string on its own (``DetectionProbe``).
+    /// Only the detectors, each string on its own (``DetectionProbe``: valid while the redactor
+    /// that made it lives).
     case detectors(DetectionProbe)
     /// A rule names the root: only the redactor's walk decides.
     case rules

@@ -65,12 +65,6 @@ struct FlatString {
     var plain: Bool
 }
 
-extension FlatString {
-    /// Whether `text` can stand in a JSON string as it is: no quote, backslash or control byte.
-    static func isLiteral(_ text: [UInt8]) -> Bool {
-        !text.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
-    }
-}
 
 /// The schemas of a plan, flat and full, read in place (pointers into ``SchemaStorage``, valid
 /// while the plan that owns it lives).
@@ -121,7 +115,7 @@ final class SchemaStorage: @unchecked Sendable {
                     for text in texts {
                         let (start, count) = intern(text)
                         strings.append(FlatString(start: start, count: count,
-                                                  plain: FlatString.isLiteral(text) && !text.contains(where: JSONScan.isCandidate)))
+                                                  plain: JSONScan.isLiteral(text) && !text.contains(where: JSONScan.isCandidate)))
                     }
                 } else {
                     record.flags.insert(.enumAny)
@@ -146,7 +140,7 @@ final class SchemaStorage: @unchecked Sendable {
             for member in schema.members {
                 let (start, count) = intern(member.key)
                 flatMembers.append(FlatMember(keyStart: start, keyCount: count, schema: Int32(member.schema ?? -1),
-                                              requiredBit: Int32(member.requiredBit ?? -1), literal: FlatString.isLiteral(member.key)))
+                                              requiredBit: Int32(member.requiredBit ?? -1), literal: JSONScan.isLiteral(member.key)))
             }
             flatSchemas.append(record)
         }

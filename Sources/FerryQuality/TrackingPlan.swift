@@ -248,6 +248,8 @@ struct OnePassSchemas {
 final class RuleTable: @unchecked Sendable {
     // Written only by init; read-only afterwards (so sharing across threads is safe).
     struct Entry {
+        /// The event type's raw value (``TrackingPlan/rules`` always has one; `UInt8.max` would
+        /// stand for none and matches no event).
         var type: UInt8
         /// The rule names the event (else it is for the type alone).
         var named: Bool
@@ -264,6 +266,8 @@ final class RuleTable: @unchecked Sendable {
 
     private let entries: UnsafeMutableBufferPointer<Entry>
     private let names: UnsafeMutableBufferPointer<UInt8>
+    /// Rules in the table.
+    let count: Int
 
     init(_ rules: [TrackingPlan.Rule]) {
         var pool: [UInt8] = []
@@ -288,9 +292,7 @@ final class RuleTable: @unchecked Sendable {
         names.deallocate()
     }
 
-    /// Rules in the table.
-    let count: Int
-
+    /// The rule at `index` (an index in ``TrackingPlan/rules``).
     subscript(index: Int) -> Entry { entries[index] }
 
     /// The index of the rule naming an event of `type` called `name`: the one with that name,

@@ -208,7 +208,7 @@ struct Validator {
     }
 
     /// The position of the member whose key is `key` among `count` members, -1 for none.
-    static func member(_ pool: UnsafePointer<UInt8>, _ members: UnsafePointer<FlatMember>, _ count: Int,
+    private static func member(_ pool: UnsafePointer<UInt8>, _ members: UnsafePointer<FlatMember>, _ count: Int,
                                _ key: UnsafeRawBufferPointer) -> Int {
         for position in 0..<count where Int(members[position].keyCount) == key.count {
             if key.isEmpty || Self.equalBytes(pool + Int(members[position].keyStart), key.baseAddress!, key.count) { return position }
@@ -219,7 +219,7 @@ struct Validator {
     /// Whether `count` bytes at `a` and `b` are equal: short ones (member names, enum strings)
     /// compared in a loop, not by a call.
     @inline(__always)
-    private static func equalBytes(_ a: UnsafePointer<UInt8>, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
+    static func equalBytes(_ a: UnsafePointer<UInt8>, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
         guard count <= 16 else { return memcmp(a, b, count) == 0 }
         var index = 0
         while index < count {
@@ -242,6 +242,13 @@ struct Validator {
 
     private mutating func checkText(_ index: Int, _ schema: UnsafePointer<Schema>, _ node: Int, _ text: UnsafeRawBufferPointer) {
         let flat = table.flat + index
+        // One decision for both checks (``textPasses(_:_:_:)``); the messages only on a failure.
+        if Self.textPasses(schema, flat, text) { return }
+        failText(flat, schema, node, text)
+    }
+
+    @inline(never)
+    private mutating func failText(_ flat: UnsafePointer<FlatSchema>, _ schema: UnsafePointer<Schema>, _ node: Int, _ text: UnsafeRawBufferPointer) {
         let minLength = flat.pointee.minLength >= 0 ? Int(flat.pointee.minLength) : nil
         let maxLength = flat.pointee.maxLength >= 0 ? Int(flat.pointee.maxLength) : nil
         if minLength != nil || maxLength != nil {
@@ -265,7 +272,7 @@ struct Validator {
     }
 
     /// Whether `text` (decoded) passes the string checks of schema `schema` (`flat` is its flat
-    /// record): what ``checkText(_:_:_:_:)`` decides, without the messages (the one-pass check).
+    /// record): the decision of ``checkText(_:_:_:_:)`` and of the one-pass check, without messages.
     static func textPasses(_ schema: UnsafePointer<Schema>, _ flat: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
         let minLength = Int(flat.pointee.minLength), maxLength = Int(flat.pointee.maxLength)
         if minLength >= 0 || maxLength >= 0 {
@@ -280,8 +287,8 @@ struct Validator {
         return true
     }
 
-    /// Whether `number` is within schema `schema`'s bounds: what ``checkNumber(_:_:)`` decides,
-    /// without the messages (the one-pass check).
+    /// Whether `number` is within schema `schema`'s bounds: the decision of ``checkNumber(_:_:)``
+    /// and of the one-pass check, without messages.
     static func numberPasses(_ schema: UnsafePointer<Schema>, _ number: Double) -> Bool {
         if let minimum = schema.pointee.minimum, !(number >= minimum) { return false }
         if let maximum = schema.pointee.maximum, !(number <= maximum) { return false }
@@ -306,9 +313,11 @@ struct Validator {
     }
 
     private mutating func checkNumber(_ schema: UnsafePointer<Schema>, _ node: Int) {
+        let number = JSONTape.double(nodes[node], in: bytes)
+        // One decision for both checks (``numberPasses(_:_:)``); the messages only on a failure.
+        if Self.numberPasses(schema, number) { return }
         let minimum = schema.pointee.minimum, maximum = schema.pointee.maximum
         let exclusiveMinimum = schema.pointee.exclusiveMinimum, exclusiveMaximum = schema.pointee.exclusiveMaximum
-        let number = JSONTape.double(nodes[node], in: bytes)
         if let minimum, !(number >= minimum) { fail(node, "minimum", "must be ≥ \(Self.format(minimum))") }
         if let maximum, !(number <= maximum) { fail(node, "maximum", "must be ≤ \(Self.format(maximum))") }
         if let bound = exclusiveMinimum, !(number > bound) { fail(node, "exclusiveMinimum", "must be > \(Self.format(bound))") }

@@ -14,7 +14,7 @@ import Testing
         var probe: DetectionProbe?
         if case .detectors(let found) = redactor?.onePass(under: .properties) { probe = found }
         var bytes = Array(properties.utf8)
-        return bytes.withUnsafeMutableBytes { OnePassCheck.object(UnsafeRawBufferPointer($0), schema: schemas.properties, table: schemas.table, probe: probe) }
+        return bytes.withUnsafeMutableBytes { OnePassCheck.check(object: UnsafeRawBufferPointer($0), schema: schemas.properties, table: schemas.table, probe: probe) }
     }
 
     static let detectors: Redactor = try! Redactor(configuration: try! RedactionConfiguration(json: Array(#"""
@@ -98,6 +98,75 @@ import Testing
         #expect(segment.onePassSchemas(type: .track, rule: rule, hasContext: true) == nil)
         let schemas = try #require(segment.onePassSchemas(type: .track, rule: rule, hasContext: false))
         #expect(schemas.properties >= 0 && schemas.context < 0)
+    }
+
+    // MARK: The gate's set-up of the one-pass check (QualityGate.onePass)
+
+    /// The one-pass outcome of `event` under `gate`, read from its frame as the ingest path does.
+    static func onePass(_ gate: QualityGate, _ event: WireEvent) throws -> OnePassCheck.Outcome {
+        let frame = event.encoded()
+        let header = try EventHeader(frame)
+        return frame.withUnsafeBytes { gate.onePass(FrameFields($0, header), event.type) }
+    }
+
+    /// The gate's answer for `event`: untouched or not.
+    static func untouched(_ gate: QualityGate, _ event: WireEvent) -> Bool {
+        let judgement = gate.judge(event)
+        return !judgement.redacted && judgement.violations.isEmpty
+    }
+
+    @Test(arguments: [
+        (event(properties: #"{"total": 5}"#, userID: "jane@example.com"), OnePassCheck.Outcome.judge),
+        (event(properties: #"{"total": 5}"#, anonymousID: "+14155552671"), .judge),
+        (event(properties: #"{"total": 5}"#, groupID: "DE89370400440532013000"), .judge),
+        (event(properties: #"{"total": 5}"#, previousID: "198.51.100.7"), .judge),
+        (event(properties: #"{"total": 5}"#, userID: "u-42", anonymousID: "a-1"), .passes),
+    ])
+    func identifiersAreShownToTheDetectors(event: WireEvent, expected: OnePassCheck.Outcome) throws {
+        // No rule on any root: the fields are read in one pass, so the identifiers decide.
+        let gate = QualityGate(plan: Self.shapes, allowUnplanned: true, redactor: Self.detectors)
+        #expect(try Self.onePass(gate, event) == expected)
+        #expect(Self.untouched(gate, event) == (expected == .passes))
+    }
+
+    @Test func aRequiredContextMustBeThere() throws {
+        let plan = try TrackingPlan(json: Array(#"""
+            {"rules": [{"type": "TRACK", "key": "Order Completed", "version": 1, "jsonSchema": {"required": ["context"],
+                "properties": {"properties": {"required": ["total"]}}}}]}
+            """#.utf8), source: "plan.json")
+        let gate = QualityGate(plan: plan, allowUnplanned: true, redactor: nil)
+        let without = event(properties: #"{"total": 5}"#)
+        let with = event(properties: #"{"total": 5}"#, context: #"{"app": {"name": "shop"}}"#)
+        #expect(try Self.onePass(gate, without) == .judge)
+        #expect(!Self.untouched(gate, without))
+        #expect(try Self.onePass(gate, with) == .passes)
+        #expect(Self.untouched(gate, with))
+    }
+
+    @Test func anEventWithoutPropertiesIsCheckedAsAnEmptyObject() throws {
+        let gate = QualityGate(plan: Self.shapes, allowUnplanned: true, redactor: nil)
+        let track = event(properties: "")  // the plan requires "total"
+        #expect(try Self.onePass(gate, track) == .judge)
+        #expect(!Self.untouched(gate, track))
+        let identify = event(.identify, "", properties: "")  // nothing required of traits
+        #expect(try Self.onePass(gate, identify) == .passes)
+        #expect(Self.untouched(gate, identify))
+    }
+
+    @Test func aRuleOnTraitsLeavesAnIdentifyToTheTwoPassCheck() throws {
+        let redactor = try Redactor(configuration: try RedactionConfiguration(json: Array(#"""
+            {"rules": [{"path": "traits.email", "action": "hash"}]}
+            """#.utf8)), key: [UInt8](repeating: 7, count: 32))
+        let gate = QualityGate(plan: Self.shapes, allowUnplanned: true, redactor: redactor)
+        let identify = event(.identify, "", properties: #"{"email": "x", "plan": "pro"}"#)
+        #expect(try Self.onePass(gate, identify) == .unsure)
+        #expect(!Self.untouched(gate, identify))
+        let frame = identify.encoded()
+        #expect(!gate.passesUntouched(frame: frame, header: try EventHeader(frame)))
+        // The rule names traits, not properties: a track's properties are read in one pass.
+        let track = event(properties: #"{"email": "x", "total": 1}"#)
+        #expect(try Self.onePass(gate, track) == .passes)
+        #expect(Self.untouched(gate, track))
     }
 
     // MARK: The one-pass check against the gate, on generated events
