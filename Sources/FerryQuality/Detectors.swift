@@ -30,17 +30,39 @@ enum Detectors {
         guard text.count >= 2, text.count <= 320, prefiltered || mayBePersonal(text) else { return nil }
         // Values Ferry wrote itself.
         if text.count > 5 && text[0] == UInt8(ascii: "h") && text.starts(with: "hmac:".utf8) { return nil }
-        if kinds.contains(.email), Formats.isEmail(text) { return .email }
-        if kinds.contains(.iban), isIBAN(text) { return .iban }
-        if kinds.contains(.card), isCard(text) { return .card }
-        if kinds.contains(.phone), isPhone(text) { return .phone }
-        if kinds.contains(.ip), !isVersionKey(key), isIPv4(text) || isIPv6(text) { return .ip }
+        // What every kind needs, counted in one pass, so that a detector that cannot match is not
+        // run: an `@` (email), 13 digits (card), 8 (phone), 4 (IPv4), a `:` (IPv6), a capital
+        // first (IBAN).
+        var digits = 0, at = false, colon = false
+        for byte in text {
+            if byte &- UInt8(ascii: "0") < 10 {
+                digits &+= 1
+            } else if byte == UInt8(ascii: "@") {
+                at = true
+            } else if byte == UInt8(ascii: ":") {
+                colon = true
+            }
+        }
+        if at, kinds.contains(.email), Formats.isEmail(text) { return .email }
+        if text[0] &- UInt8(ascii: "A") < 26, kinds.contains(.iban), isIBAN(text) { return .iban }
+        if digits >= 13, kinds.contains(.card), isCard(text) { return .card }
+        if digits >= 8, kinds.contains(.phone), isPhone(text) { return .phone }
+        if digits >= 4 || colon, kinds.contains(.ip), !isVersionKey(key), (digits >= 4 && isIPv4(text)) || (colon && isIPv6(text)) {
+            return .ip
+        }
         return nil
     }
 
     private static func isVersionKey(_ key: UnsafeRawBufferPointer?) -> Bool {
         guard let key else { return false }
-        return key.elementsEqual("version".utf8) || key.elementsEqual("build".utf8)
+        return equals(key, "version") || equals(key, "build")
+    }
+
+    /// Whether `bytes` are the ASCII `text`.
+    private static func equals(_ bytes: UnsafeRawBufferPointer, _ text: StaticString) -> Bool {
+        guard bytes.count == text.utf8CodeUnitCount else { return false }
+        for index in 0..<bytes.count where bytes[index] != text.utf8Start[index] { return false }
+        return true
     }
 
     /// A set of kinds, as bits.
@@ -92,10 +114,18 @@ enum Detectors {
     /// not a phone number (order numbers, timestamps).
     static func isPhone(_ text: UnsafeRawBufferPointer) -> Bool {
         var digits = 0, separators = 0
-        var groups: [Int] = []
+        // The groups of digits: how many, the shortest, and the lengths of the first four (a
+        // byte each, for the North American shape): no array, nothing allocated.
+        var groups = 0, shortest = Int.max
+        var firstFour: UInt32 = 0
         var group = 0
         var parens = 0
         var plus = false
+        @inline(__always) func close() {
+            if groups < 4 { firstFour |= UInt32(min(group, 255)) << UInt32(8 * groups) }
+            groups += 1
+            shortest = min(shortest, group)
+        }
         for (index, byte) in text.enumerated() {
             if Formats.isDigit(byte) {
                 digits += 1
@@ -112,11 +142,11 @@ enum Detectors {
             case UInt8(ascii: ")"):
                 guard parens == 1, group > 0 else { return false }
                 parens = 2
-                groups.append(group)
+                close()
                 group = 0
                 separators += 1
             case UInt8(ascii: " "), UInt8(ascii: "-"), UInt8(ascii: "."):
-                if group > 0 { groups.append(group) }
+                if group > 0 { close() }
                 guard group > 0 || (index > 0 && text[index - 1] == UInt8(ascii: ")")) else { return false }
                 group = 0
                 separators += 1
@@ -124,16 +154,16 @@ enum Detectors {
             }
         }
         guard group > 0, parens != 1 else { return false }
-        groups.append(group)
+        close()
         if plus { return digits >= 8 && digits <= 15 }
         guard separators > 0 else { return false }
         // North American: 3-3-4, optionally after a 1.
-        var nanp = groups
-        if nanp.count == 4 && nanp[0] == 1 { nanp.removeFirst() }
-        if nanp == [3, 3, 4] { return true }
+        let threeThreeFour: UInt32 = 3 | 3 << 8 | 4 << 16
+        if groups == 3 && firstFour == threeThreeFour { return true }
+        if groups == 4 && firstFour & 0xFF == 1 && firstFour >> 8 == threeThreeFour { return true }
         // A trunk prefix.
         return text[0] == UInt8(ascii: "0") || (text[0] == UInt8(ascii: "(") && text.count > 1 && text[1] == UInt8(ascii: "0"))
-            ? digits >= 9 && digits <= 12 && groups.allSatisfy { $0 >= 2 } : false
+            ? digits >= 9 && digits <= 12 && shortest >= 2 : false
     }
 
     /// Four decimal parts 0–255 without leading zeros.
@@ -208,31 +238,41 @@ enum Detectors {
     /// allowed between groups), and the ISO 7064 mod-97 check equal to 1.
     static func isIBAN(_ text: UnsafeRawBufferPointer) -> Bool {
         guard text.count >= 15, text.count <= 42 else { return false }
-        var compact: [UInt8] = []
-        compact.reserveCapacity(34)
+        // First pass: the shape (single spaces between groups, digits and capitals), the compact
+        // length and its first four characters; nothing allocated.
+        var compact = 0
+        var head: (UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0)
         var previousSpace = false
         for byte in text {
             if byte == UInt8(ascii: " ") {
-                if previousSpace || compact.isEmpty { return false }
+                if previousSpace || compact == 0 { return false }
                 previousSpace = true
                 continue
             }
             previousSpace = false
             guard Formats.isDigit(byte) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z")) else { return false }
-            compact.append(byte)
-        }
-        guard !previousSpace, compact.count >= 15, compact.count <= 34,
-              compact[0] >= UInt8(ascii: "A"), compact[1] >= UInt8(ascii: "A"),
-              Formats.isDigit(compact[2]), Formats.isDigit(compact[3]) else { return false }
-        // The first four characters move to the end; letters count as 10–35.
-        var remainder = 0
-        for byte in compact[4...] + compact[..<4] {
-            if Formats.isDigit(byte) {
-                remainder = (remainder * 10 + Int(byte - UInt8(ascii: "0"))) % 97
-            } else {
-                remainder = (remainder * 100 + Int(byte - UInt8(ascii: "A")) + 10) % 97
+            switch compact {
+            case 0: head.0 = byte
+            case 1: head.1 = byte
+            case 2: head.2 = byte
+            case 3: head.3 = byte
+            default: break
             }
+            compact += 1
         }
+        guard !previousSpace, compact >= 15, compact <= 34, head.0 >= UInt8(ascii: "A"), head.1 >= UInt8(ascii: "A"),
+              Formats.isDigit(head.2), Formats.isDigit(head.3) else { return false }
+        // The first four characters move to the end; letters count as 10–35.
+        @inline(__always) func step(_ remainder: Int, _ byte: UInt8) -> Int {
+            Formats.isDigit(byte) ? (remainder * 10 + Int(byte - UInt8(ascii: "0"))) % 97
+                : (remainder * 100 + Int(byte - UInt8(ascii: "A")) + 10) % 97
+        }
+        var remainder = 0, seen = 0
+        for byte in text where byte != UInt8(ascii: " ") {
+            seen += 1
+            if seen > 4 { remainder = step(remainder, byte) }
+        }
+        remainder = step(step(step(step(remainder, head.0), head.1), head.2), head.3)
         return remainder == 1
     }
 

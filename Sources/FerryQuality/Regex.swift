@@ -28,6 +28,8 @@ struct Regex: Sendable {
 
     private let program: [Instruction]
     private let sets: [CharacterSet]
+    /// The program starts with `^`: a match can only start at the first position.
+    private let anchored: Bool
     /// The most instructions a compiled pattern may have (counted repetition copies its body).
     static let maxProgram = 4096
 
@@ -39,37 +41,47 @@ struct Regex: Sendable {
         compiler.program.append(.match)
         program = compiler.program
         sets = parser.sets
+        if case .start = program[0] { anchored = true } else { anchored = false }
     }
 
     /// Whether the pattern matches anywhere in the valid UTF-8 `text`.
     func matches(_ text: UnsafeRawBufferPointer) -> Bool {
         let count = program.count
-        return withUnsafeTemporaryAllocation(of: Int32.self, capacity: count * 3 + 1) { scratch in
-            let current = scratch.baseAddress!, next = current + count, marks = next + count
+        // Everything the run needs in one temporary buffer (on the stack for small patterns): the
+        // current and next thread lists, the marks, and the stack of states to visit, which holds
+        // at most 2 × count + 1 (each state is visited once per position and pushes at most two).
+        return withUnsafeTemporaryAllocation(of: Int32.self, capacity: count * 5 + 2) { scratch in
+            let current = scratch.baseAddress!, next = current + count, marks = next + count, stack = marks + count + 1
             marks.initialize(repeating: -1, count: count + 1)
             var currentCount = 0, nextCount = 0
             var generation: Int32 = 0
             var previous: UInt32? = nil
             var index = 0
-            var stack: [Int] = []
             // Adds `pc` and what it reaches without consuming input, at this position.
             func add(_ pc: Int, into list: UnsafeMutablePointer<Int32>, _ listCount: inout Int, at position: Int,
                      previous: UInt32?, current scalar: UInt32?) -> Bool {
-                stack.removeAll(keepingCapacity: true)
-                stack.append(pc)
-                while let pc = stack.popLast() {
+                var depth = 1
+                stack[0] = Int32(truncatingIfNeeded: pc)
+                while depth > 0 {
+                    depth -= 1
+                    let pc = Int(stack[depth])
                     guard marks[pc] != generation else { continue }
                     marks[pc] = generation
                     switch program[pc] {
-                    case .jump(let target): stack.append(target)
+                    case .jump(let target):
+                        stack[depth] = Int32(truncatingIfNeeded: target)
+                        depth += 1
                     case .split(let first, let second):
-                        stack.append(second)
-                        stack.append(first)
-                    case .start: if position == 0 { stack.append(pc + 1) }
-                    case .end: if scalar == nil { stack.append(pc + 1) }
+                        stack[depth] = Int32(truncatingIfNeeded: second)
+                        stack[depth + 1] = Int32(truncatingIfNeeded: first)
+                        depth += 2
+                    case .start:
+                        if position == 0 { stack[depth] = Int32(truncatingIfNeeded: pc + 1); depth += 1 }
+                    case .end:
+                        if scalar == nil { stack[depth] = Int32(truncatingIfNeeded: pc + 1); depth += 1 }
                     case .boundary(let wanted):
                         let before = previous.map(Self.isWord) ?? false, after = scalar.map(Self.isWord) ?? false
-                        if (before != after) == wanted { stack.append(pc + 1) }
+                        if (before != after) == wanted { stack[depth] = Int32(truncatingIfNeeded: pc + 1); depth += 1 }
                     case .match: return true
                     case .scalar, .any, .set:
                         list[listCount] = Int32(pc)
@@ -80,8 +92,13 @@ struct Regex: Sendable {
             }
             while true {
                 let (scalar, length) = Self.decode(text, at: index)
-                // A new thread at every position: the pattern is not anchored.
-                if add(0, into: current, &currentCount, at: index, previous: previous, current: scalar) { return true }
+                // A new thread at every position: the pattern is not anchored. One that starts
+                // with `^` can only start at the first: once its threads die, nothing matches.
+                if !anchored || index == 0 {
+                    if add(0, into: current, &currentCount, at: index, previous: previous, current: scalar) { return true }
+                } else if currentCount == 0 {
+                    return false
+                }
                 guard let scalar else { return false }
                 generation += 1
                 nextCount = 0

@@ -135,4 +135,34 @@ import Testing
         }
         #expect(mismatches.isEmpty, "\(mismatches.prefix(5))")
     }
+
+    /// A number's value (``JSONTape/double(_:in:)``: plain integers, Clinger's fast path, else
+    /// the standard library's parse) is bit for bit what `Double(String)` reads, over numbers of
+    /// every shape: signs, leading zeros in fractions, 1 to 20 digits, exponents to ±30.
+    @Test func numbersAreReadAsTheStandardLibraryReadsThem() throws {
+        var state: UInt64 = 0x00C0_FFEE
+        func next() -> UInt64 {
+            state &+= 0x9E37_79B9_7F4A_7C15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+            return z ^ (z >> 31)
+        }
+        func digits(_ count: Int, leading: Bool) -> String {
+            (0..<count).map { position in String(position == 0 && !leading ? 1 + next() % 9 : next() % 10) }.joined()
+        }
+        var mismatches: [String] = []
+        for _ in 0..<20_000 {
+            var text = next() % 3 == 0 ? "-" : ""
+            text += next() % 4 == 0 ? "0" : digits(1 + Int(next() % 17), leading: false)
+            if next() % 2 == 0 { text += "." + digits(1 + Int(next() % 20), leading: true) }
+            if next() % 3 == 0 { text += ["e", "E", "e+", "e-", "E-"][Int(next() % 5)] + String(next() % 31) }
+            let bytes = Array(text.utf8)
+            let tape = try JSONTape.parse(bytes)
+            let value = bytes.withUnsafeBytes { JSONTape.double(tape.nodes[0], in: $0) }
+            let expected = try #require(Double(text), "\(text)")
+            if value.bitPattern != expected.bitPattern { mismatches.append("\(text): \(value) ≠ \(expected)") }
+        }
+        #expect(mismatches.isEmpty, "\(mismatches.prefix(5))")
+    }
 }
