@@ -1,6 +1,6 @@
 // Shared by the corpus replay test (QualityCorpusTests) and the libFuzzer targets (Fuzz/FuzzPlan,
-// Fuzz/FuzzRedact, in the package in Fuzz/ that builds FerryQuality with -sanitize=fuzzer):
-// Fuzz/FuzzPlan/QualityChecks.swift and Fuzz/FuzzRedact/QualityChecks.swift link to this file.
+// Fuzz/FuzzRedact, Fuzz/FuzzJudge, in the package in Fuzz/ that builds FerryQuality with
+// -sanitize=fuzzer): their QualityChecks.swift link to this file.
 import FerryProtocol
 import FerryQuality
 
@@ -50,7 +50,6 @@ enum QualityChecks {
     /// Parses `input` as a tracking plan. Returns the outcome, or a description of a broken
     /// property (a bug: the fuzzer stops on it, the test fails).
     static func plan(_ input: [UInt8]) -> Result<Outcome, Violation> {
-        if let violation = inPlaceJudgementAgrees(input) { return .failure(violation) }
         let plan: TrackingPlan
         do {
             plan = try TrackingPlan(json: input, source: source)
@@ -85,7 +84,6 @@ enum QualityChecks {
 
     /// Parses `input` as a redact table and redacts the events with it.
     static func redact(_ input: [UInt8]) -> Result<Outcome, Violation> {
-        if let violation = inPlaceJudgementAgrees(input) { return .failure(violation) }
         let configuration: RedactionConfiguration
         do {
             configuration = try RedactionConfiguration(json: input)
@@ -178,7 +176,7 @@ enum QualityChecks {
     /// The ingest path's in-place judgement (``QualityGate/passesUntouched(frame:header:)``: the
     /// one-pass check, and the tape for what it leaves undecided) never passes the input, as an
     /// identify's traits or a planned track's properties (and context), when the gate would
-    /// change or refuse the event. Nil when it holds.
+    /// change or refuse the event. Nil when it holds. The `judge` fuzzer's property.
     static func inPlaceJudgementAgrees(_ input: [UInt8]) -> Violation? {
         guard String(validating: input, as: UTF8.self) != nil else { return nil }
         for gate in referenceGates {

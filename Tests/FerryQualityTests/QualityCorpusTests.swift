@@ -1,9 +1,10 @@
 import Foundation
 import Testing
 
-/// Replays the plan and redact fuzzers' seed corpora (`Fuzz/corpus-plan/`, `Fuzz/corpus-redact/`)
-/// with the checks the libFuzzer targets run (``QualityChecks``).
-@Suite("Tracking plan and redact table fuzz corpus replay")
+/// Replays the plan, redact and judge fuzzers' seed corpora (`Fuzz/corpus-plan/`,
+/// `Fuzz/corpus-redact/`, `Fuzz/corpus-judge/`) with the checks the libFuzzer targets run
+/// (``QualityChecks``).
+@Suite("Tracking plan, redact table and judgement fuzz corpus replay")
 struct QualityCorpusTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
@@ -33,7 +34,16 @@ struct QualityCorpusTests {
         }
     }
 
+    @Test("every judge corpus file: the in-place judgement passes nothing the gate changes or refuses", arguments: corpus("corpus-judge"))
+    func judge(path: String) throws {
+        let bytes = try #require(FileManager.default.contents(atPath: path))
+        if let violation = QualityChecks.inPlaceJudgementAgrees(Array(bytes)) {
+            Issue.record("\(URL(fileURLWithPath: path).lastPathComponent): \(violation)")
+        }
+    }
+
     @Test func corporaArePresent() {
+        #expect(Self.corpus("corpus-judge").count >= 9)
         #expect(Self.corpus("corpus-plan").count >= 10)
         #expect(Self.corpus("corpus-redact").count >= 8)
     }

@@ -1,0 +1,16 @@
+// libFuzzer entry point for the ingest path's in-place judgement (QualityGate.passesUntouched: the
+// one-pass check, and the tape for what it leaves undecided) against the gate's full judgement,
+// built by scripts/fuzz through the package in Fuzz/ with `swift build --sanitize fuzzer`. The
+// checks live in QualityChecks.swift (a link to Tests/FerryQualityTests/QualityChecks.swift) so
+// the corpus replay test runs the same code.
+
+/// Called by libFuzzer with each input: an event's properties (and context). A broken property
+/// stops the run (libFuzzer saves the input as `crash-<sha1>`).
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzJudge(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let input = data.map { Array(UnsafeBufferPointer(start: $0, count: size)) } ?? []
+    if let violation = QualityChecks.inPlaceJudgementAgrees(input) {
+        fatalError("in-place judgement property broken: \(violation)")
+    }
+    return 0
+}
