@@ -18,7 +18,7 @@ public struct LogConfiguration: Sendable, Hashable {
     /// `commit_siblings`); at least 1, so a lone client is never delayed.
     public var commitSiblings: Int
     /// The default ``commitDelayMicroseconds``: off, as PostgreSQL's `commit_delay` — measured at
-    /// 100, 1 000 and 10 000 events/s it saved no CPU (docs/BENCHMARKS.md, "Round 4 work in
+    /// 100, 1 000 and 10 000 events/s it saved no CPU (docs/bench/HISTORY.md, "Round 4 work in
     /// progress"); a host with many concurrent clients may turn it on.
     public static let defaultCommitDelayMicroseconds = 0
     /// The default ``commitSiblings``.

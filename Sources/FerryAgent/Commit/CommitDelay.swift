@@ -4,7 +4,7 @@
 ///
 /// Group commit already shares one `fdatasync` among everything that arrived while the previous
 /// one ran; at low rates that is one event, so each event pays a sync (about 37 µs of kernel CPU
-/// here, docs/BENCHMARKS.md). Waiting helps only when another sender is likely to send within the
+/// here, docs/bench/HISTORY.md). Waiting helps only when another sender is likely to send within the
 /// wait, and costs every event of the group that wait in ack latency; so, as in PostgreSQL, the
 /// thread waits only while at least `siblings` *other* senders are active — a sender (an ingest
 /// connection: ``AckRoute/address``) whose last batch arrived within ``activeWindowFactor`` ×

@@ -71,7 +71,7 @@ extension AgentConfiguration {
             /// The longest an event waits for a fuller batch (0: every batch goes at once).
             public var maxWaitMilliseconds: Int
             /// The default ``maxWaitMilliseconds``: a trickle of events is delivered five times a
-            /// second, not once per commit (docs/BENCHMARKS.md, "Round 4 work in progress").
+            /// second, not once per commit (docs/bench/HISTORY.md, "Round 4 work in progress").
             public static let defaultMaxWaitMilliseconds = 200
             /// Creates a batch policy.
             public init(maxEvents: Int = 1000, maxBytes: Int = 1 << 20, maxWaitMilliseconds: Int = Batch.defaultMaxWaitMilliseconds) {
