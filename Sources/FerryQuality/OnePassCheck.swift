@@ -1,3 +1,5 @@
+import FerryProtocol
+
 /// The gate's one-pass check of one field of an event frame (`properties`, `traits` or
 /// `context`): the JSON is parsed and, in the same pass, each value is checked against its flat
 /// schema (``SchemaTable``) and each string that may be personal is shown to the detectors. No

@@ -1,3 +1,5 @@
+import FerryProtocol
+
 /// The compiled schemas as the validator reads them per event: one flat, trivial record per
 /// schema (``FlatSchema``: flags, counts, indices into contiguous arrays) next to the full
 /// ``Schema`` (messages, regular expressions, `const` and non-string `enum` values), which only

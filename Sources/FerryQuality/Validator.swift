@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryProtocol
 
 /// Checks one parsed JSON document (a ``JSONTape`` over its bytes) against compiled schemas,
 /// collecting violations. Nothing is allocated or retained on the passing path: the flat schemas
