@@ -211,11 +211,6 @@ package enum JSONScan {
         }
     }
 
-    /// Whether `text` can stand in a JSON string as it is: no quote, backslash or control byte.
-    package static func isLiteral(_ text: [UInt8]) -> Bool {
-        !text.contains { $0 < 0x20 || $0 == UInt8(ascii: "\"") || $0 == UInt8(ascii: "\\") }
-    }
-
     /// A raw byte that makes a string a candidate for the detectors: a digit, `:` or `@`
     /// (``Detectors/mayBePersonal(_:)``).
     @inline(__always)

@@ -102,16 +102,7 @@ package struct JSONTape: Sendable {
     /// stack: no allocation (the gate's per-event parse).
     @inline(__always)
     package static func withNodes<Result>(_ bytes: UnsafeRawBufferPointer, _ body: (UnsafeBufferPointer<JSONNode>?) -> Result) -> Result {
-        withUnsafeTemporaryAllocation(of: JSONNode.self, capacity: stackNodes) { buffer in
-            var parser = Parser(bytes: bytes, nodes: buffer.baseAddress!, capacity: buffer.count, onHeap: false)
-            defer { if parser.onHeap { parser.nodes.deallocate() } }
-            do throws(Failure) {
-                try parser.document()
-            } catch {
-                return body(nil)
-            }
-            return body(UnsafeBufferPointer(start: parser.nodes, count: parser.used))
-        }
+        onStack(bytes) { nodes, _ in body(nodes) }
     }
 
     /// Nodes ``withNodes(_:_:)`` keeps on the stack (48 × 20 bytes: within the 1 KiB that
@@ -121,23 +112,30 @@ package struct JSONTape: Sendable {
     /// Whether `bytes` (valid UTF-8) are one JSON object and nothing else: ingest's check of the
     /// `context` field and the delivery encoders' test of a stored field.
     package static func isObject(_ bytes: UnsafeRawBufferPointer) -> Bool {
-        withNodes(bytes) { $0?.first?.kind == .object }
+        onStack(bytes) { nodes, _ in nodes?[0].kind == .object }
     }
 
     /// ``isObject(_:)``, also telling whether the bytes hold a raw line feed or carriage return
     /// (in a valid object only ever whitespace between tokens): the encoders copy an object whole
     /// and compact it only then.
     package static func isObject(_ bytes: UnsafeRawBufferPointer, newlines: inout Bool) -> Bool {
+        let (object, found) = onStack(bytes) { nodes, newlines in (nodes?[0].kind == .object, newlines) }
+        newlines = found
+        return object
+    }
+
+    /// The parse of ``withNodes(_:_:)``, also lending whether the whitespace held a raw newline.
+    @inline(__always)
+    private static func onStack<Result>(_ bytes: UnsafeRawBufferPointer, _ body: (UnsafeBufferPointer<JSONNode>?, Bool) -> Result) -> Result {
         withUnsafeTemporaryAllocation(of: JSONNode.self, capacity: stackNodes) { buffer in
             var parser = Parser(bytes: bytes, nodes: buffer.baseAddress!, capacity: buffer.count, onHeap: false)
             defer { if parser.onHeap { parser.nodes.deallocate() } }
             do throws(Failure) {
                 try parser.document()
             } catch {
-                return false
+                return body(nil, false)
             }
-            newlines = parser.newlines
-            return parser.nodes[0].kind == .object
+            return body(UnsafeBufferPointer(start: parser.nodes, count: parser.used), parser.newlines)
         }
     }
 
