@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes the seed corpus for the wire-decoder fuzzer (Fuzz/corpus/): valid frames and near-valid
 variants (truncated, extended, wrong lengths, unknown codes, bad UTF-8), each prefixed with the
-selector byte FrameChecks uses (0 header, 1 event, 2 ack, 3 error reply, 4 event id text).
+selector byte FrameChecks uses (0 header, 1 event, 2 ack, 3 error reply, 4 event id text, 5 JSON).
 
 File names say what a file is: `valid-*` must decode (the replay test checks it), `bad-*` must be
 refused. Re-run after changing the wire format: python3 Fuzz/make_corpus.py
@@ -11,7 +11,7 @@ import struct
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "corpus")
-HEADER, EVENT, ACK, ERROR, IDTEXT = 0, 1, 2, 3, 4
+HEADER, EVENT, ACK, ERROR, IDTEXT, JSON = 0, 1, 2, 3, 4, 5
 
 ID = bytes.fromhex("0190f1e2d3c47a5b8c9d0e1f2a3b4c5d")
 
@@ -126,6 +126,24 @@ def main():
     files["bad-idtext-short"] = (IDTEXT, b"0190f1e2-d3c4")
     files["bad-idtext-nonhex"] = (IDTEXT, b"0190f1e2-d3c4-7a5b-8c9d-0e1f2a3b4c5g")
     files["bad-idtext-fullwidth"] = (IDTEXT, "\uff10".encode() * 32)
+
+    # JSON documents for the reader (the context field's check): every kind of value and escape,
+    # the depth limit, and the refusals docs/PROTOCOL.md names.
+    files["valid-json-object"] = (JSON, b'{"plan":"pro","n":-0.5e-3,"ok":true,"x":null,"l":[1,[2,{}],"s"]}')
+    files["valid-json-escapes"] = (JSON, rb'{"a":"\/\b\f\n\r\t\"\\ \u00e9 \ud83d\ude00","\u0041":1}')
+    files["valid-json-whitespace"] = (JSON, b' \r\n\t{ "a" : [ 1 , 2 ] }\n')
+    files["valid-json-scalar"] = (JSON, b"12345678901234567890e-2")
+    files["valid-json-text"] = (JSON, '{"é":"中😀","k":"user@example.com 4111 1111"}'.encode())
+    files["valid-json-depth-64"] = (JSON, b"[" * 64 + b"]" * 64)
+    files["bad-json-depth-65"] = (JSON, b"[" * 65 + b"]" * 65)
+    files["bad-json-unpaired-surrogate"] = (JSON, rb'{"locale":"en","x":"\ud800"}')
+    files["bad-json-low-surrogate-first"] = (JSON, rb'"\udc00\ud800"')
+    files["bad-json-trailing-comma"] = (JSON, b'{"a":1,}')
+    files["bad-json-leading-zero"] = (JSON, b"[01]")
+    files["bad-json-nan"] = (JSON, b"[NaN]")
+    files["bad-json-control"] = (JSON, b'"a\x01"')
+    files["bad-json-two-values"] = (JSON, b"{} {}")
+    files["bad-json-not-utf8"] = (JSON, b'"\xed\xa0\x80"')
 
     for name, (target, frame) in sorted(files.items()):
         with open(os.path.join(OUT, name), "wb") as f:

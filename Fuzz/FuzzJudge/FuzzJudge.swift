@@ -1,5 +1,5 @@
 // libFuzzer entry point for the ingest path's in-place judgement (QualityGate.passesUntouched: the
-// one-pass check, and the tape for what it leaves undecided) against the gate's full judgement,
+// gate's engine over the frame's fields in place) against the gate's judgement of the decoded event,
 // built by scripts/fuzz through the package in Fuzz/ with `swift build --sanitize fuzzer`. The
 // checks live in QualityChecks.swift (a link to Tests/FerryQualityTests/QualityChecks.swift) so
 // the corpus replay test runs the same code.

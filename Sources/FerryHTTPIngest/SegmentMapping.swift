@@ -88,14 +88,15 @@ package enum SegmentMapping {
     package static let maxMessages = 4096
 
     /// The messages of `body` sent to `endpoint`: `batch`'s array, or the body itself.
-    package static func messages(of body: JSONNode, endpoint: SegmentEndpoint) -> Result<[JSONNode], SegmentRefusal> {
-        func refuse(_ message: String) -> Result<[JSONNode], SegmentRefusal> {
+    package static func messages(of body: BodyValue, endpoint: SegmentEndpoint) -> Result<[BodyValue], SegmentRefusal> {
+        func refuse(_ message: String) -> Result<[BodyValue], SegmentRefusal> {
             .failure(SegmentRefusal(id: .zero, reason: .malformed, code: "invalid_request", message: message))
         }
-        guard case .object = body else { return refuse("the body must be a JSON object, not \(body.kind)") }
+        guard body.kind == .object else { return refuse("the body must be a JSON object, not \(body.kindName)") }
         guard endpoint == .batch else { return .success([body]) }
         guard let batch = body["batch"] else { return refuse("/v1/batch needs a \"batch\" array") }
-        guard case .array(let elements, _) = batch else { return refuse("\"batch\" must be an array, not \(batch.kind)") }
+        guard batch.kind == .array else { return refuse("\"batch\" must be an array, not \(batch.kindName)") }
+        let elements = batch.elements
         guard !elements.isEmpty else { return refuse("\"batch\" is empty") }
         guard elements.count <= maxMessages else {
             return .failure(SegmentRefusal(id: .zero, reason: .tooLarge, code: "too_large",
@@ -106,7 +107,7 @@ package enum SegmentMapping {
 
     /// The write key of a request: the body's `writeKey` (for a single message or a batch), else
     /// the Basic auth user name of `authorization` (the header's value), else "".
-    package static func writeKey(body: JSONNode, authorization: String?) -> String {
+    package static func writeKey(body: BodyValue, authorization: String?) -> String {
         if let key = body["writeKey"]?.string, !key.isEmpty { return key }
         guard let authorization, authorization.lowercased().hasPrefix("basic "),
               let decoded = Base64.decode(String(authorization.dropFirst(6)).trimmingSpaces) else { return "" }
@@ -134,28 +135,28 @@ package enum SegmentMapping {
         return EventID(high: high, low: low)
     }
 
-    /// The refusal of `message`, which nests deeper than ``JSONParser/maxDepth`` at byte
-    /// `offset` of `body`: `invalid_json` in its result, under its `messageId` when it has a
+    /// The refusal of `message`, which nests deeper than ``JSONTape/maxDepth`` at byte
+    /// `offset` of the body: `invalid_json` in its result, under its `messageId` when it has a
     /// readable one (the rest of the request is still stored).
-    package static func tooDeep(_ message: JSONNode, in body: [UInt8], at offset: Int, sender: SegmentSender) -> SegmentRefusal {
+    package static func tooDeep(_ message: BodyValue, at offset: Int, sender: SegmentSender) -> SegmentRefusal {
         var messageID: String?
-        switch message["messageId"] {
-        case .string(let text, _)?: messageID = text
-        case .number(let range)?: messageID = String(decoding: body[range], as: UTF8.self)
+        switch message["messageId"]?.kind {
+        case .string?: messageID = message["messageId"]?.string
+        case .number?: messageID = message["messageId"]?.text
         default: break
         }
         if let given = messageID, given.isEmpty || given.count > maxMessageIDCharacters { messageID = nil }
         let id = messageID.map { eventID(uid: sender.uid, writeKey: sender.writeKey, messageID: $0) } ?? .zero
         return SegmentRefusal(id: id, messageID: messageID, reason: .malformed, code: "invalid_json",
-                              message: "the message nests deeper than \(JSONParser.maxDepth) levels (at byte \(offset))")
+                              message: "the message nests deeper than \(JSONTape.maxDepth) levels (at byte \(offset))")
     }
 
-    /// Maps one message of `body` (parsed into `message`) sent to `endpoint` by `sender`.
+    /// Maps one message of a request's body (`message`) sent to `endpoint` by `sender`.
     /// `categories` are the consent categories by name, `typeCategories` the category of each
     /// type; `now` (Unix ms) stamps a message without a timestamp; `newID` makes an id for a
     /// message without a `messageId`.
     package static func event(
-        _ message: JSONNode, in body: [UInt8], endpoint: SegmentEndpoint, sender: SegmentSender,
+        _ message: BodyValue, endpoint: SegmentEndpoint, sender: SegmentSender,
         categories: [String: UInt8], typeCategories: [String: String], now: UInt64, newID: () -> EventID
     ) -> Result<SegmentEvent, SegmentRefusal> {
         var messageID: String?
@@ -163,13 +164,13 @@ package enum SegmentMapping {
         func refuse(_ reason: RejectReason, _ code: String, _ text: String) -> Result<SegmentEvent, SegmentRefusal> {
             .failure(SegmentRefusal(id: id, messageID: messageID, reason: reason, code: code, message: text))
         }
-        guard case .object = message else { return refuse(.malformed, "invalid_message", "a message must be a JSON object, not \(message.kind)") }
+        guard message.kind == .object else { return refuse(.malformed, "invalid_message", "a message must be a JSON object, not \(message.kindName)") }
         if let value = message["messageId"] {
-            switch value {
-            case .string(let text, _): messageID = text
-            case .number(let range): messageID = String(decoding: body[range], as: UTF8.self)
+            switch value.kind {
+            case .string: messageID = value.string
+            case .number: messageID = value.text
             case .null: break
-            default: return refuse(.invalidField, "invalid_field", "messageId must be a string, not \(value.kind)")
+            default: return refuse(.invalidField, "invalid_field", "messageId must be a string, not \(value.kindName)")
             }
         }
         if let given = messageID {
@@ -199,13 +200,13 @@ package enum SegmentMapping {
         }
         func text(_ key: String) -> Result<String, SegmentRefusal> {
             guard let value = message[key] else { return .success("") }
-            switch value {
-            case .string(let text, _): return .success(text)
-            case .number(let range): return .success(String(decoding: body[range], as: UTF8.self))
+            switch value.kind {
+            case .string: return .success(value.string!)
+            case .number: return .success(value.text)
             case .null: return .success("")
             default:
                 return .failure(SegmentRefusal(id: id, messageID: messageID, reason: .invalidField, code: "invalid_field",
-                                               message: "\(key) must be a string, not \(value.kind)"))
+                                               message: "\(key) must be a string, not \(value.kindName)"))
             }
         }
         let fields: (name: String, user: String, anonymous: String, group: String, previous: String)
@@ -236,8 +237,8 @@ package enum SegmentMapping {
         for key in propertiesKeys {
             let found = key == "context.traits" ? message["context"]?["traits"] : message[key]
             guard let value = found else { continue }
-            if case .null = value { continue }
-            guard case .object = value else { return refuse(.invalidField, "invalid_field", "\(key) must be an object, not \(value.kind)") }
+            if value.kind == .null { continue }
+            guard value.kind == .object else { return refuse(.invalidField, "invalid_field", "\(key) must be an object, not \(value.kindName)") }
             properties = value.range
             break
         }
@@ -245,7 +246,7 @@ package enum SegmentMapping {
         var category: UInt8 = 0
         var deniedCategory: String?
         if let context = message["context"] {
-            switch context {
+            switch context.kind {
             case .null: break
             case .object:
                 contextRange = context.range
@@ -258,17 +259,17 @@ package enum SegmentMapping {
                 }
                 let effective = category != 0 ? categories.first { $0.value == category }?.key : typeCategories[type.description]
                 if let preferences = context["consent"]?["categoryPreferences"], let effective,
-                   case .bool(false, _) = preferences[effective] {
+                   preferences[effective]?.kind == .false {
                     deniedCategory = effective
                 }
             default:
-                return refuse(.invalidField, "invalid_field", "context must be an object, not \(context.kind)")
+                return refuse(.invalidField, "invalid_field", "context must be an object, not \(context.kindName)")
             }
         }
         var timestamp = now
         for key in ["timestamp", "originalTimestamp"] {
             guard let value = message[key] else { continue }
-            if case .null = value { continue }
+            if value.kind == .null { continue }
             guard let given = value.string, let parsed = ISO8601.milliseconds(given) else {
                 return refuse(.invalidField, "invalid_field", "\(key) must be an ISO 8601 date-time (2026-01-31T12:00:00.000Z)")
             }
@@ -281,8 +282,8 @@ package enum SegmentMapping {
             source: sender.source, name: fields.name, userID: fields.user, anonymousID: fields.anonymous,
             groupID: fields.group, previousID: fields.previous, extensions: extensions,
             jsonCapacity: (properties?.count ?? 0) + (contextRange?.count ?? 0),
-            properties: { out in if let properties { out.append(contentsOf: body[properties]) } },
-            context: { out in if let contextRange { out.append(contentsOf: body[contextRange]) } })
+            properties: { out in if let properties { out.append(contentsOf: message.body[properties]) } },
+            context: { out in if let contextRange { out.append(contentsOf: message.body[contextRange]) } })
         return .success(SegmentEvent(id: id, messageID: messageID, frame: frame, deniedCategory: deniedCategory))
     }
 }

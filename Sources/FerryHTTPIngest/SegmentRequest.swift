@@ -55,13 +55,13 @@ package enum SegmentRequest {
         guard body.withUnsafeBytes({ UTF8Validation.isValid($0) }) else {
             return .failure(IngestRefusal(400, "invalid_utf8", "the body is not valid UTF-8"))
         }
-        let root: JSONNode, tooDeep: [Range<Int>]
+        let root: BodyValue, tooDeep: [Range<Int>]
         do {
-            (root, tooDeep) = try JSONParser.parseKeepingDeep(body)
+            (root, tooDeep) = try BodyValue.parse(body)
         } catch {
             return .failure(IngestRefusal(400, "invalid_json", "the body is not valid JSON: \(error)"))
         }
-        let elements: [JSONNode]
+        let elements: [BodyValue]
         switch SegmentMapping.messages(of: root, endpoint: admitted.endpoint) {
         case .success(let list): elements = list
         case .failure(let refusal):
@@ -71,16 +71,16 @@ package enum SegmentRequest {
         // else (the batch's own members) the body as a whole.
         if let outside = tooDeep.first(where: { deep in !elements.contains { $0.range.contains(deep.lowerBound) } }) {
             return .failure(IngestRefusal(400, "invalid_json",
-                                          "the body is not valid JSON: nesting deeper than \(JSONParser.maxDepth) at byte \(outside.lowerBound)"))
+                                          "the body is not valid JSON: nesting deeper than \(JSONTape.maxDepth) at byte \(outside.lowerBound)"))
         }
         let writeKey = SegmentMapping.writeKey(body: root, authorization: authorization)
         let sender = SegmentSender(uid: peer.uid, pid: peer.pid, writeKey: writeKey,
                                    source: writeKeys[writeKey] ?? HTTPIngestConfiguration.defaultSource)
         return .success(elements.map { element -> Message in
             if let deep = tooDeep.first(where: { element.range.contains($0.lowerBound) }) {
-                return .refused(SegmentMapping.tooDeep(element, in: body, at: deep.lowerBound, sender: sender))
+                return .refused(SegmentMapping.tooDeep(element, at: deep.lowerBound, sender: sender))
             }
-            switch SegmentMapping.event(element, in: body, endpoint: admitted.endpoint, sender: sender, categories: categories,
+            switch SegmentMapping.event(element, endpoint: admitted.endpoint, sender: sender, categories: categories,
                                         typeCategories: typeCategories, now: now, newID: newID) {
             case .success(let event): return .event(event)
             case .failure(let refusal): return .refused(refusal)

@@ -500,7 +500,7 @@ public struct EventHeader: Sendable {
                     let bytes = UnsafeRawBufferPointer(rebasing: raw[value..<(value + length)])
                     if !UTF8Validation.isValid(bytes) { return "utf8" }
                     // Empty means no context, as for an empty properties field.
-                    return length == 0 || JSONValidation.isObject(bytes) ? nil : "json"
+                    return length == 0 || JSONTape.isObject(bytes) ? nil : "json"
                 }
                 if problem == "utf8" { throw .invalidUTF8("extension context is not valid UTF-8") }
                 if problem != nil { throw .invalidField("extension context is not a JSON object") }

@@ -7,84 +7,24 @@ extension QualityGate {
     /// is stored as it came). False says only "judge the decoded event": the rare paths
     /// (redaction, violations, a field that is not an object) stay in ``judge(_:)`` alone.
     ///
-    /// Each field is read once (``OnePassCheck``: parsed, checked against its schema and shown to
-    /// the detectors in one pass); what that check leaves undecided is parsed into a tape and
-    /// checked in two passes, as ``judge(_:)`` does.
+    /// The decision is ``judge(_:)``'s, made by the same code: each field is read into a tape on
+    /// the stack (``JSONTape/withNodes(_:_:)``), then the redactor's walk decides without writing
+    /// the edits, and the plan's half of the judgement (``checkPlan(type:name:properties:context:into:)``)
+    /// runs as it does there.
     ///
     /// `header` is `frame`'s fixed header, already read and validated (`EventHeader(frame)`).
     public func passesUntouched(frame: [UInt8], header: EventHeader) -> Bool {
         frame.withUnsafeBytes { raw in
             let fields = FrameFields(raw, header)
-            switch onePass(fields, header.type) {
-            case .passes: return true
-            case .judge: return false
-            case .unsure: return twoPass(fields, header.type)
+            let type = header.type
+            if fields.properties.isEmpty {
+                return ParsedJSON.empty.withView { passes(fields, type, properties: $0, hasProperties: false) }
             }
-        }
-    }
-
-    /// `{}`: what the plan checks when an event has no properties.
-    private static let emptyObject: StaticString = "{}"
-
-    /// The one-pass check of the event's fields, in ``judge(_:)``'s terms: the identifiers as
-    /// the redactor sees them, the rule the plan applies, then each field in one pass.
-    func onePass(_ fields: FrameFields, _ type: EventType) -> OnePassCheck.Outcome {
-        let isTraits = type == .identify || type == .group
-        let hasContext = !fields.context.isEmpty
-        var propertiesProbe: DetectionProbe?
-        var contextProbe: DetectionProbe?
-        // The redactor and the plan are used through optional chaining, not bound to locals: a
-        // binding would copy (retain and release) their compiled cores per event.
-        if redactor != nil {
-            guard identifiersUnchanged(fields) else { return .judge }
-            if !fields.properties.isEmpty {
-                switch redactor?.onePass(under: isTraits ? .traits : .properties) {
-                case .rules: return .unsure
-                case .detectors(let probe): propertiesProbe = probe
-                default: break
-                }
+            // The tapes live on the stack for the call: nothing allocated.
+            return JSONTape.withNodes(fields.properties) { nodes in
+                guard let nodes, nodes[0].kind == .object else { return false }
+                return passes(fields, type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
             }
-            if hasContext {
-                switch redactor?.onePass(under: .context) {
-                case .rules: return .unsure
-                case .detectors(let probe): contextProbe = probe
-                default: break
-                }
-            }
-        }
-        var schemas: OnePassSchemas?
-        if plan != nil {
-            let rule = plan?.rule(type: type, name: fields.name) ?? -1
-            if rule < 0 && !allowUnplanned { return .judge }
-            schemas = plan?.onePassSchemas(type: type, rule: rule, hasContext: hasContext)
-            guard let schemas else { return .unsure }
-            if schemas.requiresContext && !hasContext { return .judge }
-        }
-        let table = schemas?.table
-        var properties = fields.properties
-        if properties.isEmpty {
-            guard let schema = schemas?.properties, schema >= 0 else { return hasContext ? onePassContext(fields, schemas, contextProbe) : .passes }
-            properties = UnsafeRawBufferPointer(start: Self.emptyObject.utf8Start, count: Self.emptyObject.utf8CodeUnitCount)
-        }
-        let outcome = OnePassCheck.check(object: properties, schema: schemas?.properties ?? -1, table: table, probe: propertiesProbe)
-        guard outcome == .passes, hasContext else { return outcome }
-        return onePassContext(fields, schemas, contextProbe)
-    }
-
-    private func onePassContext(_ fields: FrameFields, _ schemas: OnePassSchemas?, _ probe: DetectionProbe?) -> OnePassCheck.Outcome {
-        OnePassCheck.check(object: fields.context, schema: schemas?.context ?? -1, table: schemas?.table, probe: probe)
-    }
-
-    /// The two-pass check: each field parsed into a tape (on the stack), then the redactor's
-    /// walk and the plan's validator over it.
-    private func twoPass(_ fields: FrameFields, _ type: EventType) -> Bool {
-        if fields.properties.isEmpty {
-            return ParsedJSON.empty.withView { passes(fields, type, properties: $0, hasProperties: false) }
-        }
-        // The tapes live on the stack for the call (JSONTape.withNodes): nothing allocated.
-        return JSONTape.withNodes(fields.properties) { nodes in
-            guard let nodes, nodes.first?.kind == .object else { return false }
-            return passes(fields, type, properties: JSONView(bytes: fields.properties, nodes: nodes), hasProperties: true)
         }
     }
 
@@ -93,19 +33,9 @@ extension QualityGate {
             return passes(fields, type, properties: properties, hasProperties: hasProperties, context: nil)
         }
         return JSONTape.withNodes(fields.context) { nodes in
-            guard let nodes, nodes.first?.kind == .object else { return false }
+            guard let nodes, nodes[0].kind == .object else { return false }
             return passes(fields, type, properties: properties, hasProperties: hasProperties, context: JSONView(bytes: fields.context, nodes: nodes))
         }
-    }
-
-    /// Whether redaction leaves the event's four identifiers as they are (an absent one is left
-    /// unchanged: no call for it). Only with a redactor.
-    @inline(__always)
-    private func identifiersUnchanged(_ fields: FrameFields) -> Bool {
-        (fields.userID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false)
-            && (fields.anonymousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false)
-            && (fields.previousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false)
-            && (fields.groupID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false)
     }
 
     /// The order of ``judge(_:)``: redaction (any change: false), then the plan.
@@ -116,14 +46,14 @@ extension QualityGate {
         if redactor != nil {
             if hasProperties && redactor?.leavesUnchanged(properties, root: isTraits ? .traits : .properties) == false { return false }
             if let context, redactor?.leavesUnchanged(context, root: .context) == false { return false }
-            guard identifiersUnchanged(fields) else { return false }
+            guard (fields.userID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.userID, .userId) != false)
+                && (fields.anonymousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.anonymousID, .anonymousId) != false)
+                && (fields.previousID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.previousID, .previousId) != false)
+                && (fields.groupID.isEmpty || redactor?.leavesIdentifierUnchanged(fields.groupID, .groupId) != false) else { return false }
         }
         guard plan != nil else { return true }
-        let rule = plan?.rule(type: type, name: fields.name) ?? -1
-        if rule < 0 && !allowUnplanned { return false }
-        guard rule >= 0 || plan?.common.isEmpty == false else { return true }
         var violations: [Violation] = []
-        plan?.check(type: type, rule: rule, properties: properties, context: context, into: &violations)
+        _ = checkPlan(type: type, name: fields.name, properties: properties, context: context, into: &violations)
         return violations.isEmpty
     }
 }

@@ -66,43 +66,56 @@ public struct QualityGate: Sendable {
         var parsed = ParsedFields()
         var violations: [Violation] = []
         if let redactor { redacted = redactor.redact(&event, parsed: &parsed, violations: &violations) }
-        guard let plan else {
-            if !violations.isEmpty {
-                let label = TrackingPlan.label(type: event.type, name: event.name)
-                for index in violations.indices { violations[index].event = label }
+        var rule = -1
+        if plan != nil {
+            let properties = parsed.properties ?? (event.properties.isEmpty ? .empty : ParsedJSON(object: event.properties))
+            // The agent refuses an event whose context is not an object before the gate.
+            let context = parsed.context ?? (event.context.isEmpty ? nil : ParsedJSON(object: event.context))
+            let type = event.type
+            var name = event.name
+            rule = name.withUTF8 { name in
+                func check(_ properties: JSONView?) -> Int {
+                    guard let context else {
+                        return checkPlan(type: type, name: UnsafeRawBufferPointer(name), properties: properties, context: nil, into: &violations)
+                    }
+                    return context.withView {
+                        checkPlan(type: type, name: UnsafeRawBufferPointer(name), properties: properties, context: $0, into: &violations)
+                    }
+                }
+                guard let properties else { return check(nil) }
+                return properties.withView { check($0) }
             }
-            return Judgement(event: event, redacted: redacted, violations: violations)
-        }
-        let rule = plan.rule(type: event.type, name: event.name)
-        if rule < 0 && !allowUnplanned {
-            violations.append(Violation(event: "", rule: "unplanned", path: "", message: "the plan does not name this event"))
-        }
-        if rule >= 0 || !plan.common.isEmpty {
-            let isTraits = event.type == .identify || event.type == .group
-            let properties: ParsedJSON
-            if let already = parsed.properties {
-                properties = already
-            } else if event.properties.isEmpty {
-                properties = .empty
-            } else if let parsedProperties = ParsedJSON(object: event.properties) {
-                properties = parsedProperties
-            } else {
-                violations.append(Violation(event: "", rule: "type", path: isTraits ? "traits" : "properties", message: "must be a JSON object"))
-                properties = .empty
-            }
-            var context: ParsedJSON? = parsed.context
-            if context == nil && !event.context.isEmpty {
-                // The agent refuses an event whose context is not an object before the gate.
-                context = ParsedJSON(object: event.context)
-            }
-            plan.check(type: event.type, rule: rule, properties: properties, context: context, into: &violations)
         }
         if !violations.isEmpty {
             // Named only now: building the label costs an allocation the passing path never pays.
-            let label = rule >= 0 ? plan.rules[rule].label : TrackingPlan.label(type: event.type, name: event.name)
+            let label = rule >= 0 ? plan!.rules[rule].label : TrackingPlan.label(type: event.type, name: event.name)
             for index in violations.indices { violations[index].event = label }
         }
         return Judgement(event: event, redacted: redacted, violations: violations)
+    }
+
+    /// The plan's half of the judgement, run by ``judge(_:)`` and ``passesUntouched(frame:header:)``
+    /// alike: the rule naming an event of `type` called `name` (-1 for none; a violation when
+    /// none does and unplanned events are refused), then, when a rule or a common rule applies,
+    /// their schemas over `properties` (nil: present but not a JSON object, itself a violation)
+    /// and `context`. Returns the rule. Only with a plan.
+    @inline(__always)
+    func checkPlan(type: EventType, name: UnsafeRawBufferPointer, properties: JSONView?, context: JSONView?,
+                   into violations: inout [Violation]) -> Int {
+        // Optional chaining, not a binding: a binding would retain the plan's core per event.
+        let rule = plan?.rule(type: type, name: name) ?? -1
+        if rule < 0 && !allowUnplanned {
+            violations.append(Violation(event: "", rule: "unplanned", path: "", message: "the plan does not name this event"))
+        }
+        guard rule >= 0 || plan?.common.isEmpty == false else { return rule }
+        guard let properties else {
+            let isTraits = type == .identify || type == .group
+            violations.append(Violation(event: "", rule: "type", path: isTraits ? "traits" : "properties", message: "must be a JSON object"))
+            ParsedJSON.empty.withView { plan?.check(type: type, rule: rule, properties: $0, context: context, into: &violations) }
+            return rule
+        }
+        plan?.check(type: type, rule: rule, properties: properties, context: context, into: &violations)
+        return rule
     }
 }
 

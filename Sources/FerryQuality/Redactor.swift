@@ -35,7 +35,7 @@ public struct Redactor: Sendable {
 
         /// The detector kind that recognises `text` (under the member named `key`) and the
         /// action configured for it; nil when the detectors leave it as it is. The one decision
-        /// the walk, the identifiers and the one-pass check all make.
+        /// the walk and the identifiers make.
         @inline(__always)
         func detection(_ text: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer?, prefiltered: Bool) -> (kind: DetectorKind, action: RedactionAction)? {
             guard !detectorKinds.isEmpty, let kind = Detectors.classify(text, kinds: detectorKinds, key: key, prefiltered: prefiltered),
@@ -149,23 +149,11 @@ public struct Redactor: Sendable {
 
     private func redactIdentifier(_ value: inout String, _ root: RedactionPath.Root) -> Bool {
         guard !value.isEmpty else { return false }
-        var chosen: RedactionAction?
-        var kind: DetectorKind?
-        var mask = core.rootMask(root)
-        while mask != 0 {
-            let index = mask.trailingZeroBitCount
-            mask &= mask - 1
-            chosen = Self.stronger(chosen, core.rules[index].action)
-        }
         var copy = value
         let replacement: [UInt8]? = copy.withUTF8 { utf8 in
             let text = UnsafeRawBufferPointer(utf8)
-            if chosen == nil, let detected = core.detection(text, key: nil, prefiltered: false) {
-                chosen = detected.action
-                kind = detected.kind
-            }
-            guard let chosen else { return nil }
-            switch chosen {
+            guard let (action, kind) = identifierAction(text, root) else { return nil }
+            switch action {
             case .drop: return []
             case .hash: return core.hmac!.tag(text)
             case .mask: return Detectors.mask(text, kind: kind ?? Detectors.classify(text, kinds: .all, key: nil))
@@ -174,6 +162,24 @@ public struct Redactor: Sendable {
         guard let replacement else { return false }
         value = String(decoding: replacement, as: UTF8.self)
         return true
+    }
+
+    /// What redaction does to the identifier `text` (UTF-8) under `root`: the strongest action of
+    /// the rules that name the root, else the action of the detector kind that recognises it (and
+    /// that kind); nil to leave it as it is. The decision of ``redact(_:parsed:violations:)`` and
+    /// ``leavesIdentifierUnchanged(_:_:)``.
+    @inline(__always)
+    private func identifierAction(_ text: UnsafeRawBufferPointer, _ root: RedactionPath.Root) -> (RedactionAction, DetectorKind?)? {
+        var chosen: RedactionAction?
+        var mask = core.rootMask(root)
+        while mask != 0 {
+            let index = mask.trailingZeroBitCount
+            mask &= mask - 1
+            chosen = Self.stronger(chosen, core.rules[index].action)
+        }
+        if let chosen { return (chosen, nil) }
+        guard let detected = core.detection(text, key: nil, prefiltered: false) else { return nil }
+        return (detected.action, detected.kind)
     }
 
     /// drop over hash over mask.
@@ -192,19 +198,13 @@ public struct Redactor: Sendable {
     /// Redacts one JSON field (properties, traits or context).
     private func redactJSON(_ bytes: [UInt8], root: RedactionPath.Root) -> Outcome {
         guard let document = ParsedJSON(object: bytes) else { return .invalid }
-        let mask = core.rootMask(root)
-        if mask == 0 && core.detectorKinds.isEmpty { return .unchanged(document) }
-        let edited: [UInt8]? = bytes.withUnsafeBytes { raw in
-            document.tape.nodes.withUnsafeBufferPointer { nodes in
-                var walker = Walker(core: core, bytes: raw, nodes: nodes)
-                walker.walk(0, depth: 0, active: mask, key: -1)
-                guard !walker.edits.isEmpty else { return nil }
-                var out: [UInt8] = []
-                out.reserveCapacity(bytes.count + 64 * walker.edits.count)
-                var next = 0
-                walker.emit(0, into: &out, nextEdit: &next)
-                return out
-            }
+        let edited: [UInt8]? = document.withView { view in
+            guard let walker = walk(view, root: root), !walker.edits.isEmpty else { return nil }
+            var out: [UInt8] = []
+            out.reserveCapacity(bytes.count + 64 * walker.edits.count)
+            var next = 0
+            walker.emit(0, into: &out, nextEdit: &next)
+            return out
         }
         return edited.map { .changed($0) } ?? .unchanged(document)
     }
@@ -213,34 +213,30 @@ public struct Redactor: Sendable {
     /// parsed as an object) under `root` unchanged: what ``redact(_:parsed:violations:)`` decides,
     /// without building the edited bytes.
     func leavesUnchanged(_ view: JSONView, root: RedactionPath.Root) -> Bool {
+        walk(view, root: root)?.edits.isEmpty ?? true
+    }
+
+    /// The redaction of `view` under `root`, decided (the walker's edits; none: unchanged), or nil
+    /// when nothing in it can change: no rule names the root and no string may be personal (the
+    /// parser's candidate flag; a candidate key only sends the walk down).
+    @inline(__always)
+    private func walk(_ view: JSONView, root: RedactionPath.Root) -> Walker? {
         let mask = core.rootMask(root)
         if mask == 0 {
-            // Only the detectors can change it: nothing to walk when no string may be personal
-            // (the parser's candidate flag; a candidate key only sends us down the walk).
-            if core.detectorKinds.isEmpty { return true }
+            if core.detectorKinds.isEmpty { return nil }
             var candidates = false
             for node in view.nodes where node.candidate { candidates = true; break }
-            if !candidates { return true }
+            if !candidates { return nil }
         }
         var walker = Walker(core: core, bytes: view.bytes, nodes: view.nodes)
         walker.walk(0, depth: 0, active: mask, key: -1)
-        return walker.edits.isEmpty
-    }
-
-    /// What redaction may change under `root`, for the gate's one-pass check (``OnePassCheck``).
-    /// A probe it returns holds this redactor's core unretained: use it only while this redactor
-    /// lives (within a call on the gate that holds it).
-    func onePass(under root: RedactionPath.Root) -> RedactionUnderRoot {
-        if core.rootMask(root) != 0 { return .rules }
-        return core.detectorKinds.isEmpty ? .nothing : .detectors(DetectionProbe(core: core))
+        return walker
     }
 
     /// Whether redaction leaves the identifier `text` (UTF-8, read in place) under `root`
     /// unchanged: no rule names the root and no detector recognises the value.
     func leavesIdentifierUnchanged(_ text: UnsafeRawBufferPointer, _ root: RedactionPath.Root) -> Bool {
-        guard !text.isEmpty else { return true }
-        guard core.rootMask(root) == 0 else { return false }
-        return core.detection(text, key: nil, prefiltered: false) == nil
+        text.isEmpty || identifierAction(text, root) == nil
     }
 
     /// Walks a document's tape, deciding each value's fate, then writes the result.
@@ -454,37 +450,5 @@ public struct Redactor: Sendable {
                 out.append(contentsOf: bytes[JSONTape.rawRange(value)])
             }
         }
-    }
-}
-
-/// What redaction may change in a field, for the gate's one-pass check.
-enum RedactionUnderRoot {
-    /// Nothing: no rule names the root and no detector is on.
-    case nothing
-    /// Only the detectors, each string on its own (``DetectionProbe``: valid while the redactor
-    /// that made it lives).
-    case detectors(DetectionProbe)
-    /// A rule names the root: only the redactor's walk decides.
-    case rules
-}
-
-/// The detectors as the redactor's walk applies them to one string (its `detect`), for the gate's
-/// one-pass check. Unretained: it lives within a call on the gate, whose redactor holds the core.
-struct DetectionProbe {
-    fileprivate unowned(unsafe) let core: Redactor.Core
-
-    fileprivate init(core: Redactor.Core) {
-        self.core = core
-    }
-
-    /// Whether redaction leaves `text` as it is: a string that may be personal (a digit, `:` or
-    /// `@`, found by the scan), read raw (it has no escape), under the member whose raw name is
-    /// `key` (nil: none): no detector recognises it, or the kind recognised has no action.
-    func leavesUnchanged(_ text: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer?) -> Bool {
-        // `Core.detection`'s decision, written out: a call into the core from here retains it
-        // per string (+~240 instructions per event on gate-cost EVENT=rich); the core is read
-        // only once a kind is found.
-        guard let kind = Detectors.classify(text, kinds: core.detectorKinds, key: key, prefiltered: true) else { return true }
-        return core.action(for: kind) == nil
     }
 }

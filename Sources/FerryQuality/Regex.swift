@@ -1,3 +1,5 @@
+import FerryProtocol
+
 /// A regular expression of the ECMA-262 subset tracking plans use (JSON Schema's `pattern`),
 /// compiled once to a Thompson NFA and run as a Pike VM: time linear in the input, whatever the
 /// pattern, so no plan can make the agent backtrack for ever.
@@ -362,7 +364,7 @@ private struct RegexParser {
     mutating func hex(_ count: Int) throws(Regex.SyntaxError) -> UInt32 {
         var value: UInt32 = 0
         for _ in 0..<count {
-            guard let scalar = peek, scalar < 0x80, let digit = JSONTape.hexValue(UInt8(scalar)) else {
+            guard let scalar = peek, scalar < 0x80, let digit = JSONScan.hexValue(UInt8(scalar)) else {
                 throw fail("expected \(count) hex digits at character \(index + 1)")
             }
             value = value << 4 | UInt32(digit)

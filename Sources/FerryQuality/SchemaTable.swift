@@ -50,19 +50,12 @@ struct FlatMember {
     var schema: Int32
     /// Its bit in the required mask, -1 for none.
     var requiredBit: Int32
-    /// Its key's bytes stand in a JSON string as they are (no quote, backslash or control
-    /// byte): a member name written without escapes is these bytes and a closing quote.
-    var literal: Bool
 }
 
 /// A string of a flat `enum`: its UTF-8 bytes in ``SchemaTable/bytes``.
 struct FlatString {
     var start: Int32
     var count: Int32
-    /// The bytes stand in a JSON string as they are, and none makes the string a detector
-    /// candidate (``JSONScan/isCandidate(_:)``): a value written as these bytes and a closing
-    /// quote is this string, and nothing the detectors look at.
-    var plain: Bool
 }
 
 
@@ -114,8 +107,7 @@ final class SchemaStorage: @unchecked Sendable {
                     record.enumCount = Int32(texts.count)
                     for text in texts {
                         let (start, count) = intern(text)
-                        strings.append(FlatString(start: start, count: count,
-                                                  plain: JSONScan.isLiteral(text) && !text.contains(where: JSONScan.isCandidate)))
+                        strings.append(FlatString(start: start, count: count))
                     }
                 } else {
                     record.flags.insert(.enumAny)
@@ -140,7 +132,7 @@ final class SchemaStorage: @unchecked Sendable {
             for member in schema.members {
                 let (start, count) = intern(member.key)
                 flatMembers.append(FlatMember(keyStart: start, keyCount: count, schema: Int32(member.schema ?? -1),
-                                              requiredBit: Int32(member.requiredBit ?? -1), literal: JSONScan.isLiteral(member.key)))
+                                              requiredBit: Int32(member.requiredBit ?? -1)))
             }
             flatSchemas.append(record)
         }

@@ -96,23 +96,6 @@ public struct TrackingPlan: Sendable {
         core.lookup.index(type: type, name: bytes)
     }
 
-    /// The schemas the gate's one-pass check (``OnePassCheck``) applies to an event of `type`
-    /// under rule `rule` (an index in ``rules``, or -1), read in place. Nil when the check cannot
-    /// apply them in one pass: common rules (several schemas over one field), or a
-    /// `context.traits` rule on an event with a context (two schemas over one value).
-    func onePassSchemas(type: EventType, rule: Int, hasContext: Bool) -> OnePassSchemas? {
-        guard core.common.isEmpty else { return nil }
-        var schemas = OnePassSchemas(table: core.storage.table)
-        guard rule >= 0 else { return schemas }
-        let entry = core.lookup[rule]
-        let isTraits = type == .identify || type == .group
-        if hasContext && !isTraits && entry.contextTraits { return nil }
-        schemas.properties = Int(isTraits ? entry.traits : entry.properties)
-        schemas.context = Int(entry.context)
-        schemas.requiresContext = entry.requiresContext
-        return schemas
-    }
-
     /// How the plan names an event that it does not list.
     static func label(type: EventType, name: String) -> String {
         switch type {
@@ -121,19 +104,8 @@ public struct TrackingPlan: Sendable {
         }
     }
 
-    /// Checks one event's fields (parsed) against rule `rule` (an index in ``rules``, or -1) and
-    /// the common rules. The violations' `event` is left empty (the gate names the event).
-    func check(type: EventType, rule: Int, properties: ParsedJSON, context: ParsedJSON?, into violations: inout [Violation]) {
-        properties.withView { properties in
-            guard let context else {
-                check(type: type, rule: rule, properties: properties, context: nil, into: &violations)
-                return
-            }
-            context.withView { check(type: type, rule: rule, properties: properties, context: $0, into: &violations) }
-        }
-    }
-
-    /// ``check(type:rule:properties:context:into:)`` over documents read in place.
+    /// Checks one event's fields (read in place) against rule `rule` (an index in ``rules``, or -1)
+    /// and the common rules. The violations' `event` is left empty (the gate names the event).
     func check(type: EventType, rule: Int, properties: JSONView, context: JSONView?, into violations: inout [Violation]) {
         let schemas = core.storage.table
         if rule >= 0 {
@@ -230,18 +202,6 @@ struct JSONView {
     }
 }
 
-/// What the plan checks of one event, for the gate's one-pass check.
-struct OnePassSchemas {
-    /// The plan's schemas.
-    var table: SchemaTable
-    /// The schema of the properties (traits for identify and group); -1 for none.
-    var properties = -1
-    /// The schema of the context; -1 for none.
-    var context = -1
-    /// The event must carry a context.
-    var requiresContext = false
-}
-
 /// A plan's rules as the ingest path looks them up per event: one flat, trivial record per rule
 /// (its type, its name's bytes in a pool, its schemas), read in place: no retain, no optional
 /// array per rule. Built once per load, never changed, freed with the plan.
@@ -255,13 +215,6 @@ final class RuleTable: @unchecked Sendable {
         var named: Bool
         var nameStart: Int32
         var nameCount: Int32
-        /// Schema indices, -1 for none.
-        var properties: Int32
-        var traits: Int32
-        var context: Int32
-        /// A `context.traits` rule.
-        var contextTraits: Bool
-        var requiresContext: Bool
     }
 
     private let entries: UnsafeMutableBufferPointer<Entry>
@@ -274,9 +227,7 @@ final class RuleTable: @unchecked Sendable {
         var flat: [Entry] = []
         for rule in rules {
             flat.append(Entry(type: rule.type?.rawValue ?? .max, named: rule.name != nil, nameStart: Int32(pool.count),
-                              nameCount: Int32(rule.name?.count ?? 0), properties: Int32(rule.properties ?? -1),
-                              traits: Int32(rule.traits ?? -1), context: Int32(rule.context ?? -1),
-                              contextTraits: rule.contextTraits != nil, requiresContext: rule.requiresContext))
+                              nameCount: Int32(rule.name?.count ?? 0)))
             pool += rule.name ?? []
         }
         // At least one element, so every table has a base address.
@@ -291,9 +242,6 @@ final class RuleTable: @unchecked Sendable {
         entries.deallocate()
         names.deallocate()
     }
-
-    /// The rule at `index` (an index in ``TrackingPlan/rules``).
-    subscript(index: Int) -> Entry { entries[index] }
 
     /// The index of the rule naming an event of `type` called `name`: the one with that name,
     /// else the one for the type alone; -1 for none (``TrackingPlan/rule(type:name:)``).

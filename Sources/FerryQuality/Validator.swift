@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryProtocol
 
 /// Checks one parsed JSON document (a ``JSONTape`` over its bytes) against compiled schemas,
 /// collecting violations. Nothing is allocated or retained on the passing path: the flat schemas
@@ -154,7 +155,7 @@ struct Validator {
         return enumStringsContain(table, schema, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
     }
 
-    static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
+    private static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
         let strings = table.enumStrings + Int(schema.pointee.enumStart)
         for position in 0..<Int(schema.pointee.enumCount) where Int(strings[position].count) == text.count {
             if text.isEmpty || Self.equalBytes(table.bytes + Int(strings[position].start), text.baseAddress!, text.count) { return true }
@@ -219,7 +220,7 @@ struct Validator {
     /// Whether `count` bytes at `a` and `b` are equal: short ones (member names, enum strings)
     /// compared in a loop, not by a call.
     @inline(__always)
-    static func equalBytes(_ a: UnsafePointer<UInt8>, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
+    private static func equalBytes(_ a: UnsafePointer<UInt8>, _ b: UnsafeRawPointer, _ count: Int) -> Bool {
         guard count <= 16 else { return memcmp(a, b, count) == 0 }
         var index = 0
         while index < count {
@@ -272,8 +273,8 @@ struct Validator {
     }
 
     /// Whether `text` (decoded) passes the string checks of schema `schema` (`flat` is its flat
-    /// record): the decision of ``checkText(_:_:_:_:)`` and of the one-pass check, without messages.
-    static func textPasses(_ schema: UnsafePointer<Schema>, _ flat: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
+    /// record): the decision of ``checkText(_:_:_:_:)``, without messages (they are made only on a failure).
+    private static func textPasses(_ schema: UnsafePointer<Schema>, _ flat: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
         let minLength = Int(flat.pointee.minLength), maxLength = Int(flat.pointee.maxLength)
         if minLength >= 0 || maxLength >= 0 {
             // Code points never outnumber bytes: a string within maxLength bytes needs no count.
@@ -287,9 +288,9 @@ struct Validator {
         return true
     }
 
-    /// Whether `number` is within schema `schema`'s bounds: the decision of ``checkNumber(_:_:)``
-    /// and of the one-pass check, without messages.
-    static func numberPasses(_ schema: UnsafePointer<Schema>, _ number: Double) -> Bool {
+    /// Whether `number` is within schema `schema`'s bounds: the decision of ``checkNumber(_:_:)``,
+    /// without messages (they are made only on a failure).
+    private static func numberPasses(_ schema: UnsafePointer<Schema>, _ number: Double) -> Bool {
         if let minimum = schema.pointee.minimum, !(number >= minimum) { return false }
         if let maximum = schema.pointee.maximum, !(number <= maximum) { return false }
         if let bound = schema.pointee.exclusiveMinimum, !(number > bound) { return false }

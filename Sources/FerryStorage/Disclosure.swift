@@ -1,4 +1,4 @@
-import Foundation
+import FerryProtocol
 
 /// What a sink's body tells the other side about the host and the emitting process, besides the
 /// event as the app sent it, its ids, its timestamps and the consent stamp (which every body
@@ -34,18 +34,30 @@ public struct Disclosure: Sendable, Hashable, CustomStringConvertible {
         "origin=\(origin ? "yes" : "no") process=\(process ? "yes" : "no") dropContext=[\(dropContext.joined(separator: ", "))]"
     }
 
-    /// `context` (a JSON object) without the keys of ``dropContext``; unchanged when it has none of
-    /// them, is not an object, or nothing is to be dropped. Re-encoded with sorted keys when a key
-    /// is dropped (numbers keep their value, not always their spelling).
+    /// `context` (a JSON object) without the top-level members named in ``dropContext`` (every
+    /// member of a repeated name); unchanged when it has none of them, is not an object, or
+    /// nothing is to be dropped. The members kept are copied as written, in their order.
     package func filteredContext(_ context: [UInt8]) -> [UInt8] {
-        guard !dropContext.isEmpty, !context.isEmpty,
-              var object = (try? JSONSerialization.jsonObject(with: Data(context))) as? [String: Any] else { return context }
-        var dropped = false
-        for key in dropContext where object.removeValue(forKey: key) != nil { dropped = true }
-        guard dropped else { return context }
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else {
-            return Array("{}".utf8)
+        guard !dropContext.isEmpty, !context.isEmpty else { return context }
+        return context.withUnsafeBytes { bytes -> [UInt8] in
+            JSONTape.withNodes(bytes) { nodes -> [UInt8] in
+                guard let nodes, nodes[0].kind == .object else { return context }
+                var out: [UInt8] = [UInt8(ascii: "{")]
+                var dropped = false
+                var child = 1
+                for _ in 0..<Int(nodes[0].count) {
+                    let key = nodes[child], value = nodes[child + 1]
+                    if dropContext.contains(where: { JSONTape.nameEquals(key, $0, in: bytes) }) {
+                        dropped = true
+                    } else {
+                        if out.count > 1 { out.append(UInt8(ascii: ",")) }
+                        out.append(contentsOf: bytes[JSONTape.rawRange(key).lowerBound..<JSONTape.rawRange(value).upperBound])
+                    }
+                    child = Int(value.next)
+                }
+                out.append(UInt8(ascii: "}"))
+                return dropped ? out : context
+            }
         }
-        return Array(data)
     }
 }

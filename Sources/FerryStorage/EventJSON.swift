@@ -1,5 +1,9 @@
 import FerryProtocol
-import Foundation
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 
 // A stored event as JSON: the file sink's line, the HTTP sink's envelope object, the event-model
 // fields, the compacting of properties. The writer itself is JSONWriter.swift.
@@ -215,22 +219,16 @@ extension JSONWriter {
         }
     }
 
-    /// ``objectField(_:_:rawName:)`` for bytes in place. A plain object (the common case) is
-    /// checked in one pass that also tells whether it holds a raw newline (only ever whitespace
-    /// there), so it is copied whole and compacted only then; anything else is left to
-    /// Foundation's parser as before.
+    /// ``objectField(_:_:rawName:)`` for bytes in place. An object (``JSONTape/isObject(_:newlines:)``,
+    /// which also tells whether it holds a raw newline, only ever whitespace there) is copied
+    /// whole and compacted only then; anything else is written as a string under `rawName`.
     private static func objectField(_ name: StaticString, _ object: UnsafeRawBufferPointer, rawName: StaticString, _ json: inout JSONOutput) {
         var newlines = false
-        if JSONValidation.isPlainObject(object, newlines: &newlines) {
+        if JSONTape.isObject(object, newlines: &newlines) {
             json.key(name)
             let start = json.count
             json.raw(object)
             if newlines { json.compact(from: start) }
-        } else if Self.foundationIsObject(Data(object)) {
-            json.key(name)
-            let start = json.count
-            json.raw(object)
-            json.compact(from: start)
         } else {
             json.key(rawName)
             json.string(decoding: object)
@@ -339,15 +337,9 @@ extension JSONWriter {
         }
     }
 
-    /// Whether `bytes` parse as a JSON object: plain objects (``JSONValidation/isPlainObject(_:)``, no
-    /// allocation) are told at once, anything else by Foundation's parser.
+    /// Whether `bytes` parse as a JSON object (``JSONTape/isObject(_:)``).
     package static func isJSONObject(_ bytes: [UInt8]) -> Bool {
-        if bytes.withUnsafeBytes({ JSONValidation.isPlainObject($0) }) { return true }
-        return foundationIsObject(Data(bytes))
-    }
-
-    private static func foundationIsObject(_ data: Data) -> Bool {
-        (try? JSONSerialization.jsonObject(with: data)) is [String: Any]
+        bytes.withUnsafeBytes { JSONTape.isObject($0) }
     }
 
     /// Appends ``compactJSON(_:)`` of `bytes` to `out`.

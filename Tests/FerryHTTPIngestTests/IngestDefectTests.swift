@@ -33,7 +33,7 @@ import Testing
         #expect(last.messageID == "good-2")
         #expect(refusal.messageID == "deep")
         #expect(refusal.code == "invalid_json")
-        #expect(refusal.message.contains("deeper than \(JSONParser.maxDepth)"))
+        #expect(refusal.message.contains("deeper than \(JSONTape.maxDepth)"))
         #expect(refusal.id == SegmentMapping.eventID(uid: 1000, writeKey: "", messageID: "deep"))
         // The whole answer is a 200 naming the refused message.
         let response = IngestVerdict.response([(first.messageID, .accepted(held: false)),
@@ -72,11 +72,11 @@ import Testing
         (String(repeating: "{\"k\":", count: 70) + "tru" + String(repeating: "}", count: 70), false),
     ])
     func deepSyntax(text: String, json: Bool) {
-        let parsed = try? JSONParser.parseKeepingDeep(Array(text.utf8))
+        let parsed = try? BodyValue.parse(Array(text.utf8))
         #expect((parsed != nil) == json)
         if let parsed { #expect(parsed.tooDeep.count == 1) }
         // The strict parse refuses any of it.
-        #expect((try? JSONParser.parse(Array(text.utf8))) == nil)
+        #expect((try? JSONTape.parse(Array(text.utf8))) == nil)
     }
 
     @Test("identify without traits takes context.traits, as RudderStack's data plane does (rudder-sdk-python)")

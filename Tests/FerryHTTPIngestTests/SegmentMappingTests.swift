@@ -13,8 +13,8 @@ import Testing
 
     static func map(_ json: String, endpoint: SegmentEndpoint = .batch) -> Result<SegmentEvent, SegmentRefusal> {
         let body = Array(json.utf8)
-        let node = try! JSONParser.parse(body)
-        return SegmentMapping.event(node, in: body, endpoint: endpoint, sender: sender, categories: categories,
+        let node = try! BodyValue.parse(body).0
+        return SegmentMapping.event(node, endpoint: endpoint, sender: sender, categories: categories,
                                     typeCategories: typeCategories, now: 1_000, newID: { EventID(high: 7, low: 7) })
     }
 
@@ -126,19 +126,19 @@ import Testing
         ("{\"a\":[1,-2.5e+3,true,false,null,\"\\u00e9\\ud83d\\ude00\"]}", true), (" {} ", true), ("{} {}", false),
     ])
     func jsonParser(text: String, valid: Bool) {
-        let parsed = (try? JSONParser.parse(Array(text.utf8))) != nil
+        let parsed = (try? BodyValue.parse(Array(text.utf8))) != nil
         #expect(parsed == valid)
     }
 
     @Test func deepNestingIsRefusedNotACrash() {
         let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
-        #expect((try? JSONParser.parse(Array(deep.utf8))) == nil)
+        #expect((try? JSONTape.parse(Array(deep.utf8))) == nil)
     }
 
     @Test func writeKeyFromBodyOrBasicAuth() throws {
-        let body = try JSONParser.parse(Array(#"{"writeKey":"wk","batch":[]}"#.utf8))
+        let body = try BodyValue.parse(Array(#"{"writeKey":"wk","batch":[]}"#.utf8)).0
         #expect(SegmentMapping.writeKey(body: body, authorization: "Basic b3RoZXI6") == "wk")
-        let bare = try JSONParser.parse(Array(#"{"batch":[]}"#.utf8))
+        let bare = try BodyValue.parse(Array(#"{"batch":[]}"#.utf8)).0
         #expect(SegmentMapping.writeKey(body: bare, authorization: "Basic b3RoZXI6") == "other")
         #expect(SegmentMapping.writeKey(body: bare, authorization: nil) == "")
     }

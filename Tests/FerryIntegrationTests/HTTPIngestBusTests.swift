@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import FerryIntegrationKit
+import FerryProtocol
 import FerryTestKit
 import Foundation
 import Testing
@@ -43,6 +44,41 @@ struct HTTPIngestBusTests {
         #expect(blocked["reason"] as? String == "category_preferences:analytics", "\(blocked)")
         #expect(blocked["type"] as? String == "track", "\(blocked)")
         #expect(try tail.messages(topic: "accepted").allSatisfy { $0["name"] as? String != "Denied By Message" })
+    }
+
+    @Test("an unpaired surrogate escape in a context is refused on both ingest paths, stored by neither; a surrogate pair passes (docs/PROTOCOL.md, JSON)")
+    func unpairedSurrogateOnBothPaths() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let agent = try Self.agent(dir, port: try freeLocalPort())
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        let unpaired = #"{"locale":"en","x":"\ud800"}"#, paired = #"{"locale":"en","x":"\ud83d\ude00"}"#
+
+        // ZeroMQ (protocol 2): the context extension is checked at ingest.
+        var refused = TestEvents.wireEvent(name: "Unpaired Over ZeroMQ", source: "raw", sequence: 1)
+        refused.context = Array(unpaired.utf8)
+        var accepted = TestEvents.wireEvent(name: "Paired Over ZeroMQ", source: "raw", sequence: 2)
+        accepted.context = Array(paired.utf8)
+        let replies = try await RawIngestClient.exchange(runtimeDirectory: agent.runtimeDirectory, messages: [
+            [TestEvents.header(requestID: 1), refused.encoded(), accepted.encoded()],
+        ])
+        #expect(replies.first?.entries == [AckEntry(id: refused.id, status: .rejected, reason: .invalidField),
+                                           AckEntry(id: accepted.id, status: .accepted)], "\(replies)")
+
+        // HTTP: the same JSON text in a request's context is not JSON to the API either.
+        let http = try await httpPost(unixSocket: agent.runtimeDirectory + "/http", path: "/v1/batch",
+                                      json: Self.track("m-unpaired", "Unpaired Over HTTP", extra: #","context":"# + unpaired))
+        #expect(http.status == 400 && http.body.contains("invalid_json"), "\(http)")
+        let pairedHTTP = try await httpPost(unixSocket: agent.runtimeDirectory + "/http", path: "/v1/batch",
+                                            json: Self.track("m-paired", "Paired Over HTTP", extra: #","context":"# + paired))
+        #expect(pairedHTTP.status == 200, "\(pairedHTTP)")
+
+        try await eventually("the two paired events delivered") {
+            Set(try agent.deliveredEvents().map(\.name)) == ["Paired Over ZeroMQ", "Paired Over HTTP"]
+        }
+        let lines = try deliveredEventObjects(in: agent.sinkDirectory)
+        #expect(lines.count == 2 && lines.allSatisfy { ($0["context"] as? [String: Any])?["x"] as? String == "😀" }, "\(lines)")
     }
 
     @Test("what the HTTP API does not know is left out: no seq on any event, no pid from the TCP listener")

@@ -22,6 +22,9 @@ enum FrameChecks {
         case errorReply = 3
         /// `EventID(_:)` text parsing (ids arrive as text from the CLI and control requests).
         case eventIDText = 4
+        /// The JSON reader (``JSONTape``, the `context` field's check): its entry points agree,
+        /// every string decodes to UTF-8, and what it reads, written out again, reads the same.
+        case json = 5
     }
 
     /// What happened to one input.
@@ -106,6 +109,96 @@ enum FrameChecks {
             guard let id = EventID(text) else { return .success(.refused) }
             guard EventID(id.description) == id else { return .failure(Violation("event id text does not round-trip", frame)) }
             return .success(.decoded)
+        case .json:
+            return json(frame)
+        }
+    }
+
+    /// The JSON reader's properties on `bytes`.
+    static func json(_ bytes: [UInt8]) -> Result<Outcome, Violation> {
+        // Callers hand the reader valid UTF-8 only.
+        guard bytes.withUnsafeBytes({ UTF8Validation.isValid($0) }) else { return .success(.refused) }
+        let tape = try? JSONTape.parse(bytes)
+        var tooDeep: [Range<Int>] = []
+        let deepTape = try? JSONTape.parse(bytes, tooDeep: &tooDeep)
+        let lent: [JSONNode]? = bytes.withUnsafeBytes { raw in JSONTape.withNodes(raw) { $0.map(Array.init) } }
+        let object = bytes.withUnsafeBytes { JSONTape.isObject($0) }
+        var newlines = false
+        let objectWithNewlines = bytes.withUnsafeBytes { JSONTape.isObject($0, newlines: &newlines) }
+        guard let tape else {
+            guard lent == nil, !object, !objectWithNewlines else { return .failure(Violation("the reader's entry points disagree on a refusal", bytes)) }
+            // Read past the depth limit, a refused document is either not JSON or too deep.
+            if let deepTape, tooDeep.isEmpty || deepTape.nodes.isEmpty {
+                return .failure(Violation("read past the depth limit, a refused document has nothing too deep", bytes))
+            }
+            return .success(.refused)
+        }
+        guard let lent, deepTape?.nodes.count == tape.nodes.count, tooDeep.isEmpty, same(lent, tape.nodes) else {
+            return .failure(Violation("the reader's entry points disagree on an accepted document", bytes))
+        }
+        guard object == (tape.nodes[0].kind == .object), objectWithNewlines == object else {
+            return .failure(Violation("isObject disagrees with the tape", bytes))
+        }
+        if object && newlines != (bytes.contains(0x0A) || bytes.contains(0x0D)) {
+            return .failure(Violation("isObject reports newlines wrongly", bytes))
+        }
+        // Written out again (strings decoded and escaped anew, the rest as written), it reads the same.
+        var written: [UInt8] = []
+        var valid = true
+        bytes.withUnsafeBytes { raw in
+            for node in tape.nodes where node.kind == .string {
+                valid = valid && JSONTape.decodedString(node, in: raw).withUnsafeBytes { UTF8Validation.isValid($0) }
+            }
+            var index = 0
+            write(tape.nodes, &index, raw, into: &written)
+        }
+        guard valid else { return .failure(Violation("a string decodes to text that is not UTF-8", bytes)) }
+        guard let again = try? JSONTape.parse(written), again.nodes.count == tape.nodes.count,
+              zip(again.nodes, tape.nodes).allSatisfy({ $0.kind == $1.kind && $0.count == $1.count && $0.next == $1.next }) else {
+            return .failure(Violation("the document written out again reads differently: \(String(decoding: written, as: UTF8.self))", bytes))
+        }
+        let sameValues = written.withUnsafeBytes { second in
+            bytes.withUnsafeBytes { first in
+                zip(again.nodes, tape.nodes).allSatisfy { node in
+                    switch node.0.kind {
+                    case .string: JSONTape.decodedString(node.0, in: second) == JSONTape.decodedString(node.1, in: first)
+                    case .number: JSONTape.double(node.0, in: second).bitPattern == JSONTape.double(node.1, in: first).bitPattern
+                    default: true
+                    }
+                }
+            }
+        }
+        guard sameValues else { return .failure(Violation("the document written out again holds other values", bytes)) }
+        return .success(.decoded)
+    }
+
+    private static func same(_ a: [JSONNode], _ b: [JSONNode]) -> Bool {
+        a.count == b.count && zip(a, b).allSatisfy {
+            $0.kind == $1.kind && $0.start == $1.start && $0.end == $1.end && $0.next == $1.next && $0.count == $1.count
+                && $0.escaped == $1.escaped && $0.candidate == $1.candidate
+        }
+    }
+
+    /// The value at `index` as compact JSON: strings decoded and escaped again, numbers as written.
+    private static func write(_ nodes: [JSONNode], _ index: inout Int, _ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        let node = nodes[index]
+        index += 1
+        switch node.kind {
+        case .object, .array:
+            out.append(UInt8(ascii: node.kind == .object ? "{" : "["))
+            for position in 0..<Int(node.count) {
+                if position > 0 { out.append(UInt8(ascii: ",")) }
+                if node.kind == .object {
+                    write(nodes, &index, bytes, into: &out)
+                    out.append(UInt8(ascii: ":"))
+                }
+                write(nodes, &index, bytes, into: &out)
+            }
+            out.append(UInt8(ascii: node.kind == .object ? "}" : "]"))
+        case .string:
+            JSONTape.decodedString(node, in: bytes).withUnsafeBytes { JSONText.appendString(utf8: $0, to: &out) }
+        default:
+            out.append(contentsOf: bytes[JSONTape.rawRange(node)])
         }
     }
 

@@ -1,4 +1,5 @@
 @testable import FerryQuality
+import FerryProtocol
 import Foundation
 import Testing
 

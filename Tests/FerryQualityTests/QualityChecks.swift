@@ -41,7 +41,7 @@ enum QualityChecks {
             let name = String(text.prefix(64))
             events.append(event(.track, name, text, text))
             events.append(event(.screen, name, text))
-            // Without personal identifiers, so the in-place judgement reads the fields (one pass).
+            // Without personal identifiers, so the in-place judgement reads the fields.
             events.append(event(.track, "Order Completed", text, text, identifiers: false))
         }
         return events
@@ -139,9 +139,9 @@ enum QualityChecks {
         return !gate.passesUntouched(frame: frame, header: header) || (!judgement.redacted && judgement.violations.isEmpty)
     }
 
-    /// A plan of the usual shapes (the keywords the ingest path's one-pass check reads, nested
-    /// objects and arrays, a context schema, an identify rule): the plan the input is judged by as
-    /// an event's properties and context (``inPlaceJudgementAgrees(_:)``), and OnePassCheckTests'.
+    /// A plan of the usual shapes (every keyword the plan checks in place, nested objects and
+    /// arrays, a context schema, an identify rule): the plan the input is judged by as an event's
+    /// properties and context (``inPlaceJudgementAgrees(_:)``), and InPlaceJudgementTests'.
     static let shapesPlan = #"""
         {"events": [
           {"type": "track", "name": "Order Completed",
@@ -174,7 +174,7 @@ enum QualityChecks {
     }()
 
     /// The ingest path's in-place judgement (``QualityGate/passesUntouched(frame:header:)``: the
-    /// one-pass check, and the tape for what it leaves undecided) never passes the input, as an
+    /// fields read into tapes on the stack, the gate's engine over them) never passes the input, as an
     /// identify's traits or a planned track's properties (and context), when the gate would
     /// change or refuse the event. Nil when it holds. The `judge` fuzzer's property.
     static func inPlaceJudgementAgrees(_ input: [UInt8]) -> Violation? {

@@ -1,11 +1,10 @@
-import Foundation
 import Testing
 @testable import FerryProtocol
 @testable import FerryStorage
 
-/// The pieces the delivery speed-ups of issue 24 rest on: the one-pass plain-object check that
-/// also reports raw newlines, metadata kept as its encoded bytes, delivered counts per run.
-@Suite("Delivery encoders: one-pass checks, metadata in place, delivered runs")
+/// The pieces the delivery speed-ups of issue 24 rest on: the object check that also reports raw
+/// newlines, metadata kept as its encoded bytes, delivered counts per run.
+@Suite("Delivery encoders: the object check, metadata in place, delivered runs")
 struct DeliveryEncoderTests {
     static let seeds = [
         "{}", " {} \n", "{\"plan\":\"pro\",\"n\":-0.5,\"ok\":true,\"x\":null,\"l\":[1,[2,{}],\"s\"]}",
@@ -32,48 +31,16 @@ struct DeliveryEncoderTests {
         return out
     }
 
-    @Test("isPlainObject(_:newlines:) answers as isPlainObject(_:); newlines exactly when a raw \\n or \\r is in it; plain implies Foundation reads an object")
-    func plainCheckWithNewlines() {
-        for bytes in Self.corpus() {
-            var newlines = false
-            let plain = bytes.withUnsafeBytes { JSONValidation.isPlainObject($0, newlines: &newlines) }
-            #expect(plain == bytes.withUnsafeBytes { JSONValidation.isPlainObject($0) }, "\(bytes)")
-            guard plain else { continue }
-            #expect(newlines == (bytes.contains(0x0A) || bytes.contains(0x0D)), "\(String(decoding: bytes, as: UTF8.self))")
-            // The safety net of copying plain objects as they are: every parser reads an object,
-            // and compacted it stays one (so a line never breaks and never becomes invalid).
-            #expect((try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any], "\(bytes)")
-            #expect((try? JSONSerialization.jsonObject(with: Data(JSONWriter.compactJSON(bytes)))) is [String: Any], "\(bytes)")
-        }
-    }
-
-    @Test("the eight-bytes-at-a-time string scan flags a word exactly when one of its bytes needs attention")
-    func wordScan() {
-        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
-        let interesting: [UInt8] = [0x00, 0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x80, 0xC3, 0xFF, 0x61]
-        for _ in 0..<20_000 {
-            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-            var bytes = (0..<8).map { UInt8(truncatingIfNeeded: state >> ($0 * 8)) }
-            // Mostly ordinary text with a few interesting bytes, so both answers are common.
-            for index in bytes.indices {
-                let pick = Int(truncatingIfNeeded: (state >> UInt64(index * 5)) & 0x3F)
-                bytes[index] = pick < interesting.count ? interesting[pick] : UInt8(ascii: "a") + UInt8(pick % 26)
-            }
-            let word = bytes.withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
-            for plain in [true, false] {
-                let expected = bytes.contains { $0 < 0x20 || $0 == 0x22 || $0 == 0x5C || (plain && $0 >= 0x80) }
-                #expect(JSONValidation.Reader.needsAttention(word, plain: plain) == expected, "\(bytes) plain \(plain)")
-            }
-        }
-    }
-
-    @Test("what isObject (the ingest check) accepts on the mutated corpus, Foundation reads as an object")
-    func ingestCheckImpliesFoundation() {
+    @Test("isObject(_:newlines:) answers as isObject(_:); newlines exactly when a raw \\n or \\r is in it; compacted, an object stays one")
+    func objectCheckWithNewlines() {
         for bytes in Self.corpus() where bytes.withUnsafeBytes({ UTF8Validation.isValid($0) }) {
-            // Foundation reads more than RFC 8259 in places, so only this direction holds.
-            if bytes.withUnsafeBytes({ JSONValidation.isObject($0) }) {
-                #expect((try? JSONSerialization.jsonObject(with: Data(bytes))) is [String: Any], "\(String(decoding: bytes, as: UTF8.self))")
-            }
+            var newlines = false
+            let object = bytes.withUnsafeBytes { JSONTape.isObject($0, newlines: &newlines) }
+            #expect(object == bytes.withUnsafeBytes { JSONTape.isObject($0) }, "\(bytes)")
+            guard object else { continue }
+            #expect(newlines == (bytes.contains(0x0A) || bytes.contains(0x0D)), "\(String(decoding: bytes, as: UTF8.self))")
+            // Copied as it is and compacted, a line never breaks and never becomes invalid.
+            #expect(JSONWriter.isJSONObject(JSONWriter.compactJSON(bytes)), "\(bytes)")
         }
     }
 

@@ -1,4 +1,4 @@
-@testable import FerryQuality
+@testable import FerryProtocol
 import Testing
 
 /// The parser's eight-bytes-at-a-time string scan (``JSONScan``) against a plain byte-by-byte
