@@ -216,6 +216,7 @@ class Client:
     _receipts: Dict[int, _ReceiptCallback]
     _stats: Statistics
     _sock_lock: threading.Lock
+    _delivering: int
     _send_now_through: int
     _send_blocked: bool
     _retry_at: float
@@ -426,13 +427,14 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._next_index - 1
-            if self._lowest_unresolved() > target:
+            if self._lowest_unresolved() > target and not self._delivering:
                 return
             # A flush does not wait out the send delay: what it waits for goes now.
             self._send_now_through = max(self._send_now_through, target)
         self._send_from_caller()
         with self._cond:
-            while self._lowest_unresolved() <= target:
+            # Resolved, and the receipts of the events resolved meanwhile called.
+            while self._lowest_unresolved() <= target or self._delivering:
                 if self._closed:
                     raise ClientClosed("the client was closed with events unacknowledged")
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -526,6 +528,7 @@ class Client:
         self._receipts = {}
         self._stats = Statistics()
         self._sock_lock = threading.Lock()
+        self._delivering = 0
         self._send_now_through = 0
         self._send_blocked = False
         self._retry_at = 0.0
@@ -636,12 +639,22 @@ class Client:
                 return
             finally:
                 self._sock_lock.release()
-                for callback, receipt in calls:
-                    _call(callback, receipt)
+                self._deliver(calls)
             # Events another thread queued while this one held the socket are this one's to send.
             with self._lock:
                 if self._closed or self._send_blocked or not self._next_batch_size():
                     return
+
+    def _deliver(self, calls: List[Tuple[_ReceiptCallback, Receipt]]) -> None:
+        """Calls the receipts a pass over the socket resolved (after its lock is released), then
+        lets flush() return: it waits for the receipts being called, too."""
+        if not calls:
+            return
+        for callback, receipt in calls:
+            _call(callback, receipt)
+        with self._lock:
+            self._delivering -= len(calls)
+            self._cond.notify_all()
 
     def _io_must_wake_by(self, deadline: Optional[float], now: float) -> bool:
         """Makes sure the sleeping I/O thread wakes by `deadline`: sets the alarm (no wake-up now)
@@ -742,8 +755,7 @@ class Client:
                         _log.exception("ferry client I/O error")
                         with self._lock:
                             self._block_sends(now)
-                for callback, receipt in calls:
-                    _call(callback, receipt)
+                self._deliver(calls)
             self._close_socket(sock)
         except zmq.ContextTerminated:
             pass
@@ -766,8 +778,7 @@ class Client:
             except zmq.ZMQError as error:
                 _log.debug("ferry client: last send failed: %s", error)
             sock.close(linger=1000)
-        for callback, receipt in calls:
-            _call(callback, receipt)
+        self._deliver(calls)
 
     def _io_timeout(self) -> Optional[float]:
         """Seconds the I/O thread may sleep (called locked): 0 when a batch can go out; else
@@ -944,6 +955,7 @@ class Client:
                     callback = receipts.pop(entry.index, None)
                     if callback is not None:
                         calls.append((callback, Receipt(uuid.UUID(bytes=entry.id), Status.ACCEPTED)))
+                        self._delivering += 1
             self._cond.notify_all()
         return True
 
@@ -972,6 +984,7 @@ class Client:
                 callback = self._receipts.pop(entry.index, None)
                 if callback is not None:
                     calls.append((callback, Receipt(uuid.UUID(bytes=entry.id), status, reason)))
+                    self._delivering += 1
             self._cond.notify_all()
 
 
