@@ -22,10 +22,10 @@ import ZeroMQ
 /// ``track(_:properties:userID:anonymousID:context:)`` and friends encode the event and put it in a bounded
 /// in-memory outbox, then return; the events gather for up to ``FerryClientConfiguration/sendDelay``
 /// (5 ms by default) and go out together in one message. ``send(_:)``, ``flush(timeout:)`` and
-/// ``shutdown()`` never wait for that delay. The thread that queues an event that may go now sends
-/// it itself when the socket is free; a dedicated I/O thread sends the rest, reads the acks as they
-/// arrive and re-sends (see "The client's threads and its socket" in `FerryClient+IO.swift`). An
-/// event leaves the outbox only when the agent acks it. Unacked batches are re-sent (after
+/// ``shutdown()`` never wait for that delay. The thread that queues an event that may go now hands
+/// it to the socket itself (a non-blocking send) when the socket is free; a dedicated I/O thread
+/// sends the rest, reads the acks as they arrive and re-sends. An event leaves the outbox only
+/// when the agent acks it. Unacked batches are re-sent (after
 /// ``FerryClientConfiguration/resendAfter``, and whenever the agent comes back), so the agent can
 /// start after the app, restart or crash; its dedup makes re-sends safe.
 public final class FerryClient: Sendable {
