@@ -29,6 +29,13 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def own_switches() -> int:
+    """Context switches of every thread so far, the ended ones too (the driver cannot read them
+    once the client's threads ended)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+
+
 def threads_cpu() -> dict:
     """CPU seconds per thread, by Python thread name (threads Python does not know, such as
     libzmq's: by their kernel name)."""
@@ -87,7 +94,7 @@ def main() -> None:
             return {}
     print("ready", flush=True)
     sys.stdin.readline()
-    cpu0, threads0 = own_cpu(), threads_cpu()
+    cpu0, threads0, switches0 = own_cpu(), threads_cpu(), own_switches()
     start = time.monotonic()
     end = start + args.seconds
     due = start
@@ -103,8 +110,9 @@ def main() -> None:
         sent += 1
     result = finish()
     cpu = own_cpu() - cpu0
+    switches = own_switches() - switches0
     threads1 = threads_cpu()
-    result.update({"library": args.library, "sent": sent, "seconds": args.seconds, "cpu_seconds": cpu,
+    result.update({"library": args.library, "sent": sent, "seconds": args.seconds, "cpu_seconds": cpu, "context_switches": switches,
                    "threads_cpu_seconds": {name: seconds - threads0.get(name, 0.0) for name, seconds in threads1.items()}})
     print(json.dumps(result), flush=True)
     if args.library == "ferry":

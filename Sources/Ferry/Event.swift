@@ -142,6 +142,13 @@ public struct FerryClientStatistics: Sendable, Hashable {
     public var droppedFromOutbox = 0
     /// Messages sent again after no ack came.
     public var resentBatches = 0
+    /// Messages of events sent (re-sends not counted): fewer than the events acked when events
+    /// travel together (a full batch, events gathered by the send delay, or queued while a message
+    /// was in flight).
+    public var sentMessages = 0
+    /// Of ``sentMessages``, those sent by the thread that queued, sent or flushed the events (the
+    /// socket was free), not by the client's I/O thread.
+    public var sentByCaller = 0
     /// Events waiting for an ack (sent or not).
     public var pending = 0
 }

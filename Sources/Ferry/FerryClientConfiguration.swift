@@ -24,14 +24,20 @@ public struct FerryClientConfiguration: Sendable, Hashable {
     /// burst costs one wake-up and one message instead of one each per event. An app sending
     /// rarely still sends each event at once.
     public var partialBatchesInFlight: Int
-    /// How long a message that is not a full batch may wait for more events before it goes out
-    /// (default zero: at once). Like Kafka's `linger.ms`: at a trickle, events sent one by one
-    /// each cost a wake-up of this process's I/O thread, of libzmq's I/O threads on both sides and
-    /// of the agent's threads, and an agent commit; waiting lets several share them, at the cost
-    /// of that much more latency before the ack. A batch of `batchMaxEvents` events does not
-    /// wait (one filled by `batchMaxBytes` first waits at most the delay), nor do the events
-    /// queued while a ``FerryClient/flush(timeout:)`` waits. The events wait in this process's memory
-    /// meanwhile, as every unacked event does (docs/BENCHMARKS.md measures the trade).
+    /// How long an event nobody awaits may wait for more events before it goes out (default 5 ms;
+    /// zero: at once). Like Kafka's `linger.ms` (whose default Kafka 4.0 raised from 0 to 5 ms,
+    /// KIP-1030): at a trickle, events sent one by one each cost a wake-up of this process's
+    /// threads, of libzmq's I/O threads on both sides and of the agent's threads, and an agent
+    /// commit; waiting lets several share them. ``FerryClient/track(_:properties:userID:anonymousID:context:)``
+    /// and the other helpers, ``FerryClient/enqueue(_:)`` and ``FerryClient/enqueue(_:onReceipt:)``
+    /// wait; an awaited ``FerryClient/send(_:)``, ``FerryClient/flush(timeout:)``,
+    /// ``FerryClient/shutdown()`` and a batch of `batchMaxEvents` events never do (one filled by
+    /// `batchMaxBytes` first waits at most the delay).
+    ///
+    /// Meanwhile the events live only in this process's memory, as every unacked event does: a
+    /// crash of the app within the delay loses them. That window is the delay plus the agent's
+    /// commit (about a millisecond); Segment's libraries hold events in memory for 0.5 to 10 s
+    /// (their flush interval) before sending. Set it to `.zero` to send each event at once.
     public var sendDelay: Duration
     /// A message not acked within this time is sent again (the agent drops the duplicates).
     public var resendAfter: Duration
@@ -60,7 +66,7 @@ public struct FerryClientConfiguration: Sendable, Hashable {
         resendAfter: Duration = .seconds(2),
         anonymousID: String = "",
         partialBatchesInFlight: Int = 1,
-        sendDelay: Duration = .zero
+        sendDelay: Duration = .milliseconds(5)
     ) {
         self.source = source
         self.runtimeDirectory = runtimeDirectory

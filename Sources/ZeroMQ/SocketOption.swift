@@ -38,6 +38,9 @@ public struct ZMQSocketOption: Sendable, Hashable, CustomStringConvertible {
     public static let sendBuffer = ZMQSocketOption(ZMQ_SNDBUF, "ZMQ_SNDBUF")
     /// `ZMQ_RCVBUF`: the kernel receive buffer, in bytes (`-1` the OS default).
     public static let receiveBuffer = ZMQSocketOption(ZMQ_RCVBUF, "ZMQ_RCVBUF")
+    /// `ZMQ_FD` (read only): the descriptor that becomes readable when commands reach the socket
+    /// while nobody is processing them; see ``ZMQWaiter`` for the rule that makes it usable.
+    public static let notificationDescriptor = ZMQSocketOption(ZMQ_FD, "ZMQ_FD")
 }
 
 /// A binary socket option, by name. Set with ``ZMQSocket/setOption(_:bytes:)``.

@@ -270,18 +270,97 @@ struct FerryClientReplyTests {
             logger: logger)
     }
 
-    @Test("with a send delay, events queued within it go out together once the oldest has waited it (not the first alone at once)")
+    @Test("the send delay is 5 ms by default (Kafka's linger.ms since 4.0)")
+    func defaultSendDelay() {
+        #expect(FerryClientConfiguration().sendDelay == .milliseconds(5))
+    }
+
+    @Test("with a send delay, the fire-and-forget calls (helpers, enqueue, enqueue with a receipt) gather into one message once the oldest has waited it (not the first alone at once)")
     func sendDelayGathersATrickle() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in FakeIngestAgent.ack(header, events) }
         defer { fake.stop() }
         let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "linger", sendDelay: .seconds(2))
-        let ids = (0..<3).map { client.enqueue(Event(name: "trickle-\($0)")) }
+        let receipts = Mutex<[Receipt]>([])
+        let ids = [client.enqueue(Event(name: "trickle-0")), client.track("trickle-1"), client.screen("trickle-2"),
+                   client.enqueue(Event(name: "trickle-3")) { receipt in receipts.withLock { $0.append(receipt) } }]
         try await eventually("the delayed batch arrives without a flush") { fake.messageCount >= 1 }
-        #expect(fake.receivedIDs == [ids], "one message with all three, not the first alone: \(fake.receivedIDs)")
-        try await withTimeout(.seconds(20), "flush") { try await client.flush(timeout: .seconds(20)) }
+        #expect(fake.receivedIDs == [ids], "one message with all four, not the first alone: \(fake.receivedIDs)")
+        try await eventually("the receipt") { receipts.withLock { $0.count } == 1 }
+        #expect(receipts.withLock { $0 } == [Receipt(id: ids[3], status: .accepted)])
+        #expect(client.statistics.sentMessages == 1)
+        #expect(client.statistics.accepted == 4)
+        await client.shutdown()
+    }
+
+    @Test("an awaited send() does not wait for the send delay: it goes out at once, with the events queued before it")
+    func awaitedSendNeverWaits() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in FakeIngestAgent.ack(header, events) }
+        defer { fake.stop() }
+        // A delay far longer than any test: only the awaited send can make the events go.
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "urgent", resendAfter: .seconds(600),
+                                         sendDelay: .seconds(600))
+        let before = [client.track("queued-0"), client.track("queued-1")]
+        let receipt = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "awaited")) }
+        #expect(receipt.status == .accepted)
+        #expect(fake.receivedIDs == [before + [receipt.id]], "\(fake.receivedIDs)")
         #expect(client.statistics.accepted == 3)
+        // An event queued after it waits again (it is nobody's to await).
+        let after = client.track("after")
+        let second = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "second")) }
+        #expect(fake.receivedIDs.last == [after, second.id])
+        await client.shutdown()
+    }
+
+    @Test("shutdown() does not wait for the send delay and loses nothing queued within it: every event reaches the agent")
+    func shutdownSendsWhatWaits() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in FakeIngestAgent.ack(header, events) }
+        defer { fake.stop() }
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "close", resendAfter: .seconds(600),
+                                         sendDelay: .seconds(600))
+        // Connected first (an awaited send), so the last pass has an agent to send to.
+        let first = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "connect")) }
+        #expect(first.status == .accepted)
+        let receipts = Mutex<[Receipt.Status]>([])
+        let waiting = (0..<5).map { index in
+            client.enqueue(Event(name: "waiting-\(index)")) { receipt in receipts.withLock { $0.append(receipt.status) } }
+        }
+        #expect(fake.messageCount == 1, "the five wait for the delay")
+        try await withTimeout(.seconds(20), "shutdown") { await client.shutdown() }
+        try await eventually("the five reach the agent after shutdown") { fake.receivedIDs.contains(waiting) }
+        #expect(fake.receivedIDs == [[first.id], waiting], "\(fake.receivedIDs)")
+        // Each gets one receipt: the ack if it came before the socket closed, else client_closed.
+        #expect(receipts.withLock { $0.count } == 5)
+        #expect(receipts.withLock { $0.allSatisfy { $0 == .accepted || $0 == .clientClosed } })
+    }
+
+    @Test("with no send delay, track() sends at once, from the calling thread when the socket is free")
+    func zeroDelaySendsAtOnceFromTheCaller() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, header, events in FakeIngestAgent.ack(header, events) }
+        defer { fake.stop() }
+        let client = try Self.makeClient(runtimeDirectory: dir.appending("rt"), source: "at-once", resendAfter: .seconds(600),
+                                         sendDelay: .zero)
+        _ = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "connect")) }
+        var ids: [EventID] = []
+        for index in 0..<5 {
+            let id = client.track("at-once-\(index)")
+            ids.append(id)
+            // No flush, no shutdown: it goes by itself.
+            try await eventually("event \(index) reaches the agent") { fake.receivedIDs.contains([id]) }
+            try await eventually("its ack") { client.statistics.pending == 0 }
+        }
+        let statistics = client.statistics
+        #expect(statistics.sentMessages == 6)
+        // The I/O thread sleeps while nothing is in flight: the sends were the callers' (the
+        // awaited send's too), unless the I/O thread happened to hold the socket at that moment.
+        #expect(statistics.sentByCaller >= 1, "\(statistics)")
         await client.shutdown()
     }
 

@@ -41,6 +41,14 @@ func ownCPUSeconds() -> Double {
         + Double(usage.ru_stime.tv_sec) + Double(usage.ru_stime.tv_usec) / 1e6
 }
 
+/// This process's context switches so far (voluntary + involuntary, every thread, the ended ones
+/// too: getrusage), which the driver cannot read once the client's threads ended.
+func ownContextSwitches() -> Int {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &usage)
+    return usage.ru_nvcsw + usage.ru_nivcsw
+}
+
 /// ferryd's `delivered` counter (-1 when the control socket does not answer).
 func deliveredCounter(runtime: String) -> Int {
     (controlRequest(runtime: runtime, #"{"op":"status"}"#)?["counters"] as? [String: Any])?["delivered"] as? Int ?? -1

@@ -19,11 +19,13 @@ let benchOutboxCapacity = 50_000
 func makeBenchClient(_ flags: Flags) throws -> FerryClient {
     var logger = Logger(label: "ferry-bench")
     logger.logLevel = .error
+    // `--send-delay-ms`: FerryClientConfiguration.sendDelay (the CPU/latency frontier rows); without
+    // it, the client's default.
+    let delay = flags.double("send-delay-ms", default: -1)
     return try FerryClient(configuration: FerryClientConfiguration(
         source: flags.string("source", default: "bench"), runtimeDirectory: try flags.string("runtime"),
         outboxCapacity: benchOutboxCapacity,
-        // `--send-delay-ms`: FerryClientConfiguration.sendDelay (the CPU/latency frontier rows).
-        sendDelay: .microseconds(Int64(flags.double("send-delay-ms", default: 0) * 1000))), logger: logger)
+        sendDelay: delay < 0 ? FerryClientConfiguration().sendDelay : .microseconds(Int64(delay * 1000))), logger: logger)
 }
 
 /// `client`: one app process using the Ferry library. Enqueues events of `--size` bytes of

@@ -76,7 +76,7 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
     tightenTimerSlack()
     ChildProtocol.ready()
     // This process's CPU from here until its last event is acked (the CPU-per-event rows).
-    let cpu0 = ownCPUSeconds(), threads0 = threadCPUSeconds(pid: getpid())
+    let cpu0 = ownCPUSeconds(), threads0 = threadCPUSeconds(pid: getpid()), switches0 = ownContextSwitches()
     let start = nowNanoseconds()
     let end = start + UInt64(duration * 1e9)
     var sent = 0
@@ -116,10 +116,12 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
         while client.statistics.pending > 0 && nowNanoseconds() < deadline { sleepMicroseconds(1000) }
     }
     let cpu = ownCPUSeconds() - cpu0, threads = threadDelta(threads0, threadCPUSeconds(pid: getpid()))
+    let switches = ownContextSwitches() - switches0
     let statistics = client.statistics
     let elapsed = Double(end - start) / 1e9
     let merged = histogram.state.withLock { $0 }
-    ChildProtocol.finish(["cpu_seconds": cpu, "threads_cpu_seconds": threads, "accepted": statistics.accepted, "rejected": statistics.rejected, "sent": sent,
+    ChildProtocol.finish(["cpu_seconds": cpu, "threads_cpu_seconds": threads, "context_switches": switches,
+                          "accepted": statistics.accepted, "rejected": statistics.rejected, "sent": sent,
                           "offered_rate": rate, "seconds": elapsed, "rate": Double(statistics.accepted) / elapsed,
                           "latencies": merged.count, "histogram": merged.encoded])
     await client.shutdown()

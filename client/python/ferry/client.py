@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import atexit
 import collections
+import ctypes
 import enum
 import itertools
 import logging
@@ -97,6 +98,13 @@ class Statistics:
     dropped_from_outbox: int = 0
     #: Messages sent again after no ack came.
     resent_batches: int = 0
+    #: Messages of events sent (re-sends not counted): fewer than the events acked when events
+    #: travel together (a full batch, events gathered by the send delay, or queued while a message
+    #: was in flight).
+    sent_messages: int = 0
+    #: Of `sent_messages`, those sent by the thread that queued, sent or flushed the events (the
+    #: socket was free), not by the client's I/O thread.
+    sent_by_caller: int = 0
     #: Events waiting for an ack (sent or not).
     pending: int = 0
 
@@ -174,9 +182,11 @@ class Client:
     ...     client.track("Order Completed", {"total": 42.5}, user_id="u-1")
     ...     client.flush(timeout=5)
 
-    Each call encodes the event and puts it in a bounded in-memory outbox. A background I/O thread
-    owns the ZeroMQ DEALER socket and sends the outbox in batches; an event leaves the outbox only
-    when the agent acks it. Unacked batches are sent again after `resend_after` seconds and
+    Each call encodes the event and puts it in a bounded in-memory outbox; the events gather for up
+    to `send_delay` (5 ms by default) and go out together in one message (`send()`, `flush()` and
+    `close()` never wait for it). The thread that queues an event that may go now sends it itself
+    when the socket is free; a background I/O thread sends the rest, reads the acks as they arrive
+    and re-sends (see `_send_from_caller`). An event leaves the outbox only when the agent acks it. Unacked batches are sent again after `resend_after` seconds and
     whenever the agent comes back, so the agent may start after the client, restart or crash: each
     client has a session and numbers its events, so the agent stores every event exactly once
     however late a re-send comes (docs/PROTOCOL.md, "Exactly once").
@@ -205,9 +215,15 @@ class Client:
     _protocol_version: int
     _receipts: Dict[int, _ReceiptCallback]
     _stats: Statistics
-    _io_idle: bool
-    _lingering: bool
-    _flushing: int
+    _sock_lock: threading.Lock
+    _delivering: int
+    _send_now_through: int
+    _send_blocked: bool
+    _retry_at: float
+    _io_asleep: bool
+    _io_wakes_at: Optional[float]
+    _alarm: "_Alarm"
+    _alarm_at: Optional[float]
     _thread: Optional[threading.Thread]
     _context: Optional[zmq.Context]
     _socket: Optional[zmq.Socket]
@@ -219,7 +235,7 @@ class Client:
                  overflow_policy: Union[OverflowPolicy, str] = OverflowPolicy.DROP_OLDEST,
                  batch_max_events: int = 256, batch_max_bytes: int = 65536, max_in_flight_batches: int = 8,
                  resend_after: float = 2.0, exit_flush_timeout: float = 5.0,
-                 partial_batches_in_flight: int = 1, send_delay: float = 0.0) -> None:
+                 partial_batches_in_flight: int = 1, send_delay: float = 0.005) -> None:
         """Creates a client and starts its I/O thread; works whether or not the agent runs.
 
         - `source`: the name events are stamped with (default: the program's name).
@@ -234,12 +250,15 @@ class Client:
           than `partial_batches_in_flight` messages (default 1) are in flight: the events queued
           meanwhile go out together, in one message, when the ack comes (an app sending rarely
           still sends each event at once).
-        - `send_delay`: seconds a message that is not a full batch may wait for more events
-          before it goes out (default 0: at once), as the Swift client's `sendDelay` (Kafka's
-          `linger.ms`): at a trickle several events then share one message, the wake-ups of this
-          process's I/O thread and the agent's work, for that much more latency before their acks.
-          A batch of `batch_max_events` never waits (one filled by `batch_max_bytes` first waits
-          at most the delay), nor do the events queued while a `flush()` waits.
+        - `send_delay`: seconds an event nobody waits for may wait for more events before it goes
+          out (default 0.005: 5 ms; 0: at once), as the Swift client's `sendDelay` (Kafka's
+          `linger.ms`, whose default Kafka 4.0 raised from 0 to 5 ms): at a trickle several events
+          then share one message, the wake-ups of this process's threads and the agent's work, for
+          that much more latency before their acks. `track()` and the other helpers and
+          `enqueue()` wait; `send()`, `flush()`, `close()` and a batch of `batch_max_events`
+          never do (one filled by `batch_max_bytes` first waits at most the delay). Meanwhile the
+          events live only in this process's memory, as every unacked event does (the delay plus
+          the agent's commit, about a millisecond; Segment's libraries hold events 0.5 to 10 s).
         - `resend_after`: seconds without an ack before a message is sent again.
         - `exit_flush_timeout`: how long leaving a `with` block waits for the acks.
         """
@@ -305,12 +324,17 @@ class Client:
     def enqueue(self, event: Event, on_receipt: Optional[_ReceiptCallback] = None) -> uuid.UUID:
         """Queues any event and returns its id at once.
 
-        `on_receipt`, if given, is called once with the event's final `Receipt`, on the client's
-        I/O thread (or on the caller's, when the event is refused at once); it must be quick and
-        must not wait for the client. Raises `TypeError`/`ValueError` for an event that cannot be
+        `on_receipt`, if given, is called once with the event's final `Receipt`, on the thread
+        that reads the agent's ack (the client's I/O thread, or a thread that sent events itself
+        and found acks waiting), or on the caller's when the event is refused at once; it must be
+        quick and must not wait for the client. Nobody waits for the event here, so it may wait
+        for `send_delay`. Raises `TypeError`/`ValueError` for an event that cannot be
         encoded (nothing is queued then). After `close()` the event is dropped (receipt
         `client_closed`).
         """
+        return self._enqueue(event, on_receipt, False)
+
+    def _enqueue(self, event: Event, on_receipt: Optional[_ReceiptCallback], urgent: bool) -> uuid.UUID:
         properties = b"" if not event.properties else wire.encode_json_object(event.properties, "properties")
         context = None if event.context is None else wire.encode_json_object(event.context, "context")
         context = context if context != b"{}" else None
@@ -327,11 +351,16 @@ class Client:
             event_id, int(time.time() * 1000), sequence, pid, event.type, self.source, event.name, event.user_id,
             event.once_key, properties, category, flags, session, event.anonymous_id, event.group_id,
             event.previous_id, context)
-        return self._enqueue_frame(event_id, frame, on_receipt)
+        return self._enqueue_frame(event_id, frame, on_receipt, urgent)
 
-    def _enqueue_frame(self, event_id: bytes, frame: bytes, on_receipt: Optional[_ReceiptCallback]) -> uuid.UUID:
+    def _enqueue_frame(self, event_id: bytes, frame: bytes, on_receipt: Optional[_ReceiptCallback],
+                       urgent: bool = False) -> uuid.UUID:
+        """Puts a frame in the outbox. If it may go now (no send delay, `urgent`: a caller waits
+        for it, or it fills a batch) this thread sends it when the socket is free; if it waits for
+        the send delay, the I/O thread's alarm is set for the delay's end."""
         dropped: Optional[Tuple[_Entry, Optional[_ReceiptCallback]]] = None
         refused: Optional[Status] = None
+        action = None
         with self._lock:
             if self._closed:
                 refused = Status.CLIENT_CLOSED
@@ -348,26 +377,35 @@ class Client:
             if refused is None:
                 index = self._next_index
                 self._next_index += 1
-                self._pending.append(_Entry(index, event_id, frame, time.monotonic() if self.send_delay else 0.0))
+                now = time.monotonic() if self.send_delay else 0.0
+                self._pending.append(_Entry(index, event_id, frame, now))
                 if on_receipt is not None:
                     self._receipts[index] = on_receipt
-                # While a partial batch waits out the send delay the I/O thread's timer runs:
-                # only the event that fills the batch wakes it.
-                wake = self._io_idle or (self._lingering and len(self._pending) == self.batch_max_events)
-                self._io_idle = False
+                if urgent:
+                    self._send_now_through = index
+                # While sends fail the I/O thread's retry sends this one too.
+                if not self._send_blocked:
+                    if self._next_batch_size():
+                        action = "send"
+                    elif (len(self._in_flight) < min(self.partial_batches_in_flight, self.max_in_flight_batches)
+                          and self._io_must_wake_by(self._partial_due(), now)):
+                        action = "wake"
         if dropped is not None and dropped[1] is not None:
             _call(dropped[1], Receipt(uuid.UUID(bytes=dropped[0].id), Status.DROPPED_FROM_OUTBOX))
         if refused is not None:
             if on_receipt is not None:
                 _call(on_receipt, Receipt(uuid.UUID(bytes=event_id), refused))
-        elif wake:
+        elif action == "send":
+            self._send_from_caller()
+        elif action == "wake":
             self._wake()
         return uuid.UUID(bytes=event_id)
 
     def send(self, event: Event, timeout: Optional[float] = None) -> Receipt:
         """Queues `event` and waits for its final `Receipt` (accepted, duplicate, rejected, …).
         Waits as long as it takes for the agent to come up unless `timeout` (seconds) is given;
-        then raises `FerryTimeout` (the event stays queued)."""
+        then raises `FerryTimeout` (the event stays queued). The event does not wait for the send
+        delay: it goes out at once, with the events queued before it."""
         done = threading.Event()
         result: List[Receipt] = []
 
@@ -375,7 +413,7 @@ class Client:
             result.append(receipt)
             done.set()
 
-        event_id = self.enqueue(event, receive)
+        event_id = self._enqueue(event, receive, True)
         if not done.wait(timeout):
             raise FerryTimeout("no final status for event %s after %ss" % (event_id, timeout))
         return result[0]
@@ -389,27 +427,21 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             target = self._next_index - 1
-            if self._lowest_unresolved() > target:
+            if self._lowest_unresolved() > target and not self._delivering:
                 return
-            # A flush does not wait out the send delay: the I/O thread sends now.
-            self._flushing += 1
-            wake = self._lingering
-            self._lingering = False
-        try:
-            if wake:
-                self._wake()
-            with self._cond:
-                while self._lowest_unresolved() <= target:
-                    if self._closed:
-                        raise ClientClosed("the client was closed with events unacknowledged")
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        raise FerryTimeout("%d events still unacknowledged after %ss"
-                                           % (len(self._pending) + self._in_flight_events, timeout))
-                    self._cond.wait(remaining)
-        finally:
-            with self._lock:
-                self._flushing -= 1
+            # A flush does not wait out the send delay: what it waits for goes now.
+            self._send_now_through = max(self._send_now_through, target)
+        self._send_from_caller()
+        with self._cond:
+            # Resolved, and the receipts of the events resolved meanwhile called.
+            while self._lowest_unresolved() <= target or self._delivering:
+                if self._closed:
+                    raise ClientClosed("the client was closed with events unacknowledged")
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    raise FerryTimeout("%d events still unacknowledged after %ss"
+                                       % (len(self._pending) + self._in_flight_events, timeout))
+                self._cond.wait(remaining)
 
     @property
     def statistics(self) -> Statistics:
@@ -437,9 +469,11 @@ class Client:
         return self._closed
 
     def close(self, flush_timeout: Optional[float] = None) -> None:
-        """Stops the I/O thread and closes the socket. With `flush_timeout`, first waits up to
-        that long for the acks. Events still unacked are abandoned (their `on_receipt` gets
-        `client_closed`). Idempotent."""
+        """Sends the events still queued at once (none waits for the send delay), stops the I/O
+        thread and closes the socket, which keeps trying to pass the last messages to the agent
+        for up to a second. With `flush_timeout`, first waits up to that long for the acks.
+        Events still unacked are abandoned (their `on_receipt` gets `client_closed`: the agent
+        may still have stored them). Idempotent."""
         if flush_timeout is not None and not self._closed:
             try:
                 self.flush(flush_timeout)
@@ -462,6 +496,7 @@ class Client:
         for index, callback in receipts.items():
             _call(callback, Receipt(uuid.UUID(bytes=ids.get(index, bytes(16))), Status.CLIENT_CLOSED))
         self._close_wake_pipe()
+        self._alarm.close()
         _clients.discard(self)
 
     def __enter__(self) -> "Client":
@@ -492,9 +527,15 @@ class Client:
         self._protocol_version = wire.PROTOCOL_VERSION
         self._receipts = {}
         self._stats = Statistics()
-        self._io_idle = False
-        self._lingering = False
-        self._flushing = 0
+        self._sock_lock = threading.Lock()
+        self._delivering = 0
+        self._send_now_through = 0
+        self._send_blocked = False
+        self._retry_at = 0.0
+        self._io_asleep = False
+        self._io_wakes_at = None
+        self._alarm = _Alarm()
+        self._alarm_at = None
         self._thread = None
         self._context = None
         self._socket = None
@@ -516,6 +557,7 @@ class Client:
             self._thread.join()
             self._context.term()
             self._close_wake_pipe()
+            self._alarm.close()
             raise SocketError("cannot connect to %s: %s" % (self.endpoint, failure[0]))
 
     def _ensure_started(self) -> None:
@@ -525,6 +567,7 @@ class Client:
 
     def _after_fork_in_child(self) -> None:
         _inherited.extend([self._context, self._socket])
+        self._alarm.close()
         for fd in (self._wake_r, self._wake_w):
             if fd >= 0:
                 try:
@@ -559,6 +602,83 @@ class Client:
 
     # --- the I/O thread --------------------------------------------------------------------------
 
+    # The one DEALER socket is guarded by `_sock_lock`, not confined to the I/O thread: a ZeroMQ
+    # socket is not thread safe, but it may move between threads with a full memory barrier
+    # between uses, which the lock gives. Whoever holds the lock may send and receive:
+    # - the thread that queues an event that may go now (no send delay, `send()`, `flush()`, a
+    #   full batch) sends it itself when the socket is free (`acquire(blocking=False)`: it never
+    #   waits for the lock, and sends never block: DONTWAIT). A thread that finds the lock taken
+    #   leaves the work to the holder, which looks for sendable events again after releasing it.
+    # - the I/O thread sleeps in one poll(2) on the socket's notification descriptor (ZMQ_FD, a
+    #   plain descriptor, polled without the lock), the wake pipe and the alarm; it wakes when an
+    #   ack arrives (once per message, whose receipts it completes in place), when a send delay
+    #   ends (the alarm, which a queueing thread sets without waking it), to re-send or to retry.
+    # So an event costs the app no wake-up of the I/O thread to send, only one per message for
+    # the ack (before, it cost one for each). The rule that keeps the I/O thread's poll correct:
+    # whoever holds the lock reads replies until the socket has none before releasing it. A
+    # receive that finds nothing has processed the socket's commands and left its mailbox marked
+    # asleep, so the next ack signals ZMQ_FD again; a send may have taken the descriptor's signal
+    # for an ack that already came, and that read finds it. Receipts are called after the lock
+    # is released, on the thread that read the ack (the Swift client works the same way).
+
+    def _send_from_caller(self) -> None:
+        """Sends what may go now from the calling thread if the socket is free, and reads the
+        replies that came meanwhile."""
+        while True:
+            sock = self._socket
+            if sock is None or not self._sock_lock.acquire(blocking=False):
+                return  # not started yet, or the holder sends after releasing
+            calls: List[Tuple[_ReceiptCallback, Receipt]] = []
+            try:
+                if sock.closed:
+                    return
+                self._send_pending(sock, time.monotonic(), True)
+                self._read_replies(sock, calls)
+            except zmq.ZMQError as error:  # e.g. the context terminated by close() meanwhile
+                _log.debug("ferry client: send from the caller failed: %s", error)
+                return
+            finally:
+                self._sock_lock.release()
+                self._deliver(calls)
+            # Events another thread queued while this one held the socket are this one's to send.
+            with self._lock:
+                if self._closed or self._send_blocked or not self._next_batch_size():
+                    return
+
+    def _deliver(self, calls: List[Tuple[_ReceiptCallback, Receipt]]) -> None:
+        """Calls the receipts a pass over the socket resolved (after its lock is released), then
+        lets flush() return: it waits for the receipts being called, too."""
+        if not calls:
+            return
+        for callback, receipt in calls:
+            _call(callback, receipt)
+        with self._lock:
+            self._delivering -= len(calls)
+            self._cond.notify_all()
+
+    def _io_must_wake_by(self, deadline: Optional[float], now: float) -> bool:
+        """Makes sure the sleeping I/O thread wakes by `deadline`: sets the alarm (no wake-up now)
+        if it would sleep longer. True if the wake pipe must be written instead (no alarm on this
+        system). Called locked, so the thread cannot fall asleep meanwhile with an older deadline."""
+        if deadline is None or not self._io_asleep:
+            return False
+        if self._io_wakes_at is not None and self._io_wakes_at <= deadline:
+            return False
+        self._io_wakes_at = deadline
+        if self._alarm.set(deadline - now):
+            self._alarm_at = deadline
+            return False
+        self._io_asleep = False
+        return True
+
+    def _block_sends(self, now: float) -> None:
+        """After a refused send (no agent, or its pipe full): nobody sends until the I/O thread
+        retries, 50 ms later. Called locked."""
+        self._send_blocked = True
+        self._retry_at = now + 0.05
+        if self._io_must_wake_by(self._retry_at, now):
+            self._wake()
+
     def _run(self, ready: threading.Event, failure: List[BaseException]) -> None:
         context, wake_r = self._context, self._wake_r
         assert context is not None
@@ -572,6 +692,7 @@ class Client:
             sock.setsockopt(zmq.RECONNECT_IVL, 50)
             sock.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
             sock.connect(self.endpoint)
+            notify = sock.getsockopt(zmq.FD)
         except zmq.ZMQError as error:
             if sock is not None:
                 sock.close(linger=0)  # else terminating the context would wait for it
@@ -580,88 +701,121 @@ class Client:
             return
         self._socket = sock
         ready.set()
-        # One poll(2) on libzmq's notification descriptor (ZMQ_FD) and the wake pipe: zmq_poll
-        # would poll twice when nothing is ready and ask the socket's mailbox after each pass.
-        # The descriptor signals changes only, so ZMQ_EVENTS is read before each wait (a reply
-        # already waiting) and after it signals (whether a reply came).
-        notify = sock.getsockopt(zmq.FD)
+        alarm = self._alarm
         waiter = select.poll()
         waiter.register(notify, select.POLLIN)
         waiter.register(wake_r, select.POLLIN)
-        send_blocked = False
+        if alarm.fd >= 0:
+            waiter.register(alarm.fd, select.POLLIN)
         try:
             while True:
                 with self._lock:
                     if self._closed:
                         break
-                    timeout = self._io_timeout(send_blocked)
-                    # track() writes the wake pipe only while this is set: one write and one
-                    # wake-up per burst of events, not one per event.
-                    self._io_idle = timeout != 0 and not self._lingering
-                reply = woken = False
-                if sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-                    reply = True
-                else:
+                    timeout = self._io_timeout()
+                woken = rang = False
+                if timeout != 0:
                     for fd, _ in waiter.poll(None if timeout is None else math.ceil(timeout * 1000)):
                         if fd == wake_r:
                             woken = True
-                        else:
-                            reply = bool(sock.getsockopt(zmq.EVENTS) & zmq.POLLIN)
-                now = time.monotonic()
-                with self._lock:
-                    self._io_idle = False
-                    self._lingering = False
-                    if self._closed:
-                        break
-                    overdue = any(now - batch.sent_at >= self.resend_after for batch in self._in_flight.values())
+                        elif fd == alarm.fd:
+                            rang = True
                 if woken:
                     try:
-                        os.read(wake_r, 4096)  # one byte per wake-up, written only while idle
+                        os.read(wake_r, 4096)
                     except (BlockingIOError, OSError):
                         pass
-                try:
-                    if reply:
-                        self._read_replies(sock)
-                    send_blocked = overdue and not self._resend_overdue(sock, now)
-                    if not send_blocked:
-                        send_blocked = not self._send_pending(sock, now)
-                except zmq.ContextTerminated:
-                    raise
-                except Exception:  # a bug must not stop delivery for good: log it and go on
-                    _log.exception("ferry client I/O error")
-                    send_blocked = True
+                if rang:
+                    alarm.drain()
+                now = time.monotonic()
+                with self._lock:
+                    self._io_asleep = False
+                    self._io_wakes_at = None
+                    if rang:
+                        self._alarm_at = None
+                    if self._closed:
+                        break
+                calls: List[Tuple[_ReceiptCallback, Receipt]] = []
+                with self._sock_lock:
+                    try:
+                        self._read_replies(sock, calls)
+                        with self._lock:
+                            # While sends are blocked, only once the retry is due.
+                            if self._send_blocked and now >= self._retry_at:
+                                self._send_blocked = False
+                            may_send = not self._send_blocked
+                            overdue = any(now - b.sent_at >= self.resend_after for b in self._in_flight.values())
+                        if may_send:
+                            if not overdue or self._resend_overdue(sock, now):
+                                self._send_pending(sock, now, False)
+                            self._read_replies(sock, calls)  # anything a send took the signal for
+                    except zmq.ContextTerminated:
+                        raise
+                    except Exception:  # a bug must not stop delivery for good: log it and go on
+                        _log.exception("ferry client I/O error")
+                        with self._lock:
+                            self._block_sends(now)
+                self._deliver(calls)
+            self._close_socket(sock)
         except zmq.ContextTerminated:
             pass
         finally:
-            sock.close(linger=0)
+            with self._sock_lock:
+                sock.close(linger=0)  # a no-op if the last pass closed it
             context.term()
 
-    def _io_timeout(self, send_blocked: bool) -> Optional[float]:
-        """Seconds to sleep: 0 when a batch can go out, until the oldest in-flight batch is due
-        for re-sending, briefly while sending fails (no agent), or until woken (None)."""
-        if self._next_batch_size() and not send_blocked:
+    def _close_socket(self, sock: zmq.Socket) -> None:
+        """The last pass: reads the replies already there, sends every event still queued (none
+        waits for the send delay or the in-flight window once closed) and closes the socket with
+        a linger, so that libzmq still passes those messages to the agent."""
+        calls: List[Tuple[_ReceiptCallback, Receipt]] = []
+        with self._sock_lock:
+            try:
+                self._read_replies(sock, calls)
+                with self._lock:
+                    self._send_blocked = False
+                self._send_pending(sock, time.monotonic(), False)
+            except zmq.ZMQError as error:
+                _log.debug("ferry client: last send failed: %s", error)
+            sock.close(linger=1000)
+        self._deliver(calls)
+
+    def _io_timeout(self) -> Optional[float]:
+        """Seconds the I/O thread may sleep (called locked): 0 when a batch can go out; else
+        until a blocked send is retried, the oldest in-flight batch is due for re-sending or a
+        partial batch's send delay ends (if the in-flight window lets it go then), or None: until
+        an ack, the alarm or the wake pipe. Marks the thread asleep with that deadline."""
+        if not self._send_blocked and self._next_batch_size():
             return 0
-        wait: Optional[float] = 0.05 if send_blocked else None
-        now = time.monotonic()
-        if self._in_flight:
-            oldest = min(batch.sent_at for batch in self._in_flight.values())
-            due = max(0.0, oldest + self.resend_after - now)
-            wait = due if wait is None else min(wait, due)
-        # A partial batch waiting out the send delay (nothing else holds it back): sleep until due.
-        partial_due = self._partial_due()
-        self._lingering = (not send_blocked and partial_due is not None
-                           and len(self._in_flight) < min(self.partial_batches_in_flight, self.max_in_flight_batches))
-        if self._lingering:
-            delay = max(0.0, partial_due - now)
-            wait = delay if wait is None else min(wait, delay)
-        return wait
+        deadline: Optional[float] = None
+        if self._send_blocked:
+            deadline = self._retry_at  # nothing goes out (re-sends neither) before the retry
+        else:
+            if self._in_flight:
+                deadline = min(batch.sent_at for batch in self._in_flight.values()) + self.resend_after
+            partial_due = self._partial_due()
+            if (partial_due is not None
+                    and len(self._in_flight) < min(self.partial_batches_in_flight, self.max_in_flight_batches)):
+                deadline = partial_due if deadline is None else min(deadline, partial_due)
+        # An alarm set for a batch that went out earlier (full, awaited or flushed) would only
+        # wake this thread for nothing.
+        if self._alarm_at is not None and (deadline is None or self._alarm_at < deadline):
+            self._alarm.clear()
+            self._alarm_at = None
+        self._io_asleep = True
+        self._io_wakes_at = deadline
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
 
     def _partial_due(self) -> Optional[float]:
         """When the partial batch at the head of the outbox may go out under `send_delay` (None:
-        it need not wait — no delay, a flush waiting, closing, nothing queued)."""
-        if not self.send_delay or self._flushing or self._closed or not self._pending:
+        it need not wait — no delay, `send()` or a flush waits for one of its events, closing,
+        nothing queued)."""
+        if not self.send_delay or self._closed or not self._pending:
             return None
-        return self._pending[0].queued_at + self.send_delay
+        first = self._pending[0]
+        if first.index <= self._send_now_through:
+            return None
+        return first.queued_at + self.send_delay
 
     def _resend_overdue(self, sock: zmq.Socket, now: float) -> bool:
         """Re-sends batches whose ack is overdue. False if the socket refused (no agent)."""
@@ -672,6 +826,8 @@ class Client:
             try:
                 sock.send_multipart(batch.message, flags=zmq.DONTWAIT)
             except zmq.Again:
+                with self._lock:
+                    self._block_sends(now)
                 return False
             with self._lock:
                 batch.sent_at = now
@@ -681,10 +837,11 @@ class Client:
     def _next_batch_size(self) -> int:
         """How many events the next message may carry now (0: none may go out). A full batch
         (batch_max_events, or as many as fit in batch_max_bytes) while the in-flight window has
-        room; a partial one only while fewer than `partial_batches_in_flight` messages are in
-        flight, so under load events gather into one message instead of one message each (as
-        the Swift client does)."""
-        if not self._pending or len(self._in_flight) >= self.max_in_flight_batches:
+        room; a partial one only once its send delay ended and while fewer than
+        `partial_batches_in_flight` messages are in flight, so under load events gather into one
+        message instead of one message each (as the Swift client does). Once closed, everything
+        goes (the last pass before the socket closes)."""
+        if not self._pending or (len(self._in_flight) >= self.max_in_flight_batches and not self._closed):
             return 0
         count = size = 0
         for entry in itertools.islice(self._pending, self.batch_max_events):
@@ -693,7 +850,7 @@ class Client:
             size += len(entry.frame)
             count += 1
         full = count == self.batch_max_events or count < len(self._pending)
-        if not full:
+        if not full and not self._closed:
             if len(self._in_flight) >= self.partial_batches_in_flight:
                 return 0
             due = self._partial_due()
@@ -701,16 +858,16 @@ class Client:
                 return 0
         return count
 
-    def _send_pending(self, sock: zmq.Socket, now: float) -> bool:
-        """Sends new batches from the outbox while the in-flight window allows. False if the
-        socket refused (no agent, or its pipe is full)."""
+    def _send_pending(self, sock: zmq.Socket, now: float, by_caller: bool) -> None:
+        """Sends new batches from the outbox while they may go. A refused send (no agent, or the
+        pipe is full) leaves the batch pending and blocks sends until the I/O thread retries."""
         while True:
             # The send happens under the lock (a non-blocking copy into libzmq), so an event is
             # either pending or in flight, never in between where the overflow policy misses it.
             with self._lock:
-                count = self._next_batch_size()
+                count = 0 if self._send_blocked else self._next_batch_size()
                 if not count:
-                    return True
+                    return
                 request_id = self._next_request_id
                 entries = [self._pending[i] for i in range(count)]
                 version = self._protocol_version
@@ -719,14 +876,20 @@ class Client:
                 try:
                     sock.send_multipart(message, flags=zmq.DONTWAIT)
                 except zmq.Again:
-                    return False
+                    self._block_sends(now)
+                    return
                 self._next_request_id = request_id + 1 if request_id < 0xFFFF_FFFF else 1
                 for _ in range(count):
                     self._pending.popleft()
                 self._in_flight[request_id] = _Batch(entries, message, now)
                 self._in_flight_events += count
+                self._stats.sent_messages += 1
+                if by_caller:
+                    self._stats.sent_by_caller += 1
 
-    def _read_replies(self, sock: zmq.Socket) -> None:
+    def _read_replies(self, sock: zmq.Socket, calls: List[Tuple[_ReceiptCallback, Receipt]]) -> None:
+        """Reads every reply waiting (until there is none: the rule above), resolving their
+        batches; the receipts to call are added to `calls`."""
         while True:
             try:
                 message = sock.recv_multipart(flags=zmq.DONTWAIT)
@@ -738,26 +901,27 @@ class Client:
                 header = wire.decode_header(message[0])
                 if header.kind == wire.KIND_ACK:
                     body = message[1]
-                    if _all_accepted(body) and self._complete_accepted(header.request_id, (len(body) - 4) // wire.ACK_ENTRY_SIZE):
+                    if _all_accepted(body) and self._complete_accepted(header.request_id, (len(body) - 4) // wire.ACK_ENTRY_SIZE, calls):
                         continue
                     entries = wire.decode_ack(body)
-                    self._complete(header.request_id, lambda i: _ack_status(entries, i))
+                    self._complete(header.request_id, lambda i: _ack_status(entries, i), calls)
                 elif header.kind == wire.KIND_ERROR:
-                    self._handle_error(header.request_id, wire.decode_error(message[1]))
+                    self._handle_error(header.request_id, wire.decode_error(message[1]), calls)
             except wire.ProtocolError as error:
                 _log.warning("ferry client: ignoring an unreadable reply from the agent: %s", error)
 
-    def _handle_error(self, request_id: int, error: wire.ErrorReply) -> None:
+    def _handle_error(self, request_id: int, error: wire.ErrorReply, calls: List[Tuple[_ReceiptCallback, Receipt]]) -> None:
         if error.name == "unsupported_version" and self._downgrade():
             _log.warning("ferry agent speaks protocol 1 only: sending without a session "
                          "(re-sends are then deduplicated by id only; extension fields are left out)")
+            self._wake()  # the I/O thread re-sends the rebuilt batches
             return
         if error.name == "shutting_down":
             # Not a verdict on the events: the agent is stopping. The batch stays in flight and
             # is sent again (after resend_after) to the next agent.
             return
         _log.error("ferry agent refused a message: %s: %s", error.name, error.message)
-        self._complete(request_id, lambda _: (Status.REFUSED_BY_AGENT, error.name))
+        self._complete(request_id, lambda _: (Status.REFUSED_BY_AGENT, error.name), calls)
 
     def _downgrade(self) -> bool:
         """Switches to protocol 1 after an older agent refused version 2: the in-flight batches
@@ -772,11 +936,10 @@ class Client:
                 batch.sent_at -= self.resend_after  # overdue: the next turn of the loop re-sends it
             return True
 
-    def _complete_accepted(self, request_id: int, count: int) -> bool:
+    def _complete_accepted(self, request_id: int, count: int, calls: List[Tuple[_ReceiptCallback, Receipt]]) -> bool:
         """Resolves an in-flight batch whose ack says `accepted` (reason none) for all its `count`
         events, the common case, without decoding each entry. False if the ack does not cover
         the batch event for event (the general path then judges it)."""
-        calls = []
         with self._lock:
             batch = self._in_flight.get(request_id)
             if batch is None:
@@ -792,15 +955,14 @@ class Client:
                     callback = receipts.pop(entry.index, None)
                     if callback is not None:
                         calls.append((callback, Receipt(uuid.UUID(bytes=entry.id), Status.ACCEPTED)))
+                        self._delivering += 1
             self._cond.notify_all()
-        for callback, receipt in calls:
-            _call(callback, receipt)
         return True
 
-    def _complete(self, request_id: int, status_of: Callable[[int], Tuple[Status, Optional[str]]]) -> None:
+    def _complete(self, request_id: int, status_of: Callable[[int], Tuple[Status, Optional[str]]],
+                  calls: List[Tuple[_ReceiptCallback, Receipt]]) -> None:
         """Resolves every event of an in-flight batch (a late reply to a batch already resolved
         is ignored)."""
-        calls = []
         with self._lock:
             batch = self._in_flight.pop(request_id, None)
             if batch is None:
@@ -822,9 +984,71 @@ class Client:
                 callback = self._receipts.pop(entry.index, None)
                 if callback is not None:
                     calls.append((callback, Receipt(uuid.UUID(bytes=entry.id), status, reason)))
+                    self._delivering += 1
             self._cond.notify_all()
-        for callback, receipt in calls:
-            _call(callback, receipt)
+
+
+class _Alarm:
+    """The I/O thread's alarm: a timerfd in its poll set, which another thread sets for the end
+    of a send delay without waking the I/O thread (a write to the wake pipe would wake it now only
+    for it to sleep again until the delay ends: one more context switch per batch). Where there
+    is no timerfd (not Linux), `set()` returns False and the caller writes the wake pipe."""
+
+    class _Spec(ctypes.Structure):
+        _fields_ = [("interval_sec", ctypes.c_long), ("interval_nsec", ctypes.c_long),
+                    ("value_sec", ctypes.c_long), ("value_nsec", ctypes.c_long)]
+
+    _calls: Optional[Tuple[Any, Any]] = None
+    _looked_up = False
+
+    def __init__(self) -> None:
+        self.fd = -1
+        calls = _Alarm._lookup()
+        if calls is not None:
+            # CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC (O_NONBLOCK | O_CLOEXEC).
+            fd = calls[0](time.CLOCK_MONOTONIC, os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            self.fd = fd if fd >= 0 else -1
+
+    @staticmethod
+    def _lookup() -> Optional[Tuple[Any, Any]]:
+        if not _Alarm._looked_up:
+            _Alarm._looked_up = True
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                create, settime = libc.timerfd_create, libc.timerfd_settime
+            except (OSError, AttributeError):
+                return None
+            create.argtypes, create.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+            settime.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.POINTER(_Alarm._Spec), ctypes.c_void_p]
+            settime.restype = ctypes.c_int
+            _Alarm._calls = (create, settime)
+        return _Alarm._calls
+
+    def set(self, delay: float) -> bool:
+        """Rings once after `delay` seconds (replacing an earlier setting). False: no alarm."""
+        if self.fd < 0 or _Alarm._calls is None:
+            return False
+        nanoseconds = max(1, int(delay * 1e9))  # zero would disarm it
+        spec = _Alarm._Spec(0, 0, nanoseconds // 1_000_000_000, nanoseconds % 1_000_000_000)
+        return _Alarm._calls[1](self.fd, 0, ctypes.byref(spec), None) == 0
+
+    def clear(self) -> None:
+        if self.fd >= 0 and _Alarm._calls is not None:
+            _Alarm._calls[1](self.fd, 0, ctypes.byref(_Alarm._Spec(0, 0, 0, 0)), None)
+
+    def drain(self) -> None:
+        try:
+            os.read(self.fd, 8)
+        except (BlockingIOError, OSError):
+            pass
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = -1
 
 
 def _all_accepted(body: bytes) -> bool:

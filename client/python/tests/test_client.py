@@ -319,6 +319,99 @@ def test_send_delay_gathers_a_trickle_and_never_holds_a_full_batch_or_a_flush(wo
         assert held.statistics.accepted == 6
 
 
+def _receive(router):
+    assert router.poll(10_000)
+    peer, header, *frames = router.recv_multipart()
+    return peer, wire.decode_header(header).request_id, frames
+
+
+def _ids(frames):
+    return [uuid.UUID(bytes=bytes(f[:16])) for f in frames]
+
+
+def test_the_send_delay_is_5_ms_by_default(workdir, make_client):
+    """Kafka's linger.ms default since 4.0, as the Swift client's sendDelay."""
+    assert make_client(source="default", runtime_dir=workdir).send_delay == 0.005
+
+
+def test_fire_and_forget_calls_gather_within_the_send_delay(workdir, make_client):
+    """track() and the other helpers, enqueue() and enqueue() with a receipt wait for the send
+    delay: queued within it, they go out in one message."""
+    with scripted_agent(workdir) as router:
+        client = make_client(source="gather", runtime_dir=workdir, resend_after=600.0, send_delay=2.0)
+        receipts = []
+        ids = [client.track("t-0"), client.screen("t-1"), client.enqueue(ferry.Event(name="t-2")),
+               client.enqueue(ferry.Event(name="t-3"), receipts.append)]
+        message = _receive(router)
+        assert _ids(message[2]) == ids, "one message with all four"
+        ack_all(router, *message)
+        wait_for("the receipt", lambda: receipts)
+        assert receipts == [ferry.Receipt(ids[3], ferry.Status.ACCEPTED)]
+        assert client.statistics.sent_messages == 1
+
+
+def test_send_does_not_wait_for_the_send_delay(workdir, make_client):
+    """send() goes out at once, with the events queued before it; an event queued after it waits
+    again."""
+    with scripted_agent(workdir) as router:
+        client = make_client(source="urgent", runtime_dir=workdir, resend_after=600.0, send_delay=600.0)
+        before = [client.track("queued-0"), client.track("queued-1")]
+        result = []
+        sender = threading.Thread(target=lambda: result.append(client.send(ferry.Event(name="awaited"), timeout=30)))
+        sender.start()
+        message = _receive(router)
+        assert len(message[2]) == 3 and _ids(message[2])[:2] == before
+        ack_all(router, *message)
+        sender.join(30)
+        assert result and result[0].status is ferry.Status.ACCEPTED and result[0].id == _ids(message[2])[2]
+        after = client.track("after")
+        assert not router.poll(200), "an event queued after the send waits for the delay"
+        sender = threading.Thread(target=lambda: result.append(client.send(ferry.Event(name="second"), timeout=30)))
+        sender.start()
+        message = _receive(router)
+        assert _ids(message[2])[0] == after and len(message[2]) == 2
+        ack_all(router, *message)
+        sender.join(30)
+        assert client.statistics.accepted == 5
+
+
+def test_close_does_not_wait_for_the_send_delay_and_loses_nothing_queued_within_it(workdir, make_client):
+    with scripted_agent(workdir) as router:
+        client = make_client(source="close", runtime_dir=workdir, resend_after=600.0, send_delay=600.0)
+        # Connected first (an awaited send), so the last pass has an agent to send to.
+        sender = threading.Thread(target=lambda: client.send(ferry.Event(name="connect"), timeout=30))
+        sender.start()
+        ack_all(router, *_receive(router))
+        sender.join(30)
+        receipts = []
+        waiting = [client.enqueue(ferry.Event(name="waiting-%d" % i), receipts.append) for i in range(5)]
+        assert not router.poll(100), "the five wait for the delay"
+        client.close()
+        message = _receive(router)
+        assert _ids(message[2]) == waiting
+        assert sorted(r.status for r in receipts) == [ferry.Status.CLIENT_CLOSED] * 5
+
+
+def test_with_no_send_delay_track_sends_at_once_from_the_calling_thread(workdir, make_client):
+    with scripted_agent(workdir) as router:
+        client = make_client(source="at-once", runtime_dir=workdir, resend_after=600.0, send_delay=0)
+        sender = threading.Thread(target=lambda: client.send(ferry.Event(name="connect"), timeout=30))
+        sender.start()
+        ack_all(router, *_receive(router))
+        sender.join(30)
+        for i in range(5):
+            event_id = client.track("at-once-%d" % i)
+            message = _receive(router)  # no flush, no close: it goes by itself
+            assert _ids(message[2]) == [event_id]
+            ack_all(router, *message)
+            wait_for("its ack", lambda: client.statistics.pending == 0)
+        stats = client.statistics
+        assert stats.sent_messages == 6
+        # The I/O thread sleeps while nothing is in flight: the sends were the callers', unless the
+        # I/O thread happened to hold the socket at that moment.
+        assert stats.sent_by_caller >= 1, stats
+
+
 def test_partial_batches_wait_while_two_messages_are_in_flight(workdir, make_client):
     """With partial_batches_in_flight=2 and two messages unacked, events that do not fill a
     batch wait, then go out together."""
