@@ -2,14 +2,17 @@
 docs/BENCHMARKS.md): emits track events at Poisson arrivals of --rate events/s for --seconds with
 one library, then waits until the library has handed every event over, and reports its own CPU.
 
-  --library ferry     Ferry's Python client (client/python, ZeroMQ to --runtime), flush() at the end
+  --library ferry     Ferry's Python client (client/python, ZeroMQ to --runtime) at its defaults
+                      (--send-delay-ms sets its send_delay), flush() at the end
   --library segment   segment-analytics-python with its defaults, to ferryd's local HTTP API at
                       --host (loopback TCP), flush() at the end
 
 Speaks ferry-bench's child protocol: prints `ready`, waits for a line on stdin, runs, prints one
 JSON line: cpu_seconds (getrusage, user + system, from the start line to the end of the flush),
-threads_cpu_seconds (by Python thread name, from /proc/self/task/<tid>/schedstat), sent, and
-the library's own count of accepted events where it has one.
+threads_cpu_seconds (by Python thread name, from /proc/self/task/<tid>/schedstat),
+context_switches and threads_context_switches (voluntary + involuntary of every thread, over the
+same span: proc_counts.py), sent, the library's own count of accepted events where it has one,
+and for Ferry's client the send delay it ran with (send_delay_ms).
 """
 import argparse
 import json
@@ -20,6 +23,8 @@ import sys
 import threading
 import time
 
+import proc_counts
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 
@@ -27,13 +32,6 @@ sys.path.insert(0, os.path.join(ROOT, "client", "python"))
 def own_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
-
-
-def own_switches() -> int:
-    """Context switches of every thread so far, the ended ones too (the driver cannot read them
-    once the client's threads ended)."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_nvcsw + usage.ru_nivcsw
 
 
 def threads_cpu() -> dict:
@@ -66,14 +64,14 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=1000)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--size", type=int, default=250)
-    parser.add_argument("--send-delay-ms", type=float, default=0, help="ferry.Client's send_delay")
+    parser.add_argument("--send-delay-ms", type=float, default=None, help="ferry.Client's send_delay (default: the client's)")
     args = parser.parse_args()
     # Properties of about --size bytes once encoded as JSON, as the Swift rows' events.
     properties = {"total": 42.5, "sku": "A-1", "pad": "x" * max(1, args.size - 40)}
     if args.library == "ferry":
         import ferry
-        client = ferry.Client(source="bench-python", runtime_dir=args.runtime, outbox_capacity=50_000,
-                              send_delay=args.send_delay_ms / 1000)
+        options = {} if args.send_delay_ms is None else {"send_delay": args.send_delay_ms / 1000}
+        client = ferry.Client(source="bench-python", runtime_dir=args.runtime, outbox_capacity=50_000, **options)
 
         def emit() -> None:
             client.track("bench", properties, user_id="u-1")
@@ -81,7 +79,7 @@ def main() -> None:
         def finish() -> dict:
             client.flush(timeout=60)
             statistics = client.statistics
-            return {"accepted": statistics.accepted, "rejected": statistics.rejected}
+            return {"accepted": statistics.accepted, "rejected": statistics.rejected, "send_delay_ms": client.send_delay * 1000}
     else:
         import segment.analytics as segment_analytics
         client = segment_analytics.Client(write_key="bench-python", host=args.host)
@@ -94,7 +92,7 @@ def main() -> None:
             return {}
     print("ready", flush=True)
     sys.stdin.readline()
-    cpu0, threads0, switches0 = own_cpu(), threads_cpu(), own_switches()
+    cpu0, threads0, switches0 = own_cpu(), threads_cpu(), proc_counts.thread_switches()
     start = time.monotonic()
     end = start + args.seconds
     due = start
@@ -110,10 +108,16 @@ def main() -> None:
         sent += 1
     result = finish()
     cpu = own_cpu() - cpu0
-    switches = own_switches() - switches0
-    threads1 = threads_cpu()
-    result.update({"library": args.library, "sent": sent, "seconds": args.seconds, "cpu_seconds": cpu, "context_switches": switches,
-                   "threads_cpu_seconds": {name: seconds - threads0.get(name, 0.0) for name, seconds in threads1.items()}})
+    threads1, switches1 = threads_cpu(), proc_counts.thread_switches()
+    # By the names threads_cpu uses: Python's thread names where it knows the thread.
+    names = {thread.native_id: thread.name for thread in threading.enumerate()}
+    switches = {}
+    for (tid, name), count in switches1.items():
+        key = names.get(int(tid), name)
+        switches[key] = switches.get(key, 0) + count - switches0.get((tid, name), 0)
+    result.update({"library": args.library, "sent": sent, "seconds": args.seconds, "cpu_seconds": cpu,
+                   "threads_cpu_seconds": {name: seconds - threads0.get(name, 0.0) for name, seconds in threads1.items()},
+                   "context_switches": sum(switches.values()), "threads_context_switches": switches})
     print(json.dumps(result), flush=True)
     if args.library == "ferry":
         client.close()

@@ -15,17 +15,18 @@ import ZeroMQ
 let benchOutboxCapacity = 50_000
 
 /// A `FerryClient` for a client process of the benchmark: `--runtime` (required) and `--source`
-/// from `flags`, an outbox of ``benchOutboxCapacity``, only errors logged.
+/// from `flags`, an outbox of ``benchOutboxCapacity``, only errors logged, every other setting
+/// the library's default — the send delay too, unless `--send-delay-ms` sets one (the cells of
+/// the CPU/latency frontier). Results report the delay used (`configuration.sendDelay`).
 func makeBenchClient(_ flags: Flags) throws -> FerryClient {
     var logger = Logger(label: "ferry-bench")
     logger.logLevel = .error
-    // `--send-delay-ms`: FerryClientConfiguration.sendDelay (the CPU/latency frontier rows); without
-    // it, the client's default.
-    let delay = flags.double("send-delay-ms", default: -1)
-    return try FerryClient(configuration: FerryClientConfiguration(
-        source: flags.string("source", default: "bench"), runtimeDirectory: try flags.string("runtime"),
-        outboxCapacity: benchOutboxCapacity,
-        sendDelay: delay < 0 ? FerryClientConfiguration().sendDelay : .microseconds(Int64(delay * 1000))), logger: logger)
+    var configuration = FerryClientConfiguration(source: flags.string("source", default: "bench"),
+                                                 runtimeDirectory: try flags.string("runtime"), outboxCapacity: benchOutboxCapacity)
+    if let delay = Double(flags.string("send-delay-ms", default: "")) {
+        configuration.sendDelay = .microseconds(Int64(delay * 1000))
+    }
+    return try FerryClient(configuration: configuration, logger: logger)
 }
 
 /// `client`: one app process using the Ferry library. Enqueues events of `--size` bytes of
@@ -52,7 +53,8 @@ func runFerryClient(_ flags: Flags) async throws {
     let statistics = client.statistics
     let elapsed = seconds(since: start)
     ChildProtocol.finish(["accepted": statistics.accepted, "rejected": statistics.rejected,
-                          "dropped": statistics.droppedFromOutbox, "enqueued": sent, "seconds": elapsed])
+                          "dropped": statistics.droppedFromOutbox, "enqueued": sent, "seconds": elapsed,
+                          "send_delay_ms": milliseconds(client.configuration.sendDelay)])
     await client.shutdown()
 }
 

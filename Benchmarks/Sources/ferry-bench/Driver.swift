@@ -21,6 +21,8 @@ struct Driver {
     let only: Set<String>
     /// The ClientCost benchmark's markdown output (scripts/bench runs it first), if any.
     let clientCost: String?
+    /// scripts/callgrind-ingest's output (scripts/bench runs it first), if any: `8.callgrind.ingest`.
+    let callgrindIngest: String?
     /// Debian's nginx, the HTTP collector answering 204.
     let nginx: String
     /// How long each probe of the sustainable-throughput search runs (file and HTTP sinks live).
@@ -46,6 +48,7 @@ struct Driver {
         duration = flags.double("seconds", default: quick ? 1 : 2)
         only = Set(flags.string("only", default: "").split(separator: ",").map(String.init))
         clientCost = flags.string("client-cost", default: "").isEmpty ? nil : flags.string("client-cost", default: "")
+        callgrindIngest = flags.string("callgrind-ingest", default: "").isEmpty ? nil : flags.string("callgrind-ingest", default: "")
         nginx = flags.string("nginx", default: "/usr/sbin/nginx")
         liveSeconds = flags.double("live-seconds", default: quick ? 10 : 60)
         natsCurrent = flags.string("nats-current", default: "").isEmpty ? nil : flags.string("nats-current", default: "")
@@ -77,6 +80,7 @@ struct Driver {
         if wanted("fleet") { try fleet() }
         if wanted("cpu") { try cpuPerEvent() }
         if let clientCost { summary["client_cost"] = parseClientCost(path: clientCost) }
+        if let callgrindIngest { summary["callgrind_ingest"] = parseCallgrindIngest(path: callgrindIngest) }
         summary["wall_seconds"] = Date().timeIntervalSince(started)
         summary["targets"] = Targets(summary).rows()
         // JSON has no NaN: a figure that could not be taken is written as null.
@@ -123,7 +127,7 @@ struct Driver {
     /// false: events are accepted and queued durably), as the JetStream peer and the disk ceiling
     /// deliver nothing either; delivery has rows of its own, and every sink live with ingest is
     /// `4.backlog.live`.
-    func ferryRun(clients count: Int, size: Int) throws -> (rate: Double, cpuPerEventMicroseconds: Double) {
+    func ferryRun(clients count: Int, size: Int) throws -> (rate: Double, cpuPerEventMicroseconds: Double, sendDelayMilliseconds: Double) {
         let dir = work + "/ferry-\(count)-\(size)"
         defer { removeTree(dir) }
         let config = try sinkConfig(dir: dir, #"{"consent":{"autoStart":false}}"#)
@@ -136,15 +140,17 @@ struct Driver {
         let accepted0 = acceptedCounter(runtime: dir + "/rt")
         let cpu0 = cpuSeconds(pid: agent.child.pid)
         for child in children { child.go() }
-        var accepted = 0
+        var accepted = 0, sendDelay = Double.nan
         for child in children {
-            accepted += try child.result()["accepted"] as? Int ?? 0
+            let result = try child.result()
+            accepted += result["accepted"] as? Int ?? 0
+            sendDelay = result["send_delay_ms"] as? Double ?? .nan
         }
         let cpu1 = cpuSeconds(pid: agent.child.pid)
         let accepted1 = acceptedCounter(runtime: dir + "/rt")
         for child in children { child.wait() }
         let events = accepted1 - accepted0
-        return (Double(accepted) / duration, events > 0 ? (cpu1 - cpu0) * 1e6 / Double(events) : .nan)
+        return (Double(accepted) / duration, events > 0 ? (cpu1 - cpu0) * 1e6 / Double(events) : .nan, sendDelay)
     }
 
     /// The JetStream peers of the ingest cells: Debian's nats-server (2.9), and with
@@ -233,13 +239,14 @@ struct Driver {
             for count in clientCounts {
                 var ferry: [Double] = [], cpu: [Double] = [], zmq: [Double] = [], sqlite: [Double] = []
                 var jetstream: [Double] = [], disk: [Double] = []
-                var current: [Double] = [], currentSync: [Double] = []
+                var current: [Double] = [], currentSync: [Double] = [], sendDelays: [Double] = []
                 let recordSize = LogRecordSize.of(bodySize: size)
                 // Interleaved: every system once per round, so a change in the machine's load
                 // touches all of them alike.
                 for _ in 0..<runs {
                     zmq.append(try zmqRun(clients: count, size: size))
-                    let (rate, perEvent) = try ferryRun(clients: count, size: size)
+                    let (rate, perEvent, sendDelay) = try ferryRun(clients: count, size: size)
+                    sendDelays.append(sendDelay)
                     ferry.append(rate)
                     cpu.append(perEvent)
                     jetstream.append(try jetstreamRun(clients: count, size: size))
@@ -260,6 +267,8 @@ struct Driver {
                     "disk_median": median(disk), "cpu_us_per_event_median": median(cpu),
                     "ferry_over_zmq": median(ferry) / median(zmq), "ferry_over_jetstream": median(ferry) / median(jetstream),
                     "ferry_over_disk": median(ferry) / median(disk),
+                    // The clients run at the library's defaults: the send delay they reported.
+                    "send_delay_ms": sendDelays.filter(\.isFinite).max() ?? .nan,
                 ]
                 for (peer, rates) in [(JetStreamPeer.current, current), (.currentSyncAlways, currentSync)] where !rates.isEmpty {
                     row[peer.key] = rates
@@ -296,6 +305,7 @@ struct Driver {
         summary["fdatasync_us"] = ["record_bytes": record, "runs": syncs, "median": median(syncs)] as [String: Any]
         note("fdatasync after one \(record)-byte append: median \(whole(median(syncs))) µs")
 
+        var sendDelays: [Double] = []
         func trackRun(_ label: String, rate: Double) throws -> (rate: Double, histogram: LogHistogram, delivered: Int) {
             let dir = work + "/latency-" + label
             defer { removeTree(dir) }
@@ -313,6 +323,7 @@ struct Driver {
             for child in children {
                 let result = try child.result()
                 total += result["rate"] as? Double ?? 0
+                sendDelays.append(result["send_delay_ms"] as? Double ?? .nan)
                 histogram.merge(LogHistogram(encoded: result["histogram"]))
                 child.wait()
             }
@@ -340,8 +351,10 @@ struct Driver {
                             "p50_runs": p50, "p99_runs": p99, "delivered_runs": delivered])
             note("track latency \(Int(fraction * 100))%: p50 \(whole(median(p50))) µs p99 \(whole(median(p99))) µs (file sink delivered \(delivered.map(String.init).joined(separator: ", ")))")
         }
+        // The clients run at their defaults: the send delay they reported (the largest, should they differ).
         summary["latency"] = ["processes": processes, "size": size, "maximum": maximum, "maximum_runs": maxima,
-                              "seconds": seconds, "loads": results, "delivery": "file sink, started"] as [String: Any]
+                              "seconds": seconds, "loads": results, "delivery": "file sink, started",
+                              "send_delay_ms": sendDelays.filter(\.isFinite).max() ?? .nan] as [String: Any]
 
         // The raw per-message path: one DEALER, every event its own message, 100 000 messages/s.
         var raw: [[String: Any]] = []
@@ -481,8 +494,11 @@ struct Driver {
         // Sustainable throughput with the file and HTTP sinks live (Sustained.swift). It
         // replaces the measurement of every sink live at half the maximum ingest (round 2's
         // `4.backlog.live`): JetStream delivery has its own row, and the question is answered
-        // by the rate found rather than by one fixed load.
+        // by the rate found rather than by one fixed load. Before it, issue 36's file-sink
+        // fill/drain and the maximum of the probes' own clients (the search's ceiling).
         let rate = { (name: String) in (results[name] as? [String: Any])?["median"] as? Double ?? .nan }
+        try fileFillDrain()
+        try sameClientMaximum()
         try sustainable(http: http, fileRate: rate("file"), httpRate: rate("http"))
     }
 

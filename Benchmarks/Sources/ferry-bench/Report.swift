@@ -19,7 +19,7 @@ struct Report {
         var out: [String] = []
         let machine = summary["machine"] as? [String: Any] ?? [:]
         out.append("Mode: \(summary["mode"] ?? "?"), \(summary["runs"] ?? "?") run(s) per cell, medians. Machine: \(machine["cores"] ?? "?") cores, \(machine["cpu"] ?? "?"); load average at start \(machine["loadavg_at_start"] ?? "?").\n")
-        out.append("### Targets (issue 13): ratios measured in this run\n")
+        out.append("### Targets (issues 13, 24, 30, 36): ratios measured in this run\n")
         out.append("| row | target | measured | ratio | bound | verdict |")
         out.append("|---|---|---|---|---|---|")
         for row in summary["targets"] as? [[String: Any]] ?? [] {
@@ -37,7 +37,7 @@ struct Report {
         }
         if let latency = summary["latency"] as? [String: Any] {
             let sync = (summary["fdatasync_us"] as? [String: Any])?["median"]
-            out.append("\n### Ack latency, track() to ack: \(latency["processes"] ?? "?") FerryClient processes, Poisson arrivals, \(latency["size"] ?? "?") B (maximum \(n(latency["maximum"])) events/s; fdatasync \(n(sync)) µs)\n")
+            out.append("\n### Ack latency, track() to ack: \(latency["processes"] ?? "?") FerryClient processes, Poisson arrivals, \(latency["size"] ?? "?") B, client defaults: send delay \(r(latency["send_delay_ms"])) ms (maximum \(n(latency["maximum"])) events/s; fdatasync \(n(sync)) µs)\n")
             out.append("| load | offered/s | achieved/s | p50 µs | p99 µs | p99.9 µs |")
             out.append("|---|---|---|---|---|---|")
             for row in latency["loads"] as? [[String: Any]] ?? [] {
@@ -85,6 +85,7 @@ struct Report {
         }
         out.append(contentsOf: fleetMarkdown())
         out.append(contentsOf: cpuMarkdown())
+        out.append(contentsOf: round5Markdown())
         out.append("\nWall time: \(n(summary["wall_seconds"])) s")
         return out.joined(separator: "\n")
     }

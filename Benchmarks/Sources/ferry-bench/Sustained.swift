@@ -19,6 +19,8 @@ extension Driver {
         var maxBacklog: [String: Int]
         var stoppedEarly: Bool
         var samples: [[String: Any]]
+        /// The send delay the clients reported (the library's default; nil when stopped early).
+        var sendDelayMilliseconds: Double?
 
         /// No sink's backlog grows by more than 1% of the offered rate, and ferryd accepts at
         /// least 99% of it (an agent refusing load does not sustain it). Both sinks must have
@@ -34,7 +36,8 @@ extension Driver {
 
         var json: [String: Any] {
             ["offered_rate": offered, "seconds": seconds, "accepted_rate": acceptedRate, "backlog_slopes": slopes,
-             "max_backlog": maxBacklog, "stopped_early": stoppedEarly, "sustained": sustained, "samples": samples]
+             "max_backlog": maxBacklog, "stopped_early": stoppedEarly, "sustained": sustained, "samples": samples,
+             "send_delay_ms": sendDelayMilliseconds ?? .nan]
         }
     }
 
@@ -42,16 +45,21 @@ extension Driver {
     static let growthFraction = 0.01
     /// Accepted below this fraction of the offered rate counts as refusing load.
     static let acceptedFraction = 0.99
+    /// The client processes of every probe (and of ``sameClientMaximum()``).
+    static let sustainProcesses = 4
 
     /// The largest offered rate (4 `track-latency` clients, 256 B, Poisson) at which, with the
     /// file sink and an HTTP sink to nginx both live, no sink's backlog grows over `liveSeconds`
     /// and ferryd accepts what is offered. A bounded search (at most 5 probes, 3 with `--quick`):
-    /// it starts at the smallest of the file and HTTP delivery rates and the maximum ingest
-    /// measured in this run, grows by 1.4× (never past the maximum ingest) while probes sustain,
+    /// it starts at the smallest of the file and HTTP delivery rates and the maximum ingest of
+    /// the same clients with no sink delivering (``sameClientMaximum()``; without it, the ingest
+    /// section's maximum), grows by 1.4× (never past that maximum) while probes sustain,
     /// steps down to just under what a failed probe kept up with until one sustains, then
     /// bisects (geometric mean) until the bracket is within 5%.
     mutating func sustainable(http: String, fileRate: Double, httpRate: Double) throws {
-        let maximum = maximumIngest(size: 256)
+        let ingestMaximum = maximumIngest(size: 256)
+        let sameClients = (summary["sustain_same_client_maximum"] as? [String: Any])?["median"] as? Double ?? .nan
+        let maximum = sameClients.isFinite ? sameClients : ingestMaximum
         let cap = maximum.isFinite ? maximum : .infinity
         let start = [fileRate, httpRate, maximum].filter(\.isFinite).min() ?? 50_000
         var guess = min(start, cap)
@@ -76,7 +84,7 @@ extension Driver {
             }
         }
         summary["sustainable"] = [
-            "seconds": liveSeconds, "max_ingest": maximum, "start_rate": min(start, cap),
+            "seconds": liveSeconds, "max_ingest": ingestMaximum, "max_ingest_same_clients": sameClients, "start_rate": min(start, cap),
             "file_delivery_rate": fileRate, "http_delivery_rate": httpRate,
             "sustained_rate": lo.map { $0 as Any } ?? NSNull(), "lowest_failed_rate": hi.map { $0 as Any } ?? NSNull(),
             "growth_fraction": Self.growthFraction, "accepted_fraction": Self.acceptedFraction,
@@ -99,7 +107,7 @@ extension Driver {
         let (agent, _) = try Agent.launchMeasuringFirstAck(ferryd: ferryd, data: dir + "/data", runtime: dir + "/rt",
                                                            sink: dir + "/sink", config: path, log: dir + ".log")
         defer { agent.stop() }
-        let processes = 4
+        let processes = Self.sustainProcesses
         var children: [Child] = []
         // A client left running by a failed start would load every later probe.
         defer { for child in children where child.process.isRunning { child.signal(SIGKILL); child.wait() } }
@@ -138,8 +146,9 @@ extension Driver {
             }
         }
         let elapsed = seconds(since: began)
+        var sendDelay: Double?
         for child in children {
-            if stoppedEarly { child.signal(SIGKILL) } else { _ = try? child.result() }
+            if stoppedEarly { child.signal(SIGKILL) } else { sendDelay = (try? child.result())?["send_delay_ms"] as? Double }
             child.wait()
         }
         let (accepted, slopes, _) = Self.fit(samples)
@@ -148,7 +157,7 @@ extension Driver {
             for (name, value) in sample["backlog"] as? [String: Int] ?? [:] { maxBacklog[name] = max(maxBacklog[name] ?? 0, value) }
         }
         return SustainProbe(offered: rate, seconds: elapsed, acceptedRate: accepted, slopes: slopes, maxBacklog: maxBacklog,
-                            stoppedEarly: stoppedEarly, samples: samples)
+                            stoppedEarly: stoppedEarly, samples: samples, sendDelayMilliseconds: sendDelay)
     }
 
     /// From status samples: the accepted rate between the first and the last sample, each sink's

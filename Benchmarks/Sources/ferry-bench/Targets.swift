@@ -1,6 +1,6 @@
 import Foundation
 
-/// Issue 13's targets as rows: each a ratio of two figures measured in the same run, the bound it
+/// Issue 13's targets as rows (and those of issues 24, 30 and 36): each a ratio of two figures measured in the same run, the bound it
 /// must meet, and the verdict (`met`, `missed`, or `not measured` when its section did not run).
 /// The rows go into the JSON summary (`targets`) and head the printed report.
 struct Targets {
@@ -156,6 +156,8 @@ struct Targets {
                         measured: "\(hwm.map { String(format: "%.1f", $0 / 1024) } ?? "–") MiB", ratio: hwm.map { $0 / 65536 }, .below(1)))
         // 7. CPU per event across the load range and the Python row (issue 30, CPUPerEvent.swift).
         rows += cpuRows()
+        // 8. Round 5 (issue 36, Round5.swift).
+        rows += round5Rows()
         return rows
     }
 }

@@ -61,6 +61,10 @@ final class HistogramBox: Sendable {
 /// a receipt callback — at Poisson arrivals of `--rate` events/s; the latency is from the moment
 /// the event was *due* (so a late sender does not hide latency) to its `accepted` receipt.
 /// `--rate 0`: as fast as the outbox allows (the maximum these clients reach), no latencies.
+/// `--await-send`: each event is sent with `send()` and awaited before the next (an app that waits
+/// for every receipt); the latency runs from the call to the receipt. Reports its CPU and context
+/// switches (all threads, ``threadContextSwitches(pid:)``) from the release to the last ack, and
+/// its client's send delay.
 func runTrackLatencyClient(_ flags: Flags) async throws {
     let rate = flags.double("rate", default: 1000)
     let duration = flags.double("seconds", default: 2)
@@ -76,10 +80,11 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
     tightenTimerSlack()
     ChildProtocol.ready()
     // This process's CPU from here until its last event is acked (the CPU-per-event rows).
-    let cpu0 = ownCPUSeconds(), threads0 = threadCPUSeconds(pid: getpid()), switches0 = ownContextSwitches()
+    let cpu0 = ownCPUSeconds(), threads0 = threadCPUSeconds(pid: getpid()), switches0 = threadContextSwitches(pid: getpid())
     let start = nowNanoseconds()
     let end = start + UInt64(duration * 1e9)
     var sent = 0
+    let awaitSend = flags.has("await-send")
     if rate <= 0 {
         while nowNanoseconds() < end {
             if client.statistics.pending > capacity - 1024 {
@@ -103,6 +108,14 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
             let now = nowNanoseconds()
             if dueAt > now { sleep(untilNanoseconds: max(dueAt, now + pacingQuantumNanoseconds)) }
             let event = Event(type: .track, name: "bench", properties: ["total": 42.5, "sku": "A-1", "pad": .string(pad)])
+            if awaitSend {
+                let called = nowNanoseconds()
+                let receipt = await client.send(event)
+                let done = nowNanoseconds()
+                if receipt.status == .accepted { histogram.state.withLock { $0.record(microseconds: Double(done - called) / 1000) } }
+                sent += 1
+                continue
+            }
             _ = client.enqueue(event) { receipt in
                 guard receipt.status == .accepted else { return }
                 let done = nowNanoseconds()
@@ -116,24 +129,25 @@ func runTrackLatencyClient(_ flags: Flags) async throws {
         while client.statistics.pending > 0 && nowNanoseconds() < deadline { sleepMicroseconds(1000) }
     }
     let cpu = ownCPUSeconds() - cpu0, threads = threadDelta(threads0, threadCPUSeconds(pid: getpid()))
-    let switches = ownContextSwitches() - switches0
+    let switches = switchesByName(switches0, threadContextSwitches(pid: getpid()))
     let statistics = client.statistics
     let elapsed = Double(end - start) / 1e9
     let merged = histogram.state.withLock { $0 }
-    ChildProtocol.finish(["cpu_seconds": cpu, "threads_cpu_seconds": threads, "context_switches": switches,
-                          "accepted": statistics.accepted, "rejected": statistics.rejected, "sent": sent,
+    ChildProtocol.finish(["cpu_seconds": cpu, "threads_cpu_seconds": threads, "context_switches": switches.values.reduce(0, +),
+                          "threads_context_switches": switches, "send_delay_ms": milliseconds(client.configuration.sendDelay),
+                          "await_send": awaitSend, "accepted": statistics.accepted, "rejected": statistics.rejected, "sent": sent,
                           "offered_rate": rate, "seconds": elapsed, "rate": Double(statistics.accepted) / elapsed,
                           "latencies": merged.count, "histogram": merged.encoded])
     await client.shutdown()
 }
 
 /// `track-latency --null`: the Poisson loop of ``runTrackLatencyClient(_:)`` building the same
-/// properties, handed to no library (not even encoded into an `Event`). Reports `sent` as `accepted` and the process's CPU.
+/// properties, handed to no library (not even encoded into an `Event`). Reports `sent` as `accepted` and the process's CPU and context switches.
 private func runNullApp(rate: Double, duration: Double, size: Int) throws {
     let pad = String(repeating: "x", count: max(1, size - 40))
     tightenTimerSlack()
     ChildProtocol.ready()
-    let cpu0 = ownCPUSeconds(), threads0 = threadCPUSeconds(pid: getpid())
+    let cpu0 = ownCPUSeconds(), threads0 = threadCPUSeconds(pid: getpid()), switches0 = threadContextSwitches(pid: getpid())
     let start = nowNanoseconds()
     let end = start + UInt64(duration * 1e9)
     var generator = SystemRandomNumberGenerator()
@@ -151,8 +165,10 @@ private func runNullApp(rate: Double, duration: Double, size: Int) throws {
         sent += 1
     }
     let cpu = ownCPUSeconds() - cpu0, threads = threadDelta(threads0, threadCPUSeconds(pid: getpid()))
+    let switches = switchesByName(switches0, threadContextSwitches(pid: getpid()))
     let elapsed = Double(end - start) / 1e9
-    ChildProtocol.finish(["cpu_seconds": cpu, "threads_cpu_seconds": threads, "accepted": sent, "rejected": 0, "sent": sent,
+    ChildProtocol.finish(["cpu_seconds": cpu, "threads_cpu_seconds": threads, "context_switches": switches.values.reduce(0, +),
+                          "threads_context_switches": switches, "accepted": sent, "rejected": 0, "sent": sent,
                           "offered_rate": rate, "seconds": elapsed, "rate": Double(sent) / elapsed, "kept": kept,
                           "latencies": 0, "histogram": [[Int]]()])
 }

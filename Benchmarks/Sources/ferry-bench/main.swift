@@ -26,7 +26,7 @@ do {
         try generateLog(directory: flags.string("dir"), events: flags.int("events"), bodySize: flags.int("size", default: 64))
     default:
         print("""
-        usage: ferry-bench run --ferryd PATH [--quick] [--out FILE] [--work DIR] [--client-cost FILE] [--nginx PATH]
+        usage: ferry-bench run --ferryd PATH [--quick] [--out FILE] [--work DIR] [--client-cost FILE] [--callgrind-ingest FILE] [--nginx PATH]
                (internal) client | zmq-push | zmq-pull | sqlite-server | latency | track-latency | js-publish | generate
         """)
     }
