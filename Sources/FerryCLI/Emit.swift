@@ -9,9 +9,10 @@ struct Emit: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send one event, or one per JSON line on standard input.",
         discussion: """
-            ferry emit always waits (up to --timeout) until the agent has acked the events. With \
-            --wait it prints `accepted=N duplicate=N rejected=N` (and `quarantined=N`, `blocked=N`, `suppressed=N`, \
-            `invalid=N`, `unacknowledged=N` when not zero). Blocked and suppressed events are acked \
+            ferry emit always waits (up to --timeout) until the agent has acked the events; when no \
+            agent answers as the first event is to be sent, it exits 2 at once. With \
+            --wait it prints `accepted=N duplicate=N rejected=N` (and `held=N`, `quarantined=N`, `blocked=N`, `suppressed=N`, \
+            `invalid=N`, `unacknowledged=N` when not zero). Held, blocked and suppressed events are acked \
             by the consent state; they are not errors.
 
             --stdin reads one JSON object per line, sending each line as soon as it arrives (so \
@@ -28,7 +29,8 @@ struct Emit: AsyncParsableCommand {
             (app, device, locale …). identify, group and alias events need no NAME ("name" may be \
             left out of a --stdin line of those types).
 
-            Every line gets an outcome: accepted, quarantined (acked with reason quarantined: it \
+            Every line gets an outcome: accepted, held (stored, held until consent for its category \
+            is decided), quarantined (acked with reason quarantined: it \
             breaks the tracking plan and is kept in the agent's quarantine, not delivered until \
             released), duplicate, blocked, suppressed, rejected (by the agent, with a reason), \
             invalid (not sent: the line is not a valid event) or unacknowledged (no ack before \
@@ -43,8 +45,8 @@ struct Emit: AsyncParsableCommand {
             "reason":"quarantined"), then one summary object \
             {"summary":{"accepted":N,…},"exitCode":N}.
 
-            Exit status: 0 every line acked (accepted, quarantined, duplicate, blocked or suppressed); 2 some \
-            line unacknowledged (timeout, agent unreachable); 65 some line invalid; 1 some line \
+            Exit status: 0 every line acked (accepted, held, quarantined, duplicate, blocked or suppressed); 2 no \
+            agent answers, or some line unacknowledged (timeout, agent gone); 65 some line invalid; 1 some line \
             rejected by the agent; 74 standard input could not be read (the first that applies, in \
             this order); 64 bad arguments.
             """
@@ -139,6 +141,9 @@ struct Emit: AsyncParsableCommand {
     func run() async throws {
         let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
         let single = try stdin ? nil : singleEvent()
+        // No agent: say so at once, as the control commands do (not after --timeout). An agent
+        // that goes away later is waited for: its events are reported unacknowledged.
+        if single != nil { try Self.requireAgent(runtime) }
         var logger = Logger(label: "ferry")
         logger.logLevel = .warning
         let client = try FerryClient(configuration: .init(source: source, runtimeDirectory: runtime), logger: logger)
@@ -150,7 +155,10 @@ struct Emit: AsyncParsableCommand {
             client.enqueue(single) { reporter.resolve(position, LineOutcome($0)) }
         } else {
             do {
-                try await sendLines(client, reporter)
+                try await sendLines(client, reporter, runtime: runtime)
+            } catch let error as CLIError {
+                await client.shutdown()
+                throw error
             } catch {
                 readError = error
             }
@@ -164,9 +172,10 @@ struct Emit: AsyncParsableCommand {
 
     /// Reads standard input line by line as it arrives and sends each valid line at once;
     /// invalid lines are reported and skipped.
-    private func sendLines(_ client: FerryClient, _ reporter: EmitReporter) async throws {
+    private func sendLines(_ client: FerryClient, _ reporter: EmitReporter, runtime: String) async throws {
         let reader = LineReader()
         var lineNumber = 0
+        var agentFound = false
         while let lines = try await reader.next() {
             for line in lines {
                 lineNumber += 1
@@ -176,6 +185,11 @@ struct Emit: AsyncParsableCommand {
                 case .failure(let error):
                     reporter.resolve(position, .invalid(error.description))
                 case .success(let event):
+                    // Invalid lines need no agent; the first event to send does.
+                    if !agentFound {
+                        try Self.requireAgent(runtime)
+                        agentFound = true
+                    }
                     // Back-pressure instead of overflow: a script's events are never dropped by
                     // the outbox; reading stdin pauses while the agent is slow or away.
                     while client.statistics.pending >= client.configuration.outboxCapacity {
@@ -185,6 +199,11 @@ struct Emit: AsyncParsableCommand {
                 }
             }
         }
+    }
+
+    /// Throws "not running" (exit 2) when no agent answers in `runtime`.
+    private static func requireAgent(_ runtime: String) throws {
+        guard Control.isRunning(runtimeDirectory: runtime) else { throw CLIError.notRunning(runtime) }
     }
 
     /// The event of the command line (without --stdin).
@@ -205,21 +224,12 @@ struct Emit: AsyncParsableCommand {
     /// Prints the summary and ends with the documented exit status.
     private func finish(_ reporter: EmitReporter, runtime: String, readError: (any Error)?) throws {
         let count = reporter.count
-        let exitCode: Int32 =
-            count(.unacknowledged) > 0 ? 2
-            : count(.invalid) > 0 ? 65
-            : count(.rejected) > 0 ? 1
-            : readError != nil ? 74
-            : 0
+        let exitCode = LineOutcome.exitStatus(count, readFailed: readError != nil).rawValue
         if json {
             let fields = LineOutcome.Status.allCases.map { "\"\($0.rawValue)\":\(count($0))" }.joined(separator: ",")
             print("{\"summary\":{\(fields)},\"exitCode\":\(exitCode)}")
         } else if wait || count(.unacknowledged) > 0 {
-            var line = "accepted=\(count(.accepted)) duplicate=\(count(.duplicate)) rejected=\(count(.rejected))"
-            for status in [LineOutcome.Status.quarantined, .blocked, .suppressed, .invalid, .unacknowledged] where count(status) > 0 {
-                line += " \(status.rawValue)=\(count(status))"
-            }
-            print(line)
+            print(LineOutcome.summaryLine(count))
         }
         if let readError {
             FileHandle.standardError.write(Data("ferry emit: stopped reading at an error: \(readError)\n".utf8))
