@@ -9,8 +9,8 @@ struct Emit: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send one event, or one per JSON line on standard input.",
         discussion: """
-            ferry emit always waits (up to --timeout) until the agent has acked the events; when no \
-            agent answers as the first event is to be sent, it exits 2 at once. With \
+            ferry emit always waits (up to --timeout) until the agent has acked the events. Without \
+            --stdin, when no agent answers it exits 2 at once. With \
             --wait it prints `accepted=N duplicate=N rejected=N` (and `held=N`, `quarantined=N`, `blocked=N`, `suppressed=N`, \
             `invalid=N`, `unacknowledged=N` when not zero). Held, blocked and suppressed events are acked \
             by the consent state; they are not errors.
@@ -46,7 +46,7 @@ struct Emit: AsyncParsableCommand {
             {"summary":{"accepted":N,…},"exitCode":N}.
 
             Exit status: 0 every line acked (accepted, held, quarantined, duplicate, blocked or suppressed); 2 no \
-            agent answers, or some line unacknowledged (timeout, agent gone); 65 some line invalid; 1 some line \
+            agent answers (the event of the command line), or some line unacknowledged (timeout, agent unreachable); 65 some line invalid; 1 some line \
             rejected by the agent; 74 standard input could not be read (the first that applies, in \
             this order); 64 bad arguments.
             """
@@ -141,9 +141,11 @@ struct Emit: AsyncParsableCommand {
     func run() async throws {
         let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
         let single = try stdin ? nil : singleEvent()
-        // No agent: say so at once, as the control commands do (not after --timeout). An agent
-        // that goes away later is waited for: its events are reported unacknowledged.
-        if single != nil { try Self.requireAgent(runtime) }
+        // One event and no agent: say so at once, as the control commands do (not after
+        // --timeout). A --stdin stream waits for the agent instead (reading pauses while it is
+        // away: `tail -f app.log | ferry emit --stdin` outlives a restart), and an agent that
+        // goes away later is waited for: its events are reported unacknowledged.
+        if single != nil, !Control.isRunning(runtimeDirectory: runtime) { throw CLIError.notRunning(runtime) }
         var logger = Logger(label: "ferry")
         logger.logLevel = .warning
         let client = try FerryClient(configuration: .init(source: source, runtimeDirectory: runtime), logger: logger)
@@ -155,10 +157,7 @@ struct Emit: AsyncParsableCommand {
             client.enqueue(single) { reporter.resolve(position, LineOutcome($0)) }
         } else {
             do {
-                try await sendLines(client, reporter, runtime: runtime)
-            } catch let error as CLIError {
-                await client.shutdown()
-                throw error
+                try await sendLines(client, reporter)
             } catch {
                 readError = error
             }
@@ -172,10 +171,9 @@ struct Emit: AsyncParsableCommand {
 
     /// Reads standard input line by line as it arrives and sends each valid line at once;
     /// invalid lines are reported and skipped.
-    private func sendLines(_ client: FerryClient, _ reporter: EmitReporter, runtime: String) async throws {
+    private func sendLines(_ client: FerryClient, _ reporter: EmitReporter) async throws {
         let reader = LineReader()
         var lineNumber = 0
-        var agentFound = false
         while let lines = try await reader.next() {
             for line in lines {
                 lineNumber += 1
@@ -185,11 +183,6 @@ struct Emit: AsyncParsableCommand {
                 case .failure(let error):
                     reporter.resolve(position, .invalid(error.description))
                 case .success(let event):
-                    // Invalid lines need no agent; the first event to send does.
-                    if !agentFound {
-                        try Self.requireAgent(runtime)
-                        agentFound = true
-                    }
                     // Back-pressure instead of overflow: a script's events are never dropped by
                     // the outbox; reading stdin pauses while the agent is slow or away.
                     while client.statistics.pending >= client.configuration.outboxCapacity {
@@ -199,11 +192,6 @@ struct Emit: AsyncParsableCommand {
                 }
             }
         }
-    }
-
-    /// Throws "not running" (exit 2) when no agent answers in `runtime`.
-    private static func requireAgent(_ runtime: String) throws {
-        guard Control.isRunning(runtimeDirectory: runtime) else { throw CLIError.notRunning(runtime) }
     }
 
     /// The event of the command line (without --stdin).

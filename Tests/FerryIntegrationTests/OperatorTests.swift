@@ -15,9 +15,8 @@ struct OperatorTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         // The runner's deadline is below emit's 30 s --timeout: waiting it out fails the test.
-        for args in [["emit", "Clicked"], ["emit", "--stdin", "--json"]] {
-            let result = try await runCLI(args, stdin: "{\"name\":\"a\"}\n", environment: ["FERRY_RUNTIME_DIR": dir.appending("rt")],
-                                          timeout: .seconds(20))
+        for args in [["emit", "Clicked"], ["emit", "Clicked", "--wait", "--timeout", "60"]] {
+            let result = try await runCLI(args, environment: ["FERRY_RUNTIME_DIR": dir.appending("rt")], timeout: .seconds(20))
             #expect(result.status == .exited(2), "\(result)")
             #expect(result.stderr.contains("ferryd is not running (no answer on ipc://\(dir.path)/rt/control)"), "\(result)")
             let metrics = try await runCLI(["metrics"], environment: ["FERRY_RUNTIME_DIR": dir.appending("rt")])
