@@ -209,12 +209,23 @@ let package = Package(
             name: "ferryd",
             dependencies: ["FerryDaemon", "FerryAgent", "FerryHTTPSink", "FerryJetStreamSink", "FerryHTTPIngest"]
         ),
-        .executableTarget(
-            name: "ferry",
+        // What `ferry` does: its commands, their options, replies and exit statuses. A library so
+        // its decisions have unit tests (FerryCLITests); the executable only calls it.
+        .target(
+            name: "FerryCLI",
             dependencies: [
                 "Ferry", "FerryStorage", "FerryProtocol", "FerryQuality", "FerryThreads", "FerryMetricSamples", "ZeroMQ",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(name: "ferry", dependencies: ["FerryCLI"]),
+        // The CLI's decisions (exit statuses, usage, reports) without an agent.
+        .testTarget(
+            name: "FerryCLITests",
+            dependencies: [
+                "FerryCLI", "Ferry", "FerryProtocol", "FerryAgent",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "FerryPeer"]),

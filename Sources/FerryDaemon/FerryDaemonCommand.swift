@@ -92,7 +92,7 @@ struct FerryDaemonCommand: ParsableCommand {
         subcommands: [ValidateCommand.self]
     )
 
-    @Option(name: .long, help: "JSON configuration file (see daemon/ferryd.example.json).")
+    @Option(name: .long, help: "JSON configuration file (see daemon/ferryd.example.json). Without it, the defaults: no file is read.")
     var config: String?
 
     @Flag(name: .long, help: "Run as the host's system agent: sockets in /run/ferry, data in /var/lib/ferry, every local user may send events; control and the bus for root and the ferry-admin group (same as \"mode\": \"system\" in the file).")
@@ -208,7 +208,15 @@ struct ValidateCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "validate",
         abstract: "Check a configuration file: print the effective configuration, or every error with its key path.",
-        discussion: "Exit status 0 when the file is valid, 1 (with one line per error on standard error) when it is not."
+        discussion: """
+            Runs every check start runs short of binding sockets and opening the log: the file's keys \
+            and values, and every file a setting names (tokens, write keys, CA files, credentials, the \
+            tracking plan, the redaction key file) opened and read as start reads it. Every error is \
+            listed, each with its key path (a JSON syntax error with its line and column). The summary \
+            says what each sink will do (URL or servers, batching, retry, circuit, disclosure). Exit \
+            status 0 when start would accept the file, 1 (with one line per error on standard error) \
+            when it would refuse it.
+            """
     )
 
     @Option(name: .long, help: "The JSON configuration file to check.")
@@ -224,23 +232,26 @@ struct ValidateCommand: ParsableCommand {
                 fromFile: config, base: AgentConfiguration(mode: system ? .system : .user), sinkKinds: sinkKinds,
                 ingestPathKinds: ingestPathKinds)
         } catch let error as AgentError {
-            let lines = error.message.split(separator: "\n")
-            FileHandle.standardError.write(Data((lines.map { "error: \($0)" }.joined(separator: "\n") + "\n").utf8))
-            FileHandle.standardError.write(Data("\(config): \(lines.count) error\(lines.count == 1 ? "" : "s")\n".utf8))
-            throw ExitCode(1)
+            Self.refuse(error.message.split(separator: "\n").map(String.init), file: config)
         }
-        // The plan and the key file are read and compiled as the agent would at start (and at
-        // each SIGHUP): a plan that does not compile fails the check, and the report lists what
-        // the plan names and what the rules do (docs/QUALITY.md).
-        let quality: [String]
-        do {
-            quality = try QualityReport.lines(quality: configuration.quality.configuration.planPath == nil ? nil : configuration.quality.configuration,
-                                              redaction: configuration.redact?.configuration)
-        } catch {
-            FileHandle.standardError.write(Data("error: \(error)\n\(config): 1 error\n".utf8))
-            throw ExitCode(1)
-        }
+        // What start would refuse besides the file's keys and values: every file a setting names
+        // (tokens, CA files, credentials, the plan, the redaction key) opened and read as start
+        // reads it, each problem with its key path (FerryAgent.preflight, which start shares).
+        let problems = FerryAgent.preflight(configuration, ingestPathKinds: ingestPathKinds)
+        if !problems.isEmpty { Self.refuse(problems.map { "\(config): \($0)" }, file: config) }
+        // The plan and the key file are compiled as the agent would at start (and at each
+        // SIGHUP): the report lists what the plan names and what the rules do (docs/QUALITY.md).
+        let quality = (try? QualityReport.lines(
+            quality: configuration.quality.configuration.planPath == nil ? nil : configuration.quality.configuration,
+            redaction: configuration.redact?.configuration)) ?? []
         print(([Self.summary(configuration, file: config, ingestPathKinds: ingestPathKinds)] + quality).joined(separator: "\n"))
+    }
+
+    /// Prints each error (`error: …`) and their count on standard error, and exits 1.
+    static func refuse(_ errors: [String], file: String) -> Never {
+        FileHandle.standardError.write(Data((errors.map { "error: \($0)" }.joined(separator: "\n") + "\n").utf8))
+        FileHandle.standardError.write(Data("\(file): \(errors.count) error\(errors.count == 1 ? "" : "s")\n".utf8))
+        exit(withError: ExitCode(1))
     }
 
     /// What `sink` sends besides the event, its ids, timestamps and consent stamp: each effective
@@ -271,6 +282,7 @@ struct ValidateCommand: ParsableCommand {
         for sink in c.sinks {
             var line = "  \(sink.name) (\(sink.type))"
             if let directory = sink.fileDirectory(dataDirectory: c.dataDirectory) { line += " directory=\(directory)" }
+            if !sink.settings.summary.isEmpty { line += " " + sink.settings.summary }
             line += " batch.maxEvents=\(sink.batch.maxEvents) batch.maxBytes=\(sink.batch.maxBytes) batch.maxWaitMilliseconds=\(sink.batch.maxWaitMilliseconds)"
             line += " retry=\(sink.retry.initialMilliseconds)..\(sink.retry.maxMilliseconds)ms"
             line += " circuit=\(sink.circuit.failureThreshold)/\(sink.circuit.openMilliseconds)ms"

@@ -14,19 +14,15 @@ struct Supervisor: Service, CustomStringConvertible {
     let agent: FerryAgent
     let notifier: SystemdNotifier
     let logger: Logger
-    /// Reads the configuration again (the file, then the command-line flags).
-    let loadConfiguration: @Sendable () throws -> AgentConfiguration
-    /// Sets the process's log level.
-    let applyLogLevel: @Sendable (Logger.Level) -> Void
-
+    /// The agent reads the configuration again (the file, then the command-line flags) and sets
+    /// the process's log level from it, on SIGHUP and on the control op `reload` alike.
     init(agent: FerryAgent, notifier: SystemdNotifier, logger: Logger,
          loadConfiguration: @escaping @Sendable () throws -> AgentConfiguration,
          applyLogLevel: @escaping @Sendable (Logger.Level) -> Void) {
         self.agent = agent
         self.notifier = notifier
         self.logger = logger
-        self.loadConfiguration = loadConfiguration
-        self.applyLogLevel = applyLogLevel
+        agent.setReloadSource(load: loadConfiguration, applied: { applyLogLevel($0.logLevel) })
     }
 
     func run() async throws {
@@ -55,7 +51,7 @@ struct Supervisor: Service, CustomStringConvertible {
     }
 
     /// SIGHUP: a bad file or a change that needs a restart is refused and the running
-    /// configuration kept, with one log line saying why.
+    /// configuration kept, with one log line saying why (``FerryAgent/reloadFromSource()``).
     func reload() async {
         await notifier.notify("RELOADING=1\nSTATUS=reloading")
         await apply()
@@ -63,21 +59,7 @@ struct Supervisor: Service, CustomStringConvertible {
     }
 
     private func apply() async {
-        let configuration: AgentConfiguration
-        do {
-            configuration = try loadConfiguration()
-        } catch {
-            logger.error("reload refused: the configuration is invalid; keeping the running one", metadata: ["error": "\(error)"])
-            return
-        }
-        do {
-            try await agent.reload(configuration)
-            applyLogLevel(configuration.logLevel)
-        } catch let error as AgentError {
-            logger.error("reload refused: \(error.message)")
-        } catch {
-            logger.error("reload refused: \(error)")
-        }
+        _ = await agent.reloadFromSource()
     }
 }
 

@@ -122,6 +122,14 @@ package final class HTTPIngestServer: IngestPath, CustomStringConvertible {
     /// The TCP port bound (after ``start(_:)``; nil for a Unix socket).
     package var boundPort: Int? { state.withLock { $0.boundPort } }
 
+    /// The socket's path, or the TCP address with the port bound (`127.0.0.1:8088`).
+    package var endpoint: String {
+        switch address {
+        case .unix(let path, _): path
+        case .tcp(let host, let port): (host.contains(":") ? "[\(host)]" : host) + ":\(boundPort ?? port)"
+        }
+    }
+
     package func start(_ gateway: IngestGateway) async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let pool = NIOThreadPool(numberOfThreads: 1)

@@ -62,8 +62,26 @@ enum HTTPBatchBody {
 
     static func segment(_ batch: DeliveryBatch, version: Int = HTTPSinkConfiguration.currentBodyVersion, sentAt: UInt64) -> [UInt8] {
         let disclosure = batch.disclosure ?? defaultDisclosure(.segment)
-        return segment(messages: batch.events.map { segmentEvent($0, disclosure: disclosure) }, consent: batch.consent,
-                       version: version, sentAt: sentAt)
+        let fallback = fallbackAnonymousID(batch, disclosure: disclosure)
+        return segment(messages: batch.events.map { stored in
+            segmentEvent(stored, event: (try? stored.decoded()).map { withAnonymousID($0, fallback) }, disclosure: disclosure)
+        }, consent: batch.consent, version: version, sentAt: sentAt)
+    }
+
+    /// The anonymous id an event with neither a user id nor an anonymous id is sent with: the
+    /// agent's own (the consent stamp's `anonymous_id`), unless `disclose.anonymousId` is off.
+    /// Segment refuses a message without one of the two.
+    static func fallbackAnonymousID(_ batch: DeliveryBatch, disclosure: Disclosure) -> String {
+        disclosure.anonymousID ? batch.consent["anonymous_id"] ?? "" : ""
+    }
+
+    /// `event` with `fallback` as its anonymous id when it has neither a user id nor an
+    /// anonymous id of its own (nor the agent's, for its consent events).
+    static func withAnonymousID(_ event: WireEvent, _ fallback: String) -> WireEvent {
+        guard !fallback.isEmpty, event.userID.isEmpty, agentAnonymousID(event).isEmpty else { return event }
+        var event = event
+        event.anonymousID = fallback
+        return event
     }
 
     /// The segment body holding `messages` (each from ``segmentEvent(_:)``).
@@ -108,9 +126,10 @@ enum HTTPBatchBody {
         var part: [StoredEvent] = [], messages: [[UInt8]] = []
         var size = overhead
         let disclosure = batch.disclosure ?? defaultDisclosure(.segment)
+        let fallback = fallbackAnonymousID(batch, disclosure: disclosure)
         for stored in batch.events {
             // Decoded once for both the message and Segment's rules.
-            let event = try? stored.decoded()
+            let event = (try? stored.decoded()).map { withAnonymousID($0, fallback) }
             let message = segmentEvent(stored, event: event, disclosure: disclosure)
             if let reason = segmentRejection(stored, event: event, messageBytes: message.count, maxMessageBytes: maxMessageBytes) {
                 plan.rejections.append(SinkRejection(event: stored, reason: reason))

@@ -44,16 +44,6 @@ extension HTTPSink {
         }
     }
 
-    /// Checks `erasure.tokenFile` at start (like `tokenFile`): unreadable or empty stops `ferryd`.
-    func checkErasureToken() async throws {
-        guard configuration.format == .segment, let tokenFile = configuration.erasure.tokenFile else { return }
-        let logger = self.logger
-        let token = try await io.run { try Self.readSecret(tokenFile, key: "erasure.tokenFile", logger: logger) }
-        guard !token.isEmpty, token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else {
-            throw AgentError(code: .configuration, message: "sink (http): erasure.tokenFile \(tokenFile) is empty or holds characters a token cannot have")
-        }
-    }
-
     /// The `envelope` erasure message: `{"id":…,"requestedAt":…,"type":"erasure","userId":…}`
     /// (`requestedAt` in Unix ms).
     static func erasureMessage(_ request: SinkErasure) -> [UInt8] {

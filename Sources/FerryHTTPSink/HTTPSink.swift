@@ -73,7 +73,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// How much of an error response's body is kept for the dead letter (``SinkError/upstreamBody``).
     public static let upstreamBodyExcerptBytes = 1024
     /// The `User-Agent` header.
-    public static let userAgent = "ferryd/0.1 (ferry-protocol/\(ferryProtocolVersion))"
+    public static let userAgent = "ferryd/\(FerryVersion.current) (ferry-protocol/\(ferryProtocolVersion))"
 
     /// Creates the sink and its connection pool; nothing is connected until the first batch.
     /// The configuration is expected to be valid (``HTTPSinkConfiguration/validate()``).
@@ -113,18 +113,46 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// Loads the token and checks the CA file, so a misconfiguration stops `ferryd` at start
     /// instead of failing every batch. The sink keeps no checkpoint.
     public func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? {
+        let configuration = self.configuration
+        let problems = await io.run { Self.fileProblems(configuration) }
+        if !problems.isEmpty { throw AgentError(code: .configuration, message: problems.joined(separator: "\n")) }
         _ = try await authorization()
-        try await checkErasureToken()
-        if let caFile = configuration.caFile {
-            do {
-                let certificates = try await io.run { try NIOSSLCertificate.fromPEMFile(caFile) }
-                guard !certificates.isEmpty else { throw AgentError(code: .configuration, message: "no certificate") }
-            } catch {
-                throw AgentError(code: .configuration, message: "sink (http): caFile \(caFile) holds no readable PEM certificate: \(error)")
-            }
-        }
         logger.info("http sink ready", metadata: ["sink": "\(configuration)"])
         return nil
+    }
+
+    /// What is wrong with the files `configuration` names (the credential, `erasure.tokenFile`,
+    /// `caFile`), one message each; what start refuses and `ferryd validate` lists
+    /// (``HTTPSinkConfiguration/checkFiles()``). Blocking.
+    static func fileProblems(_ configuration: HTTPSinkConfiguration) -> [String] {
+        // Warnings (a token others can read) are the running sink's to log, not the check's.
+        let quiet = Logger(label: "ferry-http-sink-check", factory: { _ in SwiftLogNoOpLogHandler() })
+        var problems: [String] = []
+        do {
+            _ = try loadCredential(configuration, logger: quiet)
+        } catch {
+            problems.append((error as? AgentError)?.message ?? "sink (http): \(error)")
+        }
+        if configuration.format == .segment, let tokenFile = configuration.erasure.tokenFile {
+            do {
+                let token = try readSecret(tokenFile, key: "erasure.tokenFile", logger: quiet)
+                if token.isEmpty || !token.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) {
+                    problems.append("sink (http): erasure.tokenFile \(tokenFile) is empty or holds characters a token cannot have")
+                }
+            } catch {
+                problems.append((error as? AgentError)?.message ?? "sink (http): \(error)")
+            }
+        }
+        if let caFile = configuration.caFile {
+            do {
+                guard !(try NIOSSLCertificate.fromPEMFile(caFile)).isEmpty else {
+                    throw AgentError(code: .configuration, message: "no certificate")
+                }
+            } catch {
+                problems.append("sink (http): caFile \(caFile) holds no readable PEM certificate: \(error)")
+            }
+        }
+        return problems
     }
 
     public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {

@@ -17,9 +17,10 @@ extension HTTPSinkConfiguration {
     /// "writeKeyFile": "/etc/ferry/segment.key"}` (at most one of `tokenFile`, `tokenEnvironment`,
     /// `writeKeyFile`). The keys every sink shares (`name`, `batch`, `retry`, `circuit`,
     /// `disclose`) are read by the agent's configuration loader, not here.
-    static func parse(_ object: [String: Any], path: String, at prefix: String) throws -> HTTPSinkConfiguration {
-        var reader = FieldReader(path: path)
-        guard object["url"] != nil else { throw reader.fail(prefix + ".url", "required for an http sink") }
+    ///
+    /// `reader` is the loader's: a wrong key is reported with every other error of the file, and
+    /// an unknown key's message lists the shared keys too.
+    static func parse(_ object: [String: Any], reader: inout FieldReader, at prefix: String) throws -> HTTPSinkConfiguration {
         var config = HTTPSinkConfiguration(url: "")
         try reader.apply(object, [
             "type": .choice(["http"]) { _ in },
@@ -41,10 +42,11 @@ extension HTTPSinkConfiguration {
                 "tokenFile": .string { config.erasure.tokenFile = $0 },
             ]),
         ], at: prefix)
+        guard object["url"] != nil else { throw reader.fail(prefix + ".url", "required for an http sink") }
         do {
             try config.validate()
         } catch let error as AgentError {
-            throw AgentError(code: .configuration, message: "\(path): \(error.message)")
+            throw AgentError(code: .configuration, message: "\(reader.path): \(error.message)")
         }
         return config
     }

@@ -192,6 +192,22 @@ extension HTTPSinkConfiguration: SinkSettings {
     public func makeSink(_ context: SinkContext) -> any Sink {
         HTTPSink(name: context.name, configuration: self, logger: context.logger, io: context.io)
     }
+
+    /// The credential (`tokenFile`, `tokenEnvironment` or `writeKeyFile`), `erasure.tokenFile`
+    /// (format `segment`) and `caFile`, read as the sink reads them at start.
+    public func checkFiles() -> [String] {
+        HTTPSink.fileProblems(self)
+    }
+
+    /// `url=… format=… gzip=…`, where the credential comes from, the CA file.
+    public var summary: String {
+        var parts = ["url=\(url)", "format=\(format.rawValue)", "gzip=\(gzip)", "tlsVerify=\(tlsVerify)"]
+        if let caFile { parts.append("caFile=\(caFile)") }
+        if let tokenFile { parts.append("tokenFile=\(tokenFile)") }
+        if let tokenEnvironment { parts.append("tokenEnvironment=\(tokenEnvironment)") }
+        if let writeKeyFile { parts.append("writeKeyFile=\(writeKeyFile)") }
+        return parts.joined(separator: " ")
+    }
 }
 
 extension SinkSettings where Self == HTTPSinkConfiguration {
@@ -202,6 +218,6 @@ extension SinkSettings where Self == HTTPSinkConfiguration {
 extension SinkKind {
     /// The HTTP sink, `"type": "http"` (see `docs/HTTP-SINK.md` for its keys).
     public static let http = SinkKind(HTTPSinkConfiguration.self) { object, fields, keyPath in
-        try HTTPSinkConfiguration.parse(object, path: fields.path, at: keyPath)
+        try HTTPSinkConfiguration.parse(object, reader: &fields, at: keyPath)
     }
 }

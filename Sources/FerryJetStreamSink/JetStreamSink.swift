@@ -73,8 +73,12 @@ public final class JetStreamSink: Sink {
     }
 
     public func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? {
+        // Files that cannot be read stop ferryd at start, named (no reconnecting for ever).
+        let configuration = self.configuration
+        let problems = await io.run { configuration.checkFiles() }
+        if !problems.isEmpty { throw AgentError(code: .configuration, message: problems.joined(separator: "\n")) }
         // The stream is the state; nothing to restore or cut back locally.
-        nil
+        return nil
     }
 
     public func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {

@@ -1,4 +1,5 @@
 import FerryAgent
+import FerryStorage
 
 /// Settings of the NATS JetStream sink (``JetStreamSink``). Every field has a default, so
 /// `JetStreamSinkConfiguration()` publishes to a local `nats-server -js` on the default port.
@@ -163,6 +164,29 @@ extension JetStreamSinkConfiguration: SinkSettings {
 
     public func validate(name: String) throws {
         try validate()
+    }
+
+    /// `credentialsFile` and `tokenFile`, read as the connection reads them at start: one that
+    /// cannot be read stops `ferryd` there, naming it (as an HTTP sink's token does), instead of a
+    /// connection that retries "not connected" for ever.
+    public func checkFiles() -> [String] {
+        var problems: [String] = []
+        for (key, path) in [("credentialsFile", credentialsFile), ("tokenFile", tokenFile)] {
+            guard let path else { continue }
+            if (try? FileIO.readFile(path, followSymlinks: true)) == nil {
+                problems.append("sink (jetstream): cannot read \(key) \(path)")
+            }
+        }
+        return problems
+    }
+
+    /// `servers=… stream=… subjectTemplate=…`, where the credentials come from.
+    public var summary: String {
+        var parts = ["servers=\(servers.joined(separator: ","))", "stream=\(stream)", "subjectTemplate=\(subjectTemplate)",
+                     "eventsPerMessage=\(eventsPerMessage)"]
+        if let credentialsFile { parts.append("credentialsFile=\(credentialsFile)") }
+        if let tokenFile { parts.append("tokenFile=\(tokenFile)") }
+        return parts.joined(separator: " ")
     }
 
     public func makeSink(_ context: SinkContext) -> any Sink {

@@ -282,3 +282,46 @@ package struct QuarantineReply: Sendable, Hashable, Codable {
     /// A refusal of the whole request.
     package static func refused(_ message: String) -> Self { .init(ok: false, error: message) }
 }
+
+/// The reply to `reload` (`ferry reload`, and what SIGHUP does): the configuration was read again
+/// and either applied (`{"ok":true,"applied":true,"changed":["logLevel"],"errors":[]}`; `changed`
+/// empty when no key changed) or refused whole, the running configuration kept, with every
+/// problem naming its key (`{"ok":true,"applied":false,"changed":[],"errors":["/etc/ferry/ferryd.json:
+/// quality.plan: …"]}`).
+public struct ReloadReply: Sendable, Hashable, Codable {
+    /// Whether the configuration read is now in effect.
+    public var applied: Bool
+    /// The key paths that changed (when applied).
+    public var changed: [String]
+    /// Why the reload was refused, one problem each naming its key (empty when applied).
+    public var errors: [String]
+
+    /// An applied reload that changed `changed`.
+    public static func applied(changed: [String]) -> Self { .init(applied: true, changed: changed, errors: []) }
+    /// A refused reload, for `errors`.
+    public static func refused(_ errors: [String]) -> Self { .init(applied: false, changed: [], errors: errors) }
+
+    /// Creates a reply.
+    public init(applied: Bool, changed: [String], errors: [String]) {
+        self.applied = applied
+        self.changed = changed
+        self.errors = errors
+    }
+
+    private enum CodingKeys: String, CodingKey { case ok, applied, changed, errors }
+
+    public init(from decoder: any Decoder) throws {
+        let object = try decoder.container(keyedBy: CodingKeys.self)
+        applied = try object.decode(Bool.self, forKey: .applied)
+        changed = try object.decode([String].self, forKey: .changed)
+        errors = try object.decode([String].self, forKey: .errors)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var object = encoder.container(keyedBy: CodingKeys.self)
+        try object.encode(true, forKey: .ok)
+        try object.encode(applied, forKey: .applied)
+        try object.encode(changed, forKey: .changed)
+        try object.encode(errors, forKey: .errors)
+    }
+}

@@ -72,6 +72,9 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         /// `whoami`: the caller as the kernel reports it and what the access policy lets it do
         /// (``WhoAmIReply``). Answered to everyone.
         case whoami
+        /// `reload`: read the configuration again and apply what can change while running, as
+        /// SIGHUP does (``ReloadReply``: what was applied, or the key and the problem refused).
+        case reload
 
         /// The `op` string.
         public var name: String {
@@ -94,6 +97,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             case .quarantineReplay: "quarantine_replay"
             case .quarantineDrop: "quarantine_drop"
             case .whoami: "whoami"
+            case .reload: "reload"
             }
         }
     }
@@ -102,6 +106,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public static let ops = [
         "status", "deadletter_replay", "quarantine_replay", "quarantine_drop", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
         "enable_features", "disable_features", "purge", "forget", "start", "whoami", "metrics", "forget_status",
+        "reload",
     ]
 
     /// The `op` string of ``operation``.
@@ -141,6 +146,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public static func start() -> Self { .init(.start) }
     /// `whoami`.
     public static func whoami() -> Self { .init(.whoami) }
+    /// `reload`.
+    public static func reload() -> Self { .init(.reload) }
     /// `deadletter_replay` of dead letter `id` (of `sink`, needed only when several sinks hold `id`).
     public static func deadLetterReplay(id: String, sink: String? = nil) -> Self { .init(.deadLetterReplay(id: id, sink: sink)) }
     /// `quarantine_replay` of quarantined event `id`, or of every one (nil).
@@ -160,7 +167,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         var fields: [String: Value] = ["op": .string(op)]
         if let actor { fields["actor"] = .string(actor) }
         switch operation {
-        case .status, .metrics, .consentState, .start, .whoami, .forgetStatus:
+        case .status, .metrics, .consentState, .start, .whoami, .forgetStatus, .reload:
             break
         case .consentLog(let limit):
             if let limit { fields["limit"] = .int(limit) }
@@ -353,6 +360,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             return .start
         case "whoami":
             return .whoami
+        case "reload":
+            return .reload
         default:
             throw ControlRefusal("unknown op \"\(op)\"", valid: ops)
         }

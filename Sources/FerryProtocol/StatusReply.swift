@@ -33,15 +33,19 @@ public struct StatusReply: Sendable, Hashable, Codable {
     /// figures: `requests`, `requests_<status>`, the event outcomes (`accepted`, `duplicate`,
     /// `blocked`, `suppressed`, `refused`, `retry`) and `connections`; absent when none is on.
     public var ingestPaths: [String: [String: Int]]?
+    /// Where each of those paths is served, by the same names: the HTTP API's Unix socket path
+    /// (`unix`) and TCP address (`tcp`, `127.0.0.1:8088`); absent when none is on.
+    public var ingestAddresses: [String: String]?
 
     /// Creates a status document.
     public init(
         pid: Int, protocolVersion: Int, uptimeMilliseconds: Int, runtimeDirectory: String, dataDirectory: String,
         queue: Queue, delivery: Delivery?, consent: ConsentSnapshot, sinks: [Sink], counters: [String: Int], recovery: Recovery,
-        clientEventsLost: [String: Int] = [:], ingestPaths: [String: [String: Int]]? = nil
+        clientEventsLost: [String: Int] = [:], ingestPaths: [String: [String: Int]]? = nil, ingestAddresses: [String: String]? = nil
     ) {
         self.clientEventsLost = clientEventsLost
         self.ingestPaths = ingestPaths
+        self.ingestAddresses = ingestAddresses
         self.pid = pid
         self.protocolVersion = protocolVersion
         self.uptimeMilliseconds = uptimeMilliseconds
@@ -277,7 +281,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
     private enum CodingKeys: String, CodingKey {
         case ok, pid, protocolVersion = "protocol_version", uptimeMilliseconds = "uptime_ms", runtimeDirectory = "runtime_dir"
         case dataDirectory = "data_dir", queue, delivery, consent, sinks, counters, recovery
-        case clientEventsLost = "client_events_lost", ingestPaths = "ingest_paths"
+        case clientEventsLost = "client_events_lost", ingestPaths = "ingest_paths", ingestAddresses = "ingest_addresses"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -297,6 +301,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
         recovery = try object.decode(Recovery.self, forKey: .recovery)
         clientEventsLost = try object.decodeIfPresent([String: Int].self, forKey: .clientEventsLost) ?? [:]
         ingestPaths = try object.decodeIfPresent([String: [String: Int]].self, forKey: .ingestPaths)
+        ingestAddresses = try object.decodeIfPresent([String: String].self, forKey: .ingestAddresses)
     }
 
     public func encode(to encoder: any Encoder) throws {
@@ -319,6 +324,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
         try object.encode(recovery, forKey: .recovery)
         try object.encode(clientEventsLost, forKey: .clientEventsLost)
         try object.encodeIfPresent(ingestPaths, forKey: .ingestPaths)
+        try object.encodeIfPresent(ingestAddresses, forKey: .ingestAddresses)
     }
 
     /// Any JSON value, read only to count an object's keys.

@@ -14,6 +14,10 @@ public struct Disclosure: Sendable, Hashable, CustomStringConvertible {
     /// Top-level keys of the event's own `context` object removed before sending (sorted, each
     /// once), as Segment's destination filters drop fields.
     public var dropContext: [String]
+    /// Whether an event with neither a user id nor an anonymous id goes out with the agent's own
+    /// anonymous id (the consent stamp's `anonymous_id`) as its anonymous id, where the upstream
+    /// needs one of the two (HTTP `segment`). On by default.
+    public var anonymousID: Bool
 
     /// Everything: what the bodies of Ferry's own infrastructure (file sink, JetStream, HTTP
     /// `envelope`) carry by default.
@@ -23,15 +27,18 @@ public struct Disclosure: Sendable, Hashable, CustomStringConvertible {
     public static let minimal = Disclosure(origin: false, process: false)
 
     /// Creates a disclosure; `dropContext` is sorted and made unique.
-    public init(origin: Bool, process: Bool, dropContext: [String] = []) {
+    public init(origin: Bool, process: Bool, dropContext: [String] = [], anonymousID: Bool = true) {
         self.origin = origin
         self.process = process
         self.dropContext = Array(Set(dropContext)).sorted()
+        self.anonymousID = anonymousID
     }
 
-    /// `origin=yes process=no dropContext=[ip, device]`, as `ferryd validate` prints it.
+    /// `origin=yes process=no dropContext=[ip, device]`, as `ferryd validate` prints it (and
+    /// `anonymousId=no` when that is off).
     public var description: String {
         "origin=\(origin ? "yes" : "no") process=\(process ? "yes" : "no") dropContext=[\(dropContext.joined(separator: ", "))]"
+            + (anonymousID ? "" : " anonymousId=no")
     }
 
     /// `context` (a JSON object) without the top-level members named in ``dropContext`` (every

@@ -30,3 +30,28 @@ struct CircuitBreakerTests {
         #expect(breaker.consecutiveFailures == 0)
     }
 }
+
+/// docs/DELIVERY.md: permanent errors say the batch is bad, not the upstream (issue 39).
+@Suite("CircuitBreaker: a permanent answer is an answer")
+struct CircuitBreakerPermanentTests {
+    @Test("a permanent error on the half-open probe closes the circuit and starts the transient count again")
+    func permanentProbe() {
+        var breaker = CircuitBreaker(.init(failureThreshold: 2, openMilliseconds: 100))
+        _ = breaker.failed(now: 0)
+        _ = breaker.failed(now: 10)
+        #expect(breaker.state == .open)
+        #expect(breaker.admit(now: 200).changed.map { [$0.0, $0.1] } == [.open, .halfOpen])
+        #expect(breaker.failedPermanently().map { [$0.0, $0.1] } == [.halfOpen, .closed])
+        #expect(breaker.state == .closed && breaker.failures == 0 && breaker.consecutiveFailures == 3)
+        // One transient failure after it does not reopen a threshold-2 circuit.
+        #expect(breaker.failed(now: 300) == nil && breaker.state == .closed)
+    }
+
+    @Test("a permanent error while closed changes no state but ends the transient streak")
+    func permanentClosed() {
+        var breaker = CircuitBreaker(.init(failureThreshold: 2, openMilliseconds: 100))
+        _ = breaker.failed(now: 0)
+        #expect(breaker.failedPermanently() == nil)
+        #expect(breaker.failed(now: 10) == nil && breaker.state == .closed)
+    }
+}

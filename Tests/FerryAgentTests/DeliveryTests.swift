@@ -294,7 +294,8 @@ struct DeliveryTests {
         sink.set(.fail(.unavailable))
         let failed = try await controlJSON(runtime, ["op": "deadletter_replay", "sink": "collector", "id": id])
         #expect(failed["ok"] as? Bool == false)
-        #expect(failed["error"] as? String == "upstream unavailable")
+        // Who failed: the sink (or its upstream), not the agent.
+        #expect(failed["error"] as? String == "sink collector could not deliver it (upstream unavailable); the dead letter is kept")
         #expect(try store.ids(sink: "collector") == [id])
         // A status request is answered while nothing else waits.
         #expect(try await controlJSON(runtime, ["op": "status"])["ok"] as? Bool == true)

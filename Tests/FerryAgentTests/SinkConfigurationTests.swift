@@ -68,7 +68,7 @@ struct SinkConfigurationTests {
         (#"{"sinks": [3]}"#, "sinks[0]", "expected an object"),
         (#"{"sink": {"type": "file"}, "sinks": [{"name": "a", "type": "file"}]}"#, "sink", "not both"),
         (#"{"sinks": [{"name": "a", "type": "file", "disclose": {"origin": "no"}}]}"#, "sinks[0].disclose.origin", "expected true or false"),
-        (#"{"sinks": [{"name": "a", "type": "file", "disclose": {"pid": false}}]}"#, "sinks[0].disclose.pid", "unknown key; valid keys here: dropContext, origin, process"),
+        (#"{"sinks": [{"name": "a", "type": "file", "disclose": {"pid": false}}]}"#, "sinks[0].disclose.pid", "unknown key; valid keys here: anonymousId, dropContext, origin, process"),
         (#"{"sinks": [{"name": "a", "type": "file", "disclose": {"dropContext": "ip"}}]}"#, "sinks[0].disclose.dropContext", "expected an array of strings"),
         (#"{"sinks": [{"name": "a", "type": "file", "disclose": true}]}"#, "sinks[0].disclose", "expected an object"),
     ])

@@ -110,7 +110,8 @@ struct HTTPSinkErasureTests {
     func keys(json: String, expected: String?) throws {
         let object = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
         do {
-            _ = try HTTPSinkConfiguration.parse(object, path: "ferryd.json", at: "sink")
+            var reader = FieldReader(path: "ferryd.json")
+            _ = try HTTPSinkConfiguration.parse(object, reader: &reader, at: "sink")
             #expect(expected == nil)
         } catch {
             #expect(expected != nil && "\(error)".contains(expected ?? "-"), "\(error)")

@@ -67,7 +67,7 @@ struct ConsentCLIEndToEndTests {
 
         // An undetermined track event is held; granting releases it to the queue.
         let emitted = try await runCLI(["emit", "Held One", "--wait", "--timeout", "20"], environment: agent.environment)
-        #expect(emitted.stdout == "accepted=1 duplicate=0 rejected=0\n", "\(emitted)")
+        #expect(emitted.stdout == "accepted=0 duplicate=0 rejected=0 held=1\n", "\(emitted)")
         #expect(try await Self.state(agent)["held_events"] as? Int == 1)
         let granted = try await Self.ferry(agent, ["consent", "set", "analytics", "granted", "--actor", "e2e"])
         #expect(granted.stdout == "consent granted for analytics\n", "\(granted)")
@@ -150,7 +150,8 @@ struct ConsentCLIEndToEndTests {
         try await agent.waitUntilReady()
         agent.kill9()
         for args in [["consent", "show"], ["consent", "set", "all", "denied"], ["purge"], ["forget", "--user", "u"]] {
-            let result = try await Self.ferry(agent, args, exit: 1)
+            // Not running is 2 for every command (README.md, "Exit status").
+            let result = try await Self.ferry(agent, args, exit: 2)
             #expect(result.stderr.contains("ferryd is not running"), "\(result)")
         }
     }

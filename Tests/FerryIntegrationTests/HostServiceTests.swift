@@ -99,17 +99,36 @@ struct HostServiceTests {
     func validate() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        for example in ["ferryd.example.json", "ferryd.consent-optin.example.json", "ferryd.http.example.json", "ferryd.segment.example.json", "ferryd.jetstream.example.json"] {
+        for example in ["ferryd.example.json", "ferryd.consent-optin.example.json"] {
             let result = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/" + example])
             #expect(result.status == .exited(0), "\(example): \(result)")
             #expect(result.stdout.contains("daemon/\(example): valid (ferryd \(FerryVersion.current))"), "\(result)")
         }
+        // The examples that name a secret are refused where it is missing, as start refuses them
+        // (issue 39: validate said "valid", start refused).
+        for (example, file) in [("ferryd.http.example.json", "tokenFile /etc/ferry/collector.token"),
+                                ("ferryd.segment.example.json", "writeKeyFile /etc/ferry/segment.key"),
+                                ("ferryd.jetstream.example.json", "credentialsFile /etc/ferry/nats.creds")]
+        where !FileManager.default.fileExists(atPath: String(file.split(separator: " ")[1])) {
+            let result = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/" + example])
+            #expect(result.status == .exited(1) && result.stderr.contains("sinks[0]: sink "), "\(example): \(result)")
+            #expect(result.stderr.contains("cannot read \(file)"), "\(example): \(result)")
+        }
         let good = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/ferryd.example.json"])
         #expect(good.stdout.contains("sinks: 1\n  file (file)"), "\(good)")
         #expect(good.stdout.contains("    sends: the event, ids, timestamps, consent stamp; origin: yes (default); process (pid, seq, session): yes (default); context keys dropped: none"), "\(good)")
-        // A third party gets neither by default: the effective choice is printed per sink.
-        let segment = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", repositoryRoot + "/daemon/ferryd.segment.example.json"])
+        // A third party gets neither by default: the effective choice is printed per sink, with
+        // what the sink does (its URL and format).
+        let key = dir.appending("segment.key")
+        try Data("wk-test\n".utf8).write(to: URL(fileURLWithPath: key))
+        chmod(key, 0o600)
+        let segmentConfig = dir.appending("segment.json")
+        try Data(try String(contentsOfFile: repositoryRoot + "/daemon/ferryd.segment.example.json", encoding: .utf8)
+            .replacingOccurrences(of: "/etc/ferry/segment.key", with: key).utf8).write(to: URL(fileURLWithPath: segmentConfig))
+        let segment = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", segmentConfig])
+        #expect(segment.status == .exited(0), "\(segment)")
         #expect(segment.stdout.contains("origin: no (default); process (pid, seq, session): no (default)"), "\(segment)")
+        #expect(segment.stdout.contains("url=https://api.segment.io/v1/batch format=segment gzip=true"), "\(segment)")
         #expect(good.stdout.contains("reloadable on SIGHUP: logLevel"), "\(good)")
 
         let bad = dir.appending("bad.json")

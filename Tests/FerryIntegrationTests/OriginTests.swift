@@ -33,7 +33,8 @@ struct OriginTests {
         #expect((origin["uid"] as? NSNumber)?.uint32Value == getuid())
         #expect(origin["comm"] as? String == "ferry")
         // The tail filtered by another uid saw nothing and gave up.
-        #expect(try await others.waitForExit(timeout: .seconds(30)) == .exited(3), "\(others.standardOutput)")
+        // --idle-timeout's status: 75 (README.md, "Exit status").
+        #expect(try await others.waitForExit(timeout: .seconds(30)) == .exited(75), "\(others.standardOutput)")
 
         let stored = try #require(try agent.deliveredEvents().first { $0.source == "origin-test" })
         let record = try #require(try JSONSerialization.jsonObject(with: Data(stored.line.utf8)) as? [String: Any])

@@ -14,7 +14,7 @@ struct PlanCheckCLITests {
     static let good = #"{"name": "Order Completed", "properties": {"total": 5}}"# + "\n" + #"{"type": "identify", "properties": {"plan": "pro"}}"# + "\n"
     static let bad = #"{"name": "Order Completed", "properties": {"total": "5", "email": "jane@example.com"}, "userId": "jane@example.com"}"#
 
-    @Test("exit 0 when all pass, 1 with each violation by line, 2 on a bad plan or redact table, --redact shows the stored event")
+    @Test("exit 0 when all pass, 1 with each violation by line, 65 on a bad plan or redact table, --redact shows the stored event")
     func exitCodes() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
@@ -55,17 +55,17 @@ struct PlanCheckCLITests {
         #expect(!redacted.stdout.contains("jane@example.com"))
         #expect(redacted.stdoutLines.dropFirst().first == "line 1: track:Order Completed properties.total: type: must be number, not a string")
 
-        // A bad plan and a bad redact table: exit 2, the file and the JSON path named.
+        // A bad plan and a bad redact table: exit 65 (invalid input; 2 is "not running"), the file and the JSON path named.
         let badPlan = dir.appending("bad.json")
         try #"{"events": [{"type": "track", "name": "A", "properties": {"properties": {"a": {"oneOf": []}}}}]}"#
             .write(toFile: badPlan, atomically: true, encoding: .utf8)
         let refused = try await runCLI(["plan", "check", badPlan, eventsPath])
-        #expect(refused.status == .exited(2), "\(refused)")
+        #expect(refused.status == .exited(65), "\(refused)")
         #expect(refused.stderr.contains("\(badPlan): $.events[0].properties.properties.a: unsupported JSON Schema keyword \"oneOf\""))
         let badRedact = dir.appending("redact.json")
         try #"{"rules": [{"path": "email", "action": "hash"}]}"#.write(toFile: badRedact, atomically: true, encoding: .utf8)
         let refusedRedact = try await runCLI(["plan", "check", planPath, eventsPath, "--redact", badRedact])
-        #expect(refusedRedact.status == .exited(2), "\(refusedRedact)")
+        #expect(refusedRedact.status == .exited(65), "\(refusedRedact)")
         #expect(refusedRedact.stderr.contains("rules[0].path"))
 
         let missing = try await runCLI(["plan", "check", planPath, dir.appending("nonexistent.jsonl")])

@@ -44,7 +44,10 @@ struct SegmentSinkIntegrationTests {
         let writeKey = "wk_e2e_" + UUID().uuidString
         let collector = SegmentCollector(writeKey: writeKey)
         let server = try await HTTPTestServer.start(handler: collector.handler)
-        let agent = try AgentProcess(in: dir, extraArguments: try Self.configure(dir, url: server.url(), writeKey: writeKey))
+        // Without the agent's anonymous id as a fallback (disclose.anonymousId false), an event
+        // with neither id is what Segment refuses.
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configure(dir, url: server.url(), writeKey: writeKey,
+                                                                                 sinkKeys: #", "disclose": {"anonymousId": false}"#))
         defer { agent.cleanup() }
         try await agent.waitUntilReady()
 
@@ -82,6 +85,28 @@ struct SegmentSinkIntegrationTests {
         #expect(replay.stderr.contains("needs a userId or an anonymousId"), "\(replay)")
         #expect(try await Self.deadLetters(agent).count == 2)
         #expect(!agent.logs.contains(writeKey), "the write key must not be logged")
+        try await agent.terminate()
+        await server.shutdown()
+    }
+
+    @Test("README's `ferry emit NAME` without --user reaches Segment with the agent's anonymous id (issue 39)")
+    func anonymousEventDelivered() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let writeKey = "wk_e2e_" + UUID().uuidString
+        let collector = SegmentCollector(writeKey: writeKey)
+        let server = try await HTTPTestServer.start(handler: collector.handler)
+        let agent = try AgentProcess(in: dir, extraArguments: try Self.configure(dir, url: server.url(), writeKey: writeKey))
+        defer { agent.cleanup() }
+        try await agent.waitUntilReady()
+        let emit = try await runCLI(["emit", "Signed Up", "--prop", "plan=pro", "--wait"], environment: agent.environment)
+        #expect(emit.status == .exited(0), "\(emit)")
+        let message = try await waitForValue("the event at the collector") { collector.accepted.first { $0.json["event"] as? String == "Signed Up" } }
+        let show = try await runCLI(["consent", "show", "--json"], environment: agent.environment)
+        let consent = (try JSONSerialization.jsonObject(with: Data(show.stdout.utf8)) as? [String: Any])?["consent"] as? [String: Any]
+        let anonymousID = try #require(consent?["anonymous_id"] as? String, "\(show)")
+        #expect(message.anonymousID == anonymousID && message.userID == nil, "\(message.json)")
+        #expect(try await Self.deadLetters(agent).isEmpty)
         try await agent.terminate()
         await server.shutdown()
     }

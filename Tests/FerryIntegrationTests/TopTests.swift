@@ -36,12 +36,12 @@ struct TopTests {
         #expect(result.stdout.range(of: #"\nfile +file +\w+ +closed +\d+\.\d +0 +- +0\n"#, options: .regularExpression) != nil, "\(result.stdout)")
     }
 
-    @Test("--once without an agent fails with the usual message")
+    @Test("--once without an agent fails with the usual message and status 2 (README.md, \"Exit status\")")
     func onceWithoutAgent() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let result = try await runCLI(["top", "--once"], environment: ["FERRY_RUNTIME_DIR": dir.appending("rt")])
-        #expect(result.status == .exited(1))
+        #expect(result.status == .exited(2))
         #expect(result.stderr.contains("ferryd is not running"), "\(result)")
     }
 

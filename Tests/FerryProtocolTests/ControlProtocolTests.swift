@@ -53,6 +53,7 @@ struct ControlProtocolTests {
         (.quarantineReplay(id: nil), #"{"all":true,"op":"quarantine_replay"}"#),
         (.quarantineDrop(id: "0190f5c2-7a3b"), #"{"id":"0190f5c2-7a3b","op":"quarantine_drop"}"#),
         (.quarantineDrop(id: nil), #"{"all":true,"op":"quarantine_drop"}"#),
+        (.reload(), #"{"op":"reload"}"#),
     ]
 
     @Test("every op encodes to the documented JSON object (sorted keys, as clients have always sent it)")
@@ -66,7 +67,7 @@ struct ControlProtocolTests {
     func opNames() {
         let names = Set(Self.requests.map(\.0.op))
         #expect(names == Set(ControlRequest.ops))
-        #expect(ControlRequest.ops.count == 18)
+        #expect(ControlRequest.ops.count == 19)
         #expect(ControlRequest.ops.first == "status" && ControlRequest.ops[1] == "deadletter_replay")
     }
 

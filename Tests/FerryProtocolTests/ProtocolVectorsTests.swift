@@ -259,6 +259,7 @@ enum ProtocolVectors {
             ("quarantine_replay-all", .quarantineReplay(id: nil)),
             ("quarantine_drop", .quarantineDrop(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab")),
             ("quarantine_drop-all", .quarantineDrop(id: nil)),
+            ("reload", .reload()),
         ]
         return requests.map { name, request in
             ["kind": "control_request", "name": "request-\(name)", "op": request.op,
@@ -320,6 +321,10 @@ enum ProtocolVectors {
                 ]),
             ])),
             ("start", "start", ConsentUpdate(consent: consent, deliveryStarted: true)),
+            ("reload", "reload", ReloadReply.applied(changed: ["logLevel", "sinks[0].retry"])),
+            ("reload-refused", "reload", ReloadReply.refused([
+                "/etc/ferry/ferryd.json: quality.plan: cannot read /etc/ferry/plan.json; the running configuration and quality gate are kept",
+            ])),
             ("deadletter_replay", "deadletter_replay", DeadLetterReplayReply(
                 ok: true, sink: "collector", id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab-3", events: 12)),
             ("deadletter_replay-failed", "deadletter_replay", DeadLetterReplayReply(

@@ -52,7 +52,9 @@ public struct AgentError: Error, CustomStringConvertible, Sendable {
 
     public var description: String {
         var text = "\(code): \(message)"
-        if let cause { text += " (\(cause))" }
+        // A cause that only repeats the message (a storage error passed on with its words) is not
+        // said twice.
+        if let cause, !"\(cause)".contains(message) { text += " (\(cause))" }
         return text
     }
 }

@@ -17,8 +17,10 @@ struct AgentStatusReport: Sendable {
     let startedAt: UInt64
     /// The agent's metric store.
     let metrics: AgentMetrics
-    /// The names of the ingest paths it serves besides the ZeroMQ socket.
-    let ingestPaths: [String]
+    /// The ingest paths it serves besides the ZeroMQ socket.
+    let paths: [any IngestPath]
+    /// Their names.
+    var ingestPaths: [String] { paths.map(\.name) }
 
     /// The reply for the running agent `running`, as of now.
     func reply(_ running: RunningAgent) -> StatusReply {
@@ -62,7 +64,8 @@ struct AgentStatusReport: Sendable {
                 events: running.recovery.records, corruptRegions: running.recovery.corruptRegions,
                 corruptBytes: Int(running.recovery.corruptBytes), truncatedBytes: Int(running.recovery.truncatedBytes)),
             clientEventsLost: metrics.clientEventsLostBySource,
-            ingestPaths: ingestPathFigures)
+            ingestPaths: ingestPathFigures,
+            ingestAddresses: paths.isEmpty ? nil : Dictionary(paths.map { ($0.name, $0.endpoint) }, uniquingKeysWith: { first, _ in first }))
     }
 
     /// The figures of the ingest paths served besides the ZeroMQ socket (nil when none is).

@@ -22,6 +22,8 @@ struct ControlRouter: Sendable {
     let replayer: DeadLetterReplayer
     /// Answers `quarantine_replay` and `quarantine_drop`.
     let quarantine = QuarantineReplayer()
+    /// Answers `reload`: reads the configuration again and applies it, as SIGHUP does.
+    let reload: @Sendable () async -> ReloadReply
 
     /// Which right `operation` needs from a caller who may (or may not) send events: nil for
     /// none. Reading ops are open to whoever may send events; changes (and the audit log, which
@@ -78,6 +80,10 @@ struct ControlRouter: Sendable {
         case .quarantineDrop(let id):
             let quarantine = self.quarantine
             Task { reply(controlReplyJSON(await quarantine.drop(id: id, running: running))) }
+            return
+        case .reload:
+            let reload = self.reload
+            Task { reply(controlReplyJSON(await reload())) }
             return
         case .consentLog(let limit):
             let persisted = engine.persisted

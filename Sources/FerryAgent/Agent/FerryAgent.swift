@@ -50,6 +50,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     /// The configuration in effect: ``configuration`` plus the reloads applied since.
     private let live: Mutex<AgentConfiguration>
     private let readyWaiters = Mutex<ReadyState>(ReadyState())
+    /// Where a reload reads the configuration, and what follows an applied one (``setReloadSource(load:applied:)``).
+    private let reloadSource = Mutex<(load: @Sendable () throws -> AgentConfiguration, applied: @Sendable (AgentConfiguration) -> Void)?>(nil)
 
     private struct ReadyState {
         var outcome: Result<Void, any Error>?
@@ -185,6 +187,41 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
             "changed": "\(plan.changed.isEmpty ? "nothing" : plan.changed.joined(separator: ","))", "quality": "\(gate)",
         ])
         return plan.changed
+    }
+
+    /// Sets where ``reloadFromSource()`` reads the configuration (`ferryd`: its file, then its
+    /// flags) and what it does once a configuration is applied (`ferryd`: sets the log level).
+    public func setReloadSource(
+        load: @escaping @Sendable () throws -> AgentConfiguration, applied: @escaping @Sendable (AgentConfiguration) -> Void
+    ) {
+        reloadSource.withLock { $0 = (load, applied) }
+    }
+
+    /// Reads the configuration again from the source ``setReloadSource(load:applied:)`` set and
+    /// applies it (``reload(_:)``): SIGHUP and the control op `reload` (`ferry reload`). A file
+    /// that does not load, or a change that needs a restart, is refused whole and the running
+    /// configuration kept; one log line says what happened, and the reply says it to the caller.
+    public func reloadFromSource() async -> ReloadReply {
+        guard let source = reloadSource.withLock({ $0 }) else {
+            return .refused(["this agent has no configuration source to read again (only ferryd reloads)"])
+        }
+        let configuration: AgentConfiguration
+        do {
+            configuration = try source.load()
+        } catch {
+            let message = (error as? AgentError)?.message ?? "\(error)"
+            logger.error("reload refused: the configuration is invalid; keeping the running one", metadata: ["error": "\(message)"])
+            return .refused(message.split(separator: "\n").map(String.init))
+        }
+        do {
+            let changed = try await reload(configuration)
+            source.applied(configuration)
+            return .applied(changed: changed)
+        } catch {
+            let message = (error as? AgentError)?.message ?? "\(error)"
+            logger.error("reload refused: \(message)")
+            return .refused(message.split(separator: "\n").map(String.init))
+        }
     }
 
     /// What recovery found at start, once running.
@@ -389,11 +426,12 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     private func makeControlRouter() -> ControlRouter {
         ControlRouter(mode: configuration.mode, metrics: counters, running: { [weak self] in self?.running.withLock { $0 } },
                       status: statusReport, gauges: AgentGauges(metrics: counters),
-                      replayer: DeadLetterReplayer(dataDirectory: configuration.dataDirectory))
+                      replayer: DeadLetterReplayer(dataDirectory: configuration.dataDirectory),
+                      reload: { [weak self] in await self?.reloadFromSource() ?? .refused(["the agent is stopping"]) })
     }
 
     private var statusReport: AgentStatusReport {
-        AgentStatusReport(configuration: configuration, startedAt: startedAt, metrics: counters, ingestPaths: paths.map(\.name))
+        AgentStatusReport(configuration: configuration, startedAt: startedAt, metrics: counters, paths: paths)
     }
 
     /// The status document served to `ferry status --json`; nil until the agent runs.

@@ -34,7 +34,7 @@ extension AgentConfiguration {
         do {
             object = try JSONSerialization.jsonObject(with: Data(bytes))
         } catch {
-            throw AgentError(code: .configuration, message: "configuration file \(path) is not valid JSON: \(error.localizedDescription)")
+            throw AgentError(code: .configuration, message: "configuration file \(path) is not valid JSON: \(JSONSyntaxError(error, in: bytes))")
         }
         guard let root = object as? [String: Any] else {
             throw AgentError(code: .configuration, message: "configuration file \(path) must hold a JSON object")
@@ -132,7 +132,11 @@ extension AgentConfiguration {
             guard let object = single as? [String: Any] else { throw reader.fail("sink", "expected an object") }
             // The single-sink form keeps its historical name ("file" for the file sink), so an
             // existing cursor file keeps working.
-            config.sinks = [try reader.sink(object, at: "sink", name: nil, delivery: config.delivery, kinds: sinkKinds)]
+            do {
+                config.sinks = [try reader.sink(object, at: "sink", name: nil, delivery: config.delivery, kinds: sinkKinds)]
+            } catch let error as AgentError {
+                reader.record(error)
+            }
         case (nil, let list?):
             guard let array = list as? [Any] else { throw reader.fail("sinks", "expected an array of sink objects") }
             guard !array.isEmpty else { throw reader.fail("sinks", "needs at least one sink") }
@@ -164,13 +168,10 @@ extension AgentConfiguration {
                 }
             }
         }
-        if !reader.errors.isEmpty {
-            throw AgentError(code: .configuration, message: reader.errors.map(\.message).joined(separator: "\n"))
-        }
-        do {
-            try config.validate()
-        } catch let error as AgentError {
-            throw AgentError(code: error.code, message: "\(path): \(error.message)")
+        // Every error of the file at once: the keys', then the values' (checked on what was read).
+        let errors = reader.errors.map(\.message) + config.problems().map { "\(path): \($0)" }
+        if !errors.isEmpty {
+            throw AgentError(code: .configuration, message: errors.joined(separator: "\n"))
         }
         return config
     }
@@ -309,6 +310,7 @@ extension FieldReader {
                 "origin": .bool { draft.value.disclose.origin = $0 },
                 "process": .bool { draft.value.disclose.process = $0 },
                 "dropContext": .strings { draft.value.disclose.dropContext = $0 },
+                "anonymousId": .bool { draft.value.disclose.anonymousID = $0 },
             ]),
         ]
         if name != nil { fields["name"] = .string { given = $0 } }
@@ -480,4 +482,36 @@ public final class FieldBox<Value> {
     public var value: Value
     /// A box holding `value`.
     public init(_ value: Value) { self.value = value }
+}
+
+/// Where a JSON text stops parsing, for people: `line 3, column 8: Invalid value` (Foundation's
+/// parser says only the byte offset, "around character 17", or nothing at the end of the text).
+struct JSONSyntaxError: CustomStringConvertible {
+    /// 1-based line and column (in bytes) of the offending byte.
+    let line: Int, column: Int
+    /// The parser's words, without its offset.
+    let reason: String
+
+    init(_ error: any Error, in bytes: [UInt8]) {
+        let debug = ((error as NSError).userInfo[NSDebugDescriptionErrorKey] as? String) ?? error.localizedDescription
+        var offset = bytes.count
+        var reason = debug
+        if let range = debug.range(of: " around character ") {
+            offset = Int(debug[range.upperBound...].prefix { $0.isNumber }) ?? offset
+            reason = String(debug[..<range.lowerBound])
+        }
+        (line, column) = Self.position(of: min(offset, bytes.count), in: bytes)
+        self.reason = reason.hasSuffix(".") ? String(reason.dropLast()) : reason
+    }
+
+    /// The 1-based line and column of byte `offset`.
+    static func position(of offset: Int, in bytes: [UInt8]) -> (line: Int, column: Int) {
+        var line = 1, column = 1
+        for byte in bytes[..<offset] {
+            if byte == UInt8(ascii: "\n") { line += 1; column = 1 } else { column += 1 }
+        }
+        return (line, column)
+    }
+
+    var description: String { "line \(line), column \(column): \(reason)" }
 }

@@ -176,49 +176,60 @@ public struct AgentConfiguration: Sendable, Hashable {
         sinks.lazy.compactMap { $0.fileDirectory(dataDirectory: self.dataDirectory) }.first ?? dataDirectory + "/delivered"
     }
 
-    /// Checks the values for consistency; throws ``AgentError`` with code `configuration`.
+    /// Checks the values for consistency; throws ``AgentError`` with code `configuration`
+    /// whose message lists every problem found, one a line.
     public func validate() throws {
-        func fail(_ message: String) -> AgentError { AgentError(code: .configuration, message: message) }
-        guard maxEventBytes >= WireEvent.fixedHeaderSize else { throw fail("maxEventBytes must be at least \(WireEvent.fixedHeaderSize)") }
-        guard maxEventBytes <= LogRecord.maxBodySize - LogRecord.bodyPrefixSize else {
-            throw fail("maxEventBytes must be at most \(LogRecord.maxBodySize - LogRecord.bodyPrefixSize)")
+        let problems = self.problems()
+        if !problems.isEmpty { throw AgentError(code: .configuration, message: problems.joined(separator: "\n")) }
+    }
+
+    /// Every problem of the values, one message each, in a stable order (``validate()`` throws
+    /// them together; `ferryd validate` lists them).
+    public func problems() -> [String] {
+        var problems: [String] = []
+        func check(_ ok: Bool, _ message: @autoclosure () -> String) { if !ok { problems.append(message()) } }
+        func collect(_ body: () throws -> Void) {
+            do { try body() } catch let error as AgentError { problems += error.message.split(separator: "\n").map(String.init) } catch {
+                problems.append("\(error)")
+            }
         }
-        guard log.segmentMaxBytes >= 4096 else { throw fail("log.segmentMaxBytes must be at least 4096") }
-        if let share = log.uidSharePercent, !(1...100).contains(share) { throw fail("log.uidSharePercent must be 1 to 100") }
-        guard (0...LogConfiguration.maxCommitDelayMicroseconds).contains(log.commitDelayMicroseconds) else {
-            throw fail("log.commitDelayMicroseconds must be 0 to \(LogConfiguration.maxCommitDelayMicroseconds)")
-        }
-        guard log.commitSiblings >= 1 else { throw fail("log.commitSiblings must be at least 1") }
+        check(maxEventBytes >= WireEvent.fixedHeaderSize, "maxEventBytes must be at least \(WireEvent.fixedHeaderSize)")
+        check(maxEventBytes <= LogRecord.maxBodySize - LogRecord.bodyPrefixSize,
+              "maxEventBytes must be at most \(LogRecord.maxBodySize - LogRecord.bodyPrefixSize)")
+        check(log.segmentMaxBytes >= 4096, "log.segmentMaxBytes must be at least 4096")
+        if let share = log.uidSharePercent { check((1...100).contains(share), "log.uidSharePercent must be 1 to 100") }
+        check((0...LogConfiguration.maxCommitDelayMicroseconds).contains(log.commitDelayMicroseconds),
+              "log.commitDelayMicroseconds must be 0 to \(LogConfiguration.maxCommitDelayMicroseconds)")
+        check(log.commitSiblings >= 1, "log.commitSiblings must be at least 1")
         // Halving the cap, not doubling the segment size: a huge segmentMaxBytes must not overflow.
-        guard log.segmentMaxBytes <= log.retentionMaxBytes / 2 else {
-            throw fail("log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
-        }
-        guard dedup.maxEntries > 0, dedup.maxAgeSeconds > 0, dedup.sessionIdleSeconds > 0, dedup.maxSessions > 0,
-              dedup.lossGraceSeconds > 0 else { throw fail("dedup limits must be positive") }
-        guard delivery.batchMaxEvents > 0, delivery.batchMaxBytes > 0 else { throw fail("delivery batch limits must be positive") }
-        try consent.validate()
-        guard !runtimeDirectory.isEmpty, !dataDirectory.isEmpty else { throw fail("directories must not be empty") }
-        guard !sinks.isEmpty else { throw fail("at least one sink is needed") }
+        check(log.segmentMaxBytes <= log.retentionMaxBytes / 2,
+              "log.retentionMaxBytes (\(log.retentionMaxBytes)) must be at least twice log.segmentMaxBytes (\(log.segmentMaxBytes))")
+        check(dedup.maxEntries > 0 && dedup.maxAgeSeconds > 0 && dedup.sessionIdleSeconds > 0 && dedup.maxSessions > 0
+              && dedup.lossGraceSeconds > 0, "dedup limits must be positive")
+        check(delivery.batchMaxEvents > 0 && delivery.batchMaxBytes > 0, "delivery batch limits must be positive")
+        collect { try consent.validate() }
+        check(!runtimeDirectory.isEmpty && !dataDirectory.isEmpty, "directories must not be empty")
+        check(!sinks.isEmpty, "at least one sink is needed")
         // A system agent guards its bus with the socket file's group: checked here, so that
         // `ferryd validate --system` (the unit's ExecStartPre) refuses what the start would.
-        if mode == .system { try AccessControl.checkBusRule(access.events) }
-        _ = try metrics.listenAddress()
-        for key in ingestPaths.keys { try ingestPaths[key]?.validate() }
-        guard quality.quarantineMaxBytes >= 4096 else { throw fail("quality.quarantineMaxBytes must be at least 4096") }
+        if mode == .system { collect { try AccessControl.checkBusRule(access.events) } }
+        collect { _ = try metrics.listenAddress() }
+        for key in ingestPaths.keys { collect { try ingestPaths[key]?.validate() } }
+        check(quality.quarantineMaxBytes >= 4096, "quality.quarantineMaxBytes must be at least 4096")
         var names: Set<String> = [], fileDirectories: [String: String] = [:]
-        for sink in sinks {
-            try sink.validate(fail)
-            guard names.insert(sink.name).inserted else { throw fail("two sinks are named \"\(sink.name)\"; names must be unique") }
+        for (index, sink) in sinks.enumerated() {
+            problems += sink.problems(keyPath: "sinks[\(index)]")
+            check(names.insert(sink.name).inserted, "two sinks are named \"\(sink.name)\"; names must be unique")
             if let directory = sink.fileDirectory(dataDirectory: dataDirectory) {
                 if let other = fileDirectories[directory] {
-                    throw fail("sinks \"\(other)\" and \"\(sink.name)\" both write to \(directory)")
+                    problems.append("sinks \"\(other)\" and \"\(sink.name)\" both write to \(directory)")
                 }
                 fileDirectories[directory] = sink.name
             }
         }
         // ipc:// paths are limited by sockaddr_un (108 bytes on Linux).
-        guard runtimeDirectory.utf8.count + "/control".utf8.count < 108 else {
-            throw fail("runtimeDirectory is too long for a Unix socket path (max ~100 bytes): \(runtimeDirectory)")
-        }
+        check(runtimeDirectory.utf8.count + "/control".utf8.count < 108,
+              "runtimeDirectory is too long for a Unix socket path (max ~100 bytes): \(runtimeDirectory)")
+        return problems
     }
 }

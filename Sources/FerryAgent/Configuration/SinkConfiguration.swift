@@ -31,7 +31,7 @@ extension AgentConfiguration {
         public var disclosure: Disclosure {
             let defaults = settings.defaultDisclosure
             return Disclosure(origin: disclose.origin ?? defaults.origin, process: disclose.process ?? defaults.process,
-                              dropContext: disclose.dropContext)
+                              dropContext: disclose.dropContext, anonymousID: disclose.anonymousID ?? defaults.anonymousID)
         }
 
         /// The `disclose` object of a sink: `{"origin": true, "process": false, "dropContext": ["ip"]}`.
@@ -43,11 +43,15 @@ extension AgentConfiguration {
             public var process: Bool?
             /// Top-level keys of each event's `context` removed before sending.
             public var dropContext: [String]
+            /// Send the agent's anonymous id for an event with neither a user id nor an anonymous
+            /// id (`anonymousId`); `nil`: the type's default (on).
+            public var anonymousID: Bool?
             /// Creates a setting; every choice left out takes the sink type's default.
-            public init(origin: Bool? = nil, process: Bool? = nil, dropContext: [String] = []) {
+            public init(origin: Bool? = nil, process: Bool? = nil, dropContext: [String] = [], anonymousID: Bool? = nil) {
                 self.origin = origin
                 self.process = process
                 self.dropContext = dropContext
+                self.anonymousID = anonymousID
             }
         }
 
@@ -160,33 +164,41 @@ extension AgentConfiguration {
             settings.makeSink(SinkContext(name: name, dataDirectory: dataDirectory, logger: logger, io: io))
         }
 
-        /// Checks the values; `fail` builds the error for a message.
-        func validate(_ fail: (String) -> AgentError) throws {
-            let label = "sink \"\(name)\""
-            guard Self.isValidName(name) else {
-                throw fail("sink name \"\(name)\" is invalid: use 1-64 letters, digits, '-' or '_'")
-            }
-            guard batch.maxEvents > 0 else { throw fail("\(label): batch.maxEvents must be positive") }
-            guard batch.maxBytes > 0 else { throw fail("\(label): batch.maxBytes must be positive") }
-            guard batch.maxWaitMilliseconds >= 0 else { throw fail("\(label): batch.maxWaitMilliseconds must not be negative") }
-            guard retry.initialMilliseconds >= 0 else { throw fail("\(label): retry.initialMilliseconds must not be negative") }
-            guard retry.maxMilliseconds >= retry.initialMilliseconds else {
-                throw fail("\(label): retry.maxMilliseconds (\(retry.maxMilliseconds)) must be at least retry.initialMilliseconds (\(retry.initialMilliseconds))")
-            }
-            if let elapsed = retry.maxElapsedMilliseconds, elapsed <= 0 {
-                throw fail("\(label): retry.maxElapsedMilliseconds must be positive")
-            }
-            guard circuit.failureThreshold > 0 else { throw fail("\(label): circuit.failureThreshold must be positive") }
-            guard circuit.openMilliseconds >= 0 else { throw fail("\(label): circuit.openMilliseconds must not be negative") }
+        /// Every problem of the values, each message starting with the sink's key path and name
+        /// (`sinks[1]: sink "collector": batch.maxEvents must be positive`).
+        func problems(keyPath: String) -> [String] {
+            let label = "\(keyPath): sink \"\(name)\""
+            var problems: [String] = []
+            func check(_ ok: Bool, _ message: @autoclosure () -> String) { if !ok { problems.append("\(label): " + message()) } }
+            check(Self.isValidName(name), "sink name \"\(name)\" is invalid: use 1-64 letters, digits, '-' or '_'")
+            check(batch.maxEvents > 0, "batch.maxEvents must be positive")
+            check(batch.maxBytes > 0, "batch.maxBytes must be positive")
+            check(batch.maxWaitMilliseconds >= 0, "batch.maxWaitMilliseconds must not be negative")
+            check(retry.initialMilliseconds >= 0, "retry.initialMilliseconds must not be negative")
+            check(retry.maxMilliseconds >= retry.initialMilliseconds,
+                  "retry.maxMilliseconds (\(retry.maxMilliseconds)) must be at least retry.initialMilliseconds (\(retry.initialMilliseconds))")
+            if let elapsed = retry.maxElapsedMilliseconds { check(elapsed > 0, "retry.maxElapsedMilliseconds must be positive") }
+            check(circuit.failureThreshold > 0, "circuit.failureThreshold must be positive")
+            check(circuit.openMilliseconds >= 0, "circuit.openMilliseconds must not be negative")
             var seen: Set<String> = []
             for key in disclose.dropContext {
-                guard !key.isEmpty else { throw fail("\(label): disclose.dropContext: a key must not be empty") }
-                guard !key.contains(".") else {
-                    throw fail("\(label): disclose.dropContext: \"\(key)\" has a '.'; list top-level keys of the event's context (nested paths are not supported: drop the whole top-level key)")
+                if key.isEmpty {
+                    problems.append("\(label): disclose.dropContext: a key must not be empty")
+                } else if key.contains(".") {
+                    problems.append("\(label): disclose.dropContext: \"\(key)\" has a '.'; list top-level keys of the event's context (nested paths are not supported: drop the whole top-level key)")
+                } else if !seen.insert(key).inserted {
+                    problems.append("\(label): disclose.dropContext: \"\(key)\" is listed twice")
                 }
-                guard seen.insert(key).inserted else { throw fail("\(label): disclose.dropContext: \"\(key)\" is listed twice") }
             }
-            try settings.validate(name: name)
+            do {
+                try settings.validate(name: name)
+            } catch let error as AgentError {
+                // The type's message names the sink itself (`sink "x": …`, `sink (http): …`).
+                problems += error.message.split(separator: "\n").map { "\(keyPath): \($0)" }
+            } catch {
+                problems.append("\(label): \(error)")
+            }
+            return problems
         }
     }
 }

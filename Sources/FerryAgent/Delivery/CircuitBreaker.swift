@@ -75,8 +75,16 @@ struct CircuitBreaker {
     }
 
     /// After an attempt that failed for good (its batch is dead-lettered): counted for status,
-    /// never toward opening the circuit.
-    mutating func failedPermanently() {
+    /// never toward opening the circuit. The upstream answered, so it is reachable: the transient
+    /// failures start again from zero, and a circuit that was probing (half-open) closes
+    /// (docs/DELIVERY.md: permanent errors say the batch is bad, not the upstream). Returns that
+    /// change, if any.
+    @discardableResult
+    mutating func failedPermanently() -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
         consecutiveFailures += 1
+        failures = 0
+        guard state != .closed else { return nil }
+        defer { state = .closed }
+        return (state, .closed)
     }
 }

@@ -347,7 +347,7 @@ final class DeliveryLoop: Sendable {
                 metrics.failures.increment()
                 state.withLock { $0.lastError = sinkError.message }
                 if sinkError.disposition == .permanent {
-                    breaker.withLock { $0.failedPermanently() }
+                    if let change = breaker.withLock({ $0.failedPermanently() }) { announce(change, error: sinkError.message) }
                     return await deadLetter(batch, sinkError, reason: "permanent", attempts: attempts)
                 }
                 if let change = breaker.withLock({ $0.failed(now: now) }) { announce(change, error: sinkError.message) }
@@ -472,8 +472,11 @@ final class DeliveryLoop: Sendable {
             } catch {
                 let message = (error as? SinkError)?.message ?? "\(error)"
                 logger.warning("dead letter replay failed; kept", metadata: ["id": "\(id)", "error": "\(message)"])
-                throw AgentError(code: .delivery, message: message)
+                throw AgentError(code: .delivery, message: "sink \(name) could not deliver it (\(message)); the dead letter is kept")
             }
+            // The upstream took it: the circuit and `last ok` say so now, not at the next batch.
+            if let change = breaker.withLock({ $0.succeeded() }) { announce(change) }
+            state.withLock { $0.lastSuccessAt = WallClock.unixMilliseconds() }
         }
         // The sink's state moved: store its checkpoint with the unchanged cursor before the dead
         // letter goes, so a crash in between repeats the replay rather than losing it.

@@ -22,11 +22,26 @@ public protocol SinkSettings: Sendable, Hashable {
     /// for Ferry's own infrastructure (the default), ``Disclosure/minimal`` for a body that goes
     /// to a third party.
     var defaultDisclosure: Disclosure { get }
+    /// Opens and reads every file the settings name (a token, a CA file, credentials) as the
+    /// sink does at start, and returns one problem a file, each naming its key
+    /// (`sink (http): cannot read tokenFile /etc/ferry/collector.token`); empty when every file
+    /// is fine or none is named. The sink's start refuses what it returns, and `ferryd validate`
+    /// lists it, so the two agree. Blocking (file reads). The default names no file.
+    func checkFiles() -> [String]
+    /// What the sink will do, on one line for `ferryd validate` (`url=https://… format=segment`).
+    /// The default: nothing more than the type.
+    var summary: String { get }
 }
 
 extension SinkSettings {
     /// Everything: a sink type that says nothing else delivers to the operator's own infrastructure.
     public var defaultDisclosure: Disclosure { .all }
+
+    /// No file to check.
+    public func checkFiles() -> [String] { [] }
+
+    /// Nothing but the type.
+    public var summary: String { "" }
 
     /// The settings as a type-erased hashable value (for comparing settings of any type).
     var anyHashable: AnyHashable { AnyHashable(self) }

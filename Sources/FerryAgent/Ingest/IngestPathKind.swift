@@ -14,6 +14,9 @@ package protocol IngestPath: Sendable {
     var name: String { get }
     /// The metrics of its kind; the agent makes the path's instruments from them at start.
     var metricSet: IngestPathMetricSet { get }
+    /// Where the path is served, for `status` (the HTTP API's socket path, its TCP `host:port`);
+    /// empty when it has no address to show.
+    var endpoint: String { get }
     /// The shortest id window (seconds) the path needs: `dedup.maxAgeSeconds` is raised to it
     /// while the path is served (the HTTP API's clients expect a day). 0 by default.
     var minimumDedupSeconds: Int { get }
@@ -28,6 +31,8 @@ package protocol IngestPath: Sendable {
 extension IngestPath {
     /// No minimum: the configured id window.
     package var minimumDedupSeconds: Int { 0 }
+    /// No address to show.
+    package var endpoint: String { "" }
 }
 
 /// The metrics of a kind of ingest path, each labelled first by the path's name: requests

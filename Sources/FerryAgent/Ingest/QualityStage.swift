@@ -31,21 +31,31 @@ final class QualityStage: Sendable {
     /// reads: call it off the socket thread and the event loops). Nil when there is neither a
     /// plan nor a redaction table. Throws ``AgentError`` (`configuration`) naming the key.
     static func load(_ configuration: AgentConfiguration) throws -> QualityStage? {
-        let plan: TrackingPlan?
-        let redactor: Redactor?
+        let plan = try loadPlan(configuration)
+        let redactor = try loadRedactor(configuration)
+        let gate = QualityGate(plan: plan, allowUnplanned: configuration.quality.configuration.allowUnplanned, redactor: redactor)
+        return gate.isEmpty ? nil : QualityStage(gate: gate, action: configuration.quality.configuration.onViolation)
+    }
+
+    /// The plan the configuration names (`quality.plan`), compiled; nil without one. Throws
+    /// ``AgentError`` (`configuration`) starting with the key.
+    static func loadPlan(_ configuration: AgentConfiguration) throws -> TrackingPlan? {
         do {
-            plan = try configuration.quality.configuration.planPath.map { try TrackingPlan.load(path: $0) }
+            return try configuration.quality.configuration.planPath.map { try TrackingPlan.load(path: $0) }
         } catch {
             throw AgentError(code: .configuration, message: "quality.plan: \(error)")
         }
+    }
+
+    /// The redactor of the configuration's `redact` table, its key file read; nil without the
+    /// table. Throws ``AgentError`` (`configuration`) naming the key.
+    static func loadRedactor(_ configuration: AgentConfiguration) throws -> Redactor? {
         do {
-            redactor = try configuration.redact.map { try Redactor.load(configuration: $0.configuration) }
+            return try configuration.redact.map { try Redactor.load(configuration: $0.configuration) }
         } catch {
             // The error names its key itself (`redact: rules[0].path: …`, `redact.keyFile …`).
             throw AgentError(code: .configuration, message: "\(error)")
         }
-        let gate = QualityGate(plan: plan, allowUnplanned: configuration.quality.configuration.allowUnplanned, redactor: redactor)
-        return gate.isEmpty ? nil : QualityStage(gate: gate, action: configuration.quality.configuration.onViolation)
     }
 
     /// Whether the gate passes the event in `frame` untouched, judged from the frame's bytes in

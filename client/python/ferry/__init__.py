@@ -20,7 +20,7 @@ from .errors import (AccessDenied, AgentNotRunning, BadReply, ClientClosed, Ferr
                      SocketError)
 from .paths import runtime_dir
 
-__version__ = "0.1.0"
+__version__ = "0.9.0"
 
 __all__ = [
     "Client", "Event", "OverflowPolicy", "Receipt", "Statistics", "Status", "Control", "ConsentState",

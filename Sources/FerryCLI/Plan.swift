@@ -34,7 +34,7 @@ struct PlanCheck: AsyncParsableCommand {
             redaction leaves it (`line 3: redacted {…}`). The last line counts the events.
 
             Exit status: 0 every event passes; 1 some event breaks the plan or some line is not an \
-            event; 2 the plan or the redact table is wrong (the error names the file and the JSON \
+            event; 65 the plan or the redact table is wrong (the error names the file and the JSON \
             path); 74 the input could not be read.
             """
     )
@@ -61,14 +61,14 @@ struct PlanCheck: AsyncParsableCommand {
         case .success(let made): gate = made
         case .failure(let error):
             printError("ferry plan check: \(error)")
-            throw ExitCode(2)
+            throw ExitCode(ExitStatus.invalidInput.rawValue)
         }
         var descriptor = STDIN_FILENO
         if let file, file != "-" {
             descriptor = open(file, O_RDONLY | O_CLOEXEC)
             guard descriptor >= 0 else {
                 printError("ferry plan check: cannot open \(file): \(String(cString: strerror(errno)))")
-                throw ExitCode(74)
+                throw ExitCode(ExitStatus.unreadableInput.rawValue)
             }
         }
         defer { if descriptor != STDIN_FILENO { close(descriptor) } }
@@ -99,7 +99,7 @@ struct PlanCheck: AsyncParsableCommand {
             }
         } catch {
             printError("ferry plan check: cannot read \(file ?? "standard input"): \(error)")
-            throw ExitCode(74)
+            throw ExitCode(ExitStatus.unreadableInput.rawValue)
         }
         print("checked \(checked) events: \(checked - failed) passed, \(failed) broke the plan\(invalid > 0 ? ", \(invalid) line\(invalid == 1 ? " was" : "s were") not an event" : "")")
         if failed > 0 || invalid > 0 { throw ExitCode(1) }

@@ -82,7 +82,7 @@ struct QuarantineCommand: ParsableCommand {
                 let rules = ((row["violations"] as? [[String: Any]]) ?? []).compactMap { $0["rule"] as? String }
                 print("\(row["id"]!)  \(DeadLetterCommand.List.time(row["quarantined_at"] as? Int ?? 0))  \(row["type"] ?? "?") \"\(row["name"] ?? "")\"  \(count) violation\(count == 1 ? "" : "s") (\(Set(rules).sorted().joined(separator: ", ")))")
             }
-            print("\(rows.count) quarantined events")
+            print("\(rows.count) quarantined event\(rows.count == 1 ? "" : "s")")
         }
     }
 

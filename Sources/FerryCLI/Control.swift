@@ -76,24 +76,35 @@ struct ChangeOptions: ParsableArguments {
     var json = false
 }
 
-/// Errors the CLI reports to people.
-enum CLIError: Error, CustomStringConvertible {
+/// Errors the CLI reports to people; each has its row in ``ExitStatus``.
+package enum CLIError: Error, CustomStringConvertible {
     case notRunning(String)
     case refused(String, valid: [String])
+    /// The agent's access policy refused this caller (the message says so: "access denied: …").
+    case accessDenied(String)
     case message(String)
 
     /// The CLI form of a client-library error.
-    init(_ error: any Error, runtimeDirectory: String) {
+    package init(_ error: any Error, runtimeDirectory: String) {
         switch error {
         case let error as FerryClientError where error.code == .agentNotRunning: self = .notRunning(runtimeDirectory)
         case let error as FerryClientError where error.code == .refused: self = .refused(error.message, valid: error.valid)
-        case let error as FerryClientError where error.code == .accessDenied: self = .refused(error.message, valid: [])
+        case let error as FerryClientError where error.code == .accessDenied: self = .accessDenied(error.message)
         case let error as CLIError: self = error
         default: self = .message("\(error)")
         }
     }
 
-    var description: String {
+    /// The status `ferry` exits with for this error.
+    package var exitStatus: ExitStatus {
+        switch self {
+        case .notRunning: .notRunning
+        case .accessDenied: .accessDenied
+        case .refused, .message: .failure
+        }
+    }
+
+    package var description: String {
         switch self {
         case .notRunning(let directory):
             "ferryd is not running (no answer on ipc://\(directory)/control). Start it with `ferryd`, or point --runtime-dir / FERRY_RUNTIME_DIR at the agent's runtime directory."
@@ -101,8 +112,8 @@ enum CLIError: Error, CustomStringConvertible {
             "the agent refused: \(message)"
         case .refused(let message, let valid):
             "the agent refused: \(message)\nvalid: \(valid.joined(separator: ", "))"
-        case .message(let text):
-            text
+        case .accessDenied(let message), .message(let message):
+            message
         }
     }
 }

@@ -9,9 +9,10 @@ struct Emit: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Send one event, or one per JSON line on standard input.",
         discussion: """
-            ferry emit always waits (up to --timeout) until the agent has acked the events. With \
-            --wait it prints `accepted=N duplicate=N rejected=N` (and `quarantined=N`, `blocked=N`, `suppressed=N`, \
-            `invalid=N`, `unacknowledged=N` when not zero). Blocked and suppressed events are acked \
+            ferry emit always waits (up to --timeout) until the agent has acked the events. Without \
+            --stdin, when no agent answers it exits 2 at once. With \
+            --wait it prints `accepted=N duplicate=N rejected=N` (and `held=N`, `quarantined=N`, `blocked=N`, `suppressed=N`, \
+            `invalid=N`, `unacknowledged=N` when not zero). Held, blocked and suppressed events are acked \
             by the consent state; they are not errors.
 
             --stdin reads one JSON object per line, sending each line as soon as it arrives (so \
@@ -28,7 +29,8 @@ struct Emit: AsyncParsableCommand {
             (app, device, locale …). identify, group and alias events need no NAME ("name" may be \
             left out of a --stdin line of those types).
 
-            Every line gets an outcome: accepted, quarantined (acked with reason quarantined: it \
+            Every line gets an outcome: accepted, held (stored, held until consent for its category \
+            is decided), quarantined (acked with reason quarantined: it \
             breaks the tracking plan and is kept in the agent's quarantine, not delivered until \
             released), duplicate, blocked, suppressed, rejected (by the agent, with a reason), \
             invalid (not sent: the line is not a valid event) or unacknowledged (no ack before \
@@ -43,8 +45,8 @@ struct Emit: AsyncParsableCommand {
             "reason":"quarantined"), then one summary object \
             {"summary":{"accepted":N,…},"exitCode":N}.
 
-            Exit status: 0 every line acked (accepted, quarantined, duplicate, blocked or suppressed); 2 some \
-            line unacknowledged (timeout, agent unreachable); 65 some line invalid; 1 some line \
+            Exit status: 0 every line acked (accepted, held, quarantined, duplicate, blocked or suppressed); 2 no \
+            agent answers (the event of the command line), or some line unacknowledged (timeout, agent unreachable); 65 some line invalid; 1 some line \
             rejected by the agent; 74 standard input could not be read (the first that applies, in \
             this order); 64 bad arguments.
             """
@@ -139,6 +141,11 @@ struct Emit: AsyncParsableCommand {
     func run() async throws {
         let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
         let single = try stdin ? nil : singleEvent()
+        // One event and no agent: say so at once, as the control commands do (not after
+        // --timeout). A --stdin stream waits for the agent instead (reading pauses while it is
+        // away: `tail -f app.log | ferry emit --stdin` outlives a restart), and an agent that
+        // goes away later is waited for: its events are reported unacknowledged.
+        if single != nil, !Control.isRunning(runtimeDirectory: runtime) { throw CLIError.notRunning(runtime) }
         var logger = Logger(label: "ferry")
         logger.logLevel = .warning
         let client = try FerryClient(configuration: .init(source: source, runtimeDirectory: runtime), logger: logger)
@@ -205,21 +212,12 @@ struct Emit: AsyncParsableCommand {
     /// Prints the summary and ends with the documented exit status.
     private func finish(_ reporter: EmitReporter, runtime: String, readError: (any Error)?) throws {
         let count = reporter.count
-        let exitCode: Int32 =
-            count(.unacknowledged) > 0 ? 2
-            : count(.invalid) > 0 ? 65
-            : count(.rejected) > 0 ? 1
-            : readError != nil ? 74
-            : 0
+        let exitCode = LineOutcome.exitStatus(count, readFailed: readError != nil).rawValue
         if json {
             let fields = LineOutcome.Status.allCases.map { "\"\($0.rawValue)\":\(count($0))" }.joined(separator: ",")
             print("{\"summary\":{\(fields)},\"exitCode\":\(exitCode)}")
         } else if wait || count(.unacknowledged) > 0 {
-            var line = "accepted=\(count(.accepted)) duplicate=\(count(.duplicate)) rejected=\(count(.rejected))"
-            for status in [LineOutcome.Status.quarantined, .blocked, .suppressed, .invalid, .unacknowledged] where count(status) > 0 {
-                line += " \(status.rawValue)=\(count(status))"
-            }
-            print(line)
+            print(LineOutcome.summaryLine(count))
         }
         if let readError {
             FileHandle.standardError.write(Data("ferry emit: stopped reading at an error: \(readError)\n".utf8))

@@ -98,7 +98,7 @@ struct DeadLetterCommand: ParsableCommand {
                     print("\(row["sink"]!)  \(row["id"]!)  \(Self.time(row["created_at"] as? Int ?? 0))  \(row["events"]!) events  \(row["reason"]!)\(status): \(row["error"]!)")
                 }
             }
-            print("\(rows.count) dead letters")
+            print("\(rows.count) dead letter\(rows.count == 1 ? "" : "s")")
         }
 
         static func time(_ ms: Int) -> String {
@@ -162,8 +162,14 @@ struct DeadLetterCommand: ParsableCommand {
         func run() throws {
             guard DeadLetterStore.isValidID(id) else { throw ValidationError("'\(id)' is not a dead-letter id") }
             let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
-            let reply = try Control.request(.deadLetterReplay(id: id, sink: sink), runtimeDirectory: runtime,
+            let reply: FerryControl.Reply
+            do {
+                reply = try Control.request(.deadLetterReplay(id: id, sink: sink), runtimeDirectory: runtime,
                                             timeout: .milliseconds(Int(timeout * 1000)))
+            } catch CLIError.refused(let message, _) {
+                // The agent answered; the sink (or its upstream) is who failed, and says so.
+                throw CLIError.message("replay of \(id) failed: \(message)")
+            }
             if json {
                 print(reply.text)
             } else {

@@ -46,6 +46,11 @@ struct Status: ParsableCommand {
         print("ferryd pid \(status.pid), up \(status.uptimeMilliseconds / 1000) s")
         print("  runtime dir   \(status.runtimeDirectory)")
         print("  data dir      \(status.dataDirectory)")
+        print("ingest")
+        print("  zeromq        \(FerryPaths.ingestEndpoint(status.runtimeDirectory))")
+        for (name, address) in (status.ingestAddresses ?? [:]).sorted(by: { $0.key > $1.key }) where !address.isEmpty {
+            print("  http \(name.padding(toLength: 9, withPad: " ", startingAt: 0))\(address)")
+        }
         print("queue")
         print("  events        \(queue.events)")
         print("  bytes         \(queue.bytes) in \(queue.segments) segments")

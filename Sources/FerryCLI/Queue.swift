@@ -17,8 +17,10 @@ struct Queue: ParsableCommand {
             discussion: "Read-only; safe while ferryd runs. Exit status 1 if any damage was found."
         )
 
-        @Option(name: .long, help: "Data directory. Default: $XDG_STATE_HOME/ferry or ~/.local/state/ferry.")
+        @Option(name: .long, help: "Data directory. Default: the running agent's (asked over the control socket, as deadletter does); with no agent, $XDG_STATE_HOME/ferry or ~/.local/state/ferry.")
         var dataDir: String?
+
+        @OptionGroup var agent: AgentOptions
 
         @Flag(name: .long, help: "Also print one line per event.")
         var events = false
@@ -27,7 +29,7 @@ struct Queue: ParsableCommand {
         var json = false
 
         func run() throws {
-            let data = dataDir ?? FerryPaths.dataDirectory()
+            let data = try Control.dataDirectory(explicit: dataDir, runtimeDirectory: agent.runtimeDirectory)
             let segmentsDir = data + "/segments"
             guard FileManager.default.fileExists(atPath: data) else {
                 throw CLIError.message("no data directory at \(data) (pass --data-dir)")

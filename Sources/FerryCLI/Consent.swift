@@ -361,6 +361,9 @@ struct ForgetUser: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "user",
         abstract: "Erase every pending and held event of one user and request its erasure upstream (right to erasure).",
+        // The subcommand's name is never typed (it is the default): usage errors show the form
+        // the docs use.
+        usage: "ferry forget --user <user> [--actor <actor>] [--json] [--runtime-dir <runtime-dir>]",
         discussion: "The request is sent to every sink that delivered the user's events; see `ferry forget status`."
     )
 

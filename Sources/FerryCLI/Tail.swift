@@ -8,8 +8,9 @@ import ZeroMQ
 struct Tail: ParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Watch the agent's event bus live (no replay of earlier messages).",
-        discussion: "Topics: accepted, delivered, dropped, rejected, blocked, suppressed, held, quarantined, purged, consent, circuit, lost (see docs/PROTOCOL.md). Without --topic, all of them."
+        discussion: "Topics: \(BusTopics.names.joined(separator: ", ")) (see docs/PROTOCOL.md). Without --topic, all of them."
     )
+
 
     @Option(name: .customLong("topic"), help: "Only this topic (prefix match). Repeatable.")
     var topics: [String] = []
@@ -20,7 +21,7 @@ struct Tail: ParsableCommand {
     @Option(name: .long, help: "Exit after this many messages.")
     var count: Int?
 
-    @Option(name: .long, help: "Exit with status 3 if this many seconds pass without a message.")
+    @Option(name: .long, help: "Exit with status 75 if this many seconds pass without a message.")
     var idleTimeout: Double?
 
     @Option(name: .long, help: "Only events sent by this uid (the kernel's word: the event's origin).")
@@ -34,6 +35,7 @@ struct Tail: ParsableCommand {
     func validate() throws {
         if let count, count <= 0 { throw ValidationError("--count must be positive") }
         if let unit, unit.isEmpty { throw ValidationError("--unit must not be empty") }
+        try BusTopics.check(topics)
     }
 
     func run() throws {
@@ -45,7 +47,7 @@ struct Tail: ParsableCommand {
         let reply = try Control.request(.whoami(), runtimeDirectory: runtime, timeout: .seconds(1))
         let who = try Control.decode(WhoAmIReply.self, from: reply)
         if !who.events {
-            throw CLIError.message("access denied: uid \(who.uid.map(String.init) ?? "?") may not subscribe to the event bus of the agent in \(runtime) (its \"access.events\" policy)")
+            throw CLIError.accessDenied("access denied: uid \(who.uid.map(String.init) ?? "?") may not subscribe to the event bus of the agent in \(runtime) (its \"access.events\" policy)")
         }
         let context = try ZMQContext()
         defer { context.terminate() }
@@ -62,7 +64,7 @@ struct Tail: ParsableCommand {
         while count.map({ seen < $0 }) ?? true {
             let timeout = idleTimeout.map { Duration.milliseconds(Int($0 * 1000)) }
             let ready = try ZMQPoller.poll([.socket(socket, .readable)], timeout: timeout)
-            guard ready[0].contains(.readable) else { throw ExitCode(3) }
+            guard ready[0].contains(.readable) else { throw ExitCode(ExitStatus.timedOut.rawValue) }
             guard let message = try socket.receive(dontWait: true), message.count == 2 else { continue }
             if (uid != nil || unit != nil) && !matchesOrigin(message[1]) { continue }
             seen += 1
@@ -109,5 +111,23 @@ struct Tail: ParsableCommand {
             }
         }
         return parts.joined(separator: " ")
+    }
+}
+
+/// The event bus's topics as `ferry tail` knows them (the agent's `BusTopic`; FerryCLITests
+/// checks they agree).
+package enum BusTopics {
+    /// Every topic, in docs/PROTOCOL.md's order.
+    package static let names = [
+        "accepted", "delivered", "dropped", "rejected", "blocked", "suppressed", "held", "quarantined", "purged", "consent",
+        "circuit", "lost",
+    ]
+
+    /// Each `--topic` must be a prefix of some topic (a subscription is a prefix match): one that
+    /// matches none would wait in silence for ever. Throws the usage error naming the valid ones.
+    package static func check(_ topics: [String]) throws {
+        for topic in topics where !names.contains(where: { $0.hasPrefix(topic) }) {
+            throw ValidationError("unknown --topic '\(topic)'; valid: \(names.joined(separator: ", ")) (or a prefix of one)")
+        }
     }
 }

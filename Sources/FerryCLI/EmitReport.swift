@@ -4,11 +4,14 @@ import Foundation
 import Synchronization
 
 /// What became of one input line of `ferry emit --stdin` (or of the one event without it).
-struct LineOutcome: Sendable {
+package struct LineOutcome: Sendable, Equatable {
     /// The outcomes, as printed (`"status"` in `--json`).
-    enum Status: String, Sendable, CaseIterable {
+    package enum Status: String, Sendable, CaseIterable {
         /// Durable in the agent's queue.
         case accepted
+        /// Acked accepted with reason `held`: stored durably but held until consent for its
+        /// category is decided (the `hold` policy); delivered once granted, erased if denied.
+        case held
         /// Acked accepted with reason `quarantined`: it breaks the host's tracking plan and is kept
         /// durably in the agent's quarantine, not delivered until released (`ferry quarantine`).
         /// Acked: a re-send would not help.
@@ -27,21 +30,22 @@ struct LineOutcome: Sendable {
         case unacknowledged
     }
 
-    var status: Status
+    package var status: Status
     /// The event's id, once the agent acked it.
-    var id: EventID?
+    package var id: EventID?
     /// The reject reason, or why the line is invalid.
-    var detail: String?
+    package var detail: String?
 
-    init(status: Status, id: EventID? = nil, detail: String? = nil) {
+    package init(status: Status, id: EventID? = nil, detail: String? = nil) {
         self.status = status
         self.id = id
         self.detail = detail
     }
 
     /// The outcome of a receipt from the client library.
-    init(_ receipt: Receipt) {
+    package init(_ receipt: Receipt) {
         switch receipt.status {
+        case .accepted where receipt.reason == .held: self.init(status: .held, id: receipt.id, detail: Self.reason(receipt))
         case .accepted where receipt.reason == .quarantined: self.init(status: .quarantined, id: receipt.id, detail: Self.reason(receipt))
         case .accepted: self.init(status: .accepted, id: receipt.id)
         // Blocked and suppressed lines (and a once-key duplicate) say why, when the agent does.
@@ -63,6 +67,26 @@ struct LineOutcome: Sendable {
 
     /// An invalid input line.
     static func invalid(_ error: String) -> Self { .init(status: .invalid, detail: error) }
+
+    /// The run's exit status from its outcomes' counts: the first that applies of unacknowledged
+    /// (not running), invalid, rejected (failure), an unreadable input; else success.
+    package static func exitStatus(_ count: (LineOutcome.Status) -> Int, readFailed: Bool) -> ExitStatus {
+        count(.unacknowledged) > 0 ? .notRunning
+            : count(.invalid) > 0 ? .invalidInput
+            : count(.rejected) > 0 ? .failure
+            : readFailed ? .unreadableInput
+            : .success
+    }
+
+    /// `accepted=N duplicate=N rejected=N`, then each other outcome that is not zero (`held=N`,
+    /// `quarantined=N`, …) in the order of ``LineOutcome/Status``.
+    package static func summaryLine(_ count: (LineOutcome.Status) -> Int) -> String {
+        var line = "accepted=\(count(.accepted)) duplicate=\(count(.duplicate)) rejected=\(count(.rejected))"
+        for status in LineOutcome.Status.allCases where ![.accepted, .duplicate, .rejected].contains(status) && count(status) > 0 {
+            line += " \(status.rawValue)=\(count(status))"
+        }
+        return line
+    }
 }
 
 /// Prints each line's outcome in input order as soon as it and every line before it are known
@@ -154,7 +178,7 @@ final class EmitReporter: Sendable {
     private static func textLine(line: Int?, _ outcome: LineOutcome) -> String? {
         let what = line.map { "stdin line \($0)" } ?? "the event"
         switch outcome.status {
-        case .accepted, .duplicate, .blocked, .suppressed:
+        case .accepted, .held, .duplicate, .blocked, .suppressed:
             return nil
         case .quarantined:
             return "ferry emit: \(what): quarantined (it breaks the tracking plan; kept, not delivered until released: see `ferry quarantine list`)\n"
