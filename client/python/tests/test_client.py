@@ -329,6 +329,14 @@ def _ids(frames):
     return [uuid.UUID(bytes=bytes(f[:16])) for f in frames]
 
 
+def _connect(client, router):
+    """An awaited send, answered: the client is connected to `router` afterwards."""
+    sender = threading.Thread(target=lambda: client.send(ferry.Event(name="connect"), timeout=30))
+    sender.start()
+    ack_all(router, *_receive(router))
+    sender.join(30)
+
+
 def test_the_send_delay_is_5_ms_by_default(workdir, make_client):
     """Kafka's linger.ms default since 4.0, as the Swift client's sendDelay."""
     assert make_client(source="default", runtime_dir=workdir).send_delay == 0.005
@@ -378,11 +386,7 @@ def test_send_does_not_wait_for_the_send_delay(workdir, make_client):
 def test_close_does_not_wait_for_the_send_delay_and_loses_nothing_queued_within_it(workdir, make_client):
     with scripted_agent(workdir) as router:
         client = make_client(source="close", runtime_dir=workdir, resend_after=600.0, send_delay=600.0)
-        # Connected first (an awaited send), so the last pass has an agent to send to.
-        sender = threading.Thread(target=lambda: client.send(ferry.Event(name="connect"), timeout=30))
-        sender.start()
-        ack_all(router, *_receive(router))
-        sender.join(30)
+        _connect(client, router)  # so that the last pass has an agent to send to
         receipts = []
         waiting = [client.enqueue(ferry.Event(name="waiting-%d" % i), receipts.append) for i in range(5)]
         assert not router.poll(100), "the five wait for the delay"
@@ -395,10 +399,7 @@ def test_close_does_not_wait_for_the_send_delay_and_loses_nothing_queued_within_
 def test_with_no_send_delay_track_sends_at_once_from_the_calling_thread(workdir, make_client):
     with scripted_agent(workdir) as router:
         client = make_client(source="at-once", runtime_dir=workdir, resend_after=600.0, send_delay=0)
-        sender = threading.Thread(target=lambda: client.send(ferry.Event(name="connect"), timeout=30))
-        sender.start()
-        ack_all(router, *_receive(router))
-        sender.join(30)
+        _connect(client, router)
         for i in range(5):
             event_id = client.track("at-once-%d" % i)
             message = _receive(router)  # no flush, no close: it goes by itself
