@@ -193,7 +193,7 @@ extension Report {
             out.append("| run | ingest events/s | drain events/s | events | drain ÷ ingest |")
             out.append("|---|---|---|---|---|")
             for (i, run) in (fill["runs"] as? [[String: Any]] ?? []).enumerated() {
-                out.append("| \(i + 1) | \(n(run["ingest_rate"])) | \(n(run["drain_rate"])) | \(run["events"] ?? "") | \(r(run["ratio"])) |")
+                out.append("| \(i + 1) | \(n(run["ingest_rate"])) | \(n(run["drain_rate"])) | \(n((run["events"] as? Int).map(Double.init))) | \(r(run["ratio"])) |")
             }
         }
         if let maximum = summary["sustain_same_client_maximum"] as? [String: Any] {
