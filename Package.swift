@@ -34,6 +34,9 @@ let package = Package(
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
         .package(url: "https://github.com/apple/swift-metrics", from: "2.13.0"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        // SHA-256 and HMAC-SHA-256 (the redaction key, the HTTP API's write keys, the audit chain,
+        // once-keys). Already in the graph through async-http-client (swift-certificates).
+        .package(url: "https://github.com/apple/swift-crypto", "3.12.3"..<"5.0.0"),
     ],
     targets: [
         // C module: libzmq from the system (Debian: libzmq3-dev).
@@ -67,8 +70,8 @@ let package = Package(
         .target(name: "FerryProtocol", dependencies: ["CFerryCRC32C"]),
         // Data quality at the edge: tracking plans (a JSON Schema subset compiled once), PII
         // redaction (paths, detectors, HMAC), the gate that judges one event. Pure: no I/O but
-        // loading its files, no threads.
-        .target(name: "FerryQuality", dependencies: ["FerryProtocol"]),
+        // loading its files, no threads. HMAC-SHA-256 is swift-crypto's (constant-time in the key).
+        .target(name: "FerryQuality", dependencies: ["FerryProtocol", .product(name: "Crypto", package: "swift-crypto")]),
         // The thread runtime our targets share (package access): dedicated threads, the inbox
         // between threads, the executor for blocking file I/O, the wake pipe, the async signal.
         .target(name: "FerryThreads"),
@@ -103,6 +106,7 @@ let package = Package(
             dependencies: [
                 "ZeroMQ", "FerryPeer", "FerryProtocol", "FerryQuality", "FerryStorage", "FerryThreads",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -156,6 +160,7 @@ let package = Package(
             name: "FerryHTTPIngest",
             dependencies: [
                 "FerryAgent", "FerryPeer", "FerryProtocol", "FerryStorage", "CZlib",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -231,7 +236,10 @@ let package = Package(
         .testTarget(name: "ZeroMQTests", dependencies: ["ZeroMQ", "FerryPeer"]),
         .testTarget(name: "NATSTests", dependencies: ["NATS", "FerryTestKit", "FerryIntegrationKit"]),
         .testTarget(name: "FerryProtocolTests", dependencies: ["FerryProtocol", "FerryMetricSamples"]),
-        .testTarget(name: "FerryQualityTests", dependencies: ["FerryQuality", "FerryProtocol"]),
+        .testTarget(
+            name: "FerryQualityTests",
+            dependencies: ["FerryQuality", "FerryProtocol", .product(name: "Crypto", package: "swift-crypto")]
+        ),
         .testTarget(name: "FerryThreadsTests", dependencies: ["FerryThreads"]),
         // Only the small kit: no NIO, NATS or AsyncHTTPClient in this build.
         .testTarget(name: "FerryStorageTests", dependencies: ["FerryStorage", "FerryProtocol", "FerryTestKit"]),

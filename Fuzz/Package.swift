@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
 // The libFuzzer targets for the agent's configuration loader, the tracking plan and redact table
-// parsers and the in-place judgement of events (FerryQuality). A package of its own (as
+// parsers, the in-place judgement of events and the plans' regex (FerryQuality). A package of its own (as
 // swift-protobuf's FuzzTesting) so that `swift build --sanitize fuzzer` instruments FerryAgent and
 // what it links without changing Ferry's own build. scripts/fuzz builds and runs it:
 //
@@ -31,6 +31,13 @@ let package = Package(
             name: "FuzzJudge",
             dependencies: [.product(name: "FerryQuality", package: "Ferry"), .product(name: "FerryProtocol", package: "Ferry")],
             path: "FuzzJudge",
+            swiftSettings: [.unsafeFlags(["-parse-as-library"])]
+        ),
+        // LLVMFuzzerTestOneInput over the tracking plans' regex against Python's re (a child process).
+        .executableTarget(
+            name: "FuzzRegex",
+            dependencies: [.product(name: "FerryQuality", package: "Ferry")],
+            path: "FuzzRegex",
             swiftSettings: [.unsafeFlags(["-parse-as-library"])]
         ),
         // LLVMFuzzerTestOneInput over RedactionConfiguration(json:) and redacting with what compiles.

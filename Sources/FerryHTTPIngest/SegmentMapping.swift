@@ -1,3 +1,4 @@
+import Crypto
 import FerryProtocol
 
 /// The endpoints of the tracking API: `/v1/batch` and one per message type.
@@ -127,7 +128,7 @@ package enum SegmentMapping {
         input += Array(writeKey.utf8)
         input.append(0)
         input += Array(messageID.utf8)
-        let digest = SHA256.hash(input)
+        let digest = Array(SHA256.hash(data: input))
         var high = digest[0..<8].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         var low = digest[8..<16].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
         high = high & ~0xF000 | 0x8000

@@ -47,27 +47,18 @@ public struct AuditEntry: Sendable, Hashable, Codable {
         self.hash = hash
     }
 
-    /// Creates the next entry of a chain: ``hash`` is computed (``expectedHash``).
-    package init(
-        seq: Int, at: Int64, uid: Int?, pid: Int?, process: String?, actor: String?,
-        change: String, old: String, new: String, prev: String
-    ) {
-        self.init(seq: seq, at: at, uid: uid, pid: pid, process: process, actor: actor,
-                  change: change, old: old, new: new, prev: prev, hash: "")
-        hash = expectedHash
-    }
-
     /// The `prev` of the first entry: 64 zeros.
     package static let genesis = String(repeating: "0", count: 64)
 
-    /// The hash this entry must carry: SHA-256 (hex) over its fields joined by U+001F, absent
-    /// fields as empty text.
-    package var expectedHash: String {
+    /// What this entry's hash is computed over: its fields joined by U+001F, absent fields as
+    /// empty text (the agent hashes it with SHA-256 and verifies the chain: FerryAgent's
+    /// `AuditLog`).
+    package var hashedText: [UInt8] {
         let fields = [
             String(seq), String(at), uid.map { String($0) } ?? "", pid.map { String($0) } ?? "",
             process ?? "", actor ?? "", change, old, new, prev,
         ]
-        return SHA256.hexHash(Array(fields.joined(separator: "\u{1F}").utf8))
+        return Array(fields.joined(separator: "\u{1F}").utf8)
     }
 
     private enum CodingKeys: String, CodingKey {

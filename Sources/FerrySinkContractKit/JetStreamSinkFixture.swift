@@ -32,6 +32,10 @@ public struct JetStreamSinkFixture: SinkFixture {
         self.eventsPerMessage = eventsPerMessage
     }
 
+    public var missingDependency: String? {
+        NATSServerProcess.isAvailable ? nil : "needs nats-server (scripts/install-deps, or NATS_SERVER)"
+    }
+
     public func makeUpstream(in directory: TemporaryDirectory) async throws -> any SinkUpstream {
         let server = try NATSServerProcess(in: directory)
         do {

@@ -21,6 +21,16 @@ public protocol SinkFixture: Sendable {
     var faults: [SinkFault] { get }
     /// Starts the upstream for one test, its files under `directory`.
     func makeUpstream(in directory: TemporaryDirectory) async throws -> any SinkUpstream
+    /// What this machine lacks to run the upstream (`"needs nats-server (scripts/install-deps)"`),
+    /// nil when it has it. A fixture gates on its own dependency only: the contract suite runs
+    /// every fixture whose dependency is there (``Array/runnable``) and names the others.
+    var missingDependency: String? { get }
+}
+
+extension SinkFixture {
+    /// Nothing beyond `ferryd` and this process (the file sink's directory, an in-process HTTP
+    /// server).
+    public var missingDependency: String? { nil }
 }
 
 /// The real upstream one test's sink delivers to (a directory, an HTTP server, a nats-server).
@@ -136,6 +146,9 @@ public struct SinkCase<Detail: Sendable & CustomStringConvertible>: Sendable, Cu
 }
 
 extension Array where Element == any SinkFixture {
+    /// The fixtures whose upstream this machine can run (``SinkFixture/missingDependency`` nil).
+    public var runnable: [any SinkFixture] { filter { $0.missingDependency == nil } }
+
     /// Every fixture with every crash point it reaches (the delivery loop's and its own).
     public var crashCases: [SinkCase<String>] {
         flatMap { fixture in (SinkContract.deliveryCrashPoints + fixture.crashPoints).map { SinkCase(fixture, $0) } }

@@ -73,13 +73,13 @@ struct ErasureTests {
     }
 
     @Test("the outbox never keeps a request for no sink")
-    func noSinkNoRequest() {
-        let scratch = try? ScratchDirectory(short: true)
-        defer { scratch?.remove() }
-        guard let scratch else { return }
-        let outbox = try? ErasureOutbox(path: scratch.appending("outbox.json"), sinks: [])
-        #expect((try? outbox?.add(SinkErasure(id: "x", userID: "u", requestedAt: 1), sinks: [])) == false)
-        #expect(outbox?.statuses.isEmpty == true)
+    func noSinkNoRequest() throws {
+        // A set-up that fails (no scratch directory, no outbox) fails the test: it proves nothing.
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let outbox = try ErasureOutbox(path: scratch.appending("outbox.json"), sinks: [])
+        #expect(try outbox.add(SinkErasure(id: "x", userID: "u", requestedAt: 1), sinks: []) == false)
+        #expect(outbox.statuses.isEmpty)
     }
 
     @Test("forget: retried across an unreachable upstream, then sent; not supported fails for good; both audited; survives a restart")

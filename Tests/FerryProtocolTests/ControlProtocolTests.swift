@@ -276,17 +276,19 @@ struct ControlProtocolTests {
         #expect(try Self.object(JSONEncoder().encode(log))["problem"] == nil)
     }
 
-    @Test("audit entries: hashes of the chain as the agent has always computed them, optional fields absent when unknown")
+    @Test("audit entries: what the chain hashes, optional fields absent when unknown")
     func auditEntries() throws {
         let actor = "settings-ui/ops \u{1}\t\"ß😀\u{2028}"
+        // The hashes the agent computes (FerryAgentTests' AuditLogBytesTests; Python's hashlib
+        // gives the same) over the fields joined by U+001F.
         let first = AuditEntry(seq: 1, at: 1_700_000_000_000, uid: 1000, pid: 4242, process: "ferry", actor: actor,
-                               change: "consent.analytics", old: #""undetermined""#, new: #""granted""#, prev: AuditEntry.genesis)
-        // SHA-256 over the fields joined by U+001F (computed independently, with Python's hashlib).
-        #expect(first.hash == "78f0e5e1b7b6209497f5620f8fe6ffbbebee0d4690c5ea5f66bd2dec78411c6f")
+                               change: "consent.analytics", old: #""undetermined""#, new: #""granted""#, prev: AuditEntry.genesis,
+                               hash: "78f0e5e1b7b6209497f5620f8fe6ffbbebee0d4690c5ea5f66bd2dec78411c6f")
+        #expect(first.hashedText == Array("1\u{1F}1700000000000\u{1F}1000\u{1F}4242\u{1F}ferry\u{1F}\(actor)\u{1F}consent.analytics\u{1F}\"undetermined\"\u{1F}\"granted\"\u{1F}\(AuditEntry.genesis)".utf8))
         let second = AuditEntry(seq: 2, at: 1_700_000_001_500, uid: 0, pid: 1, process: "ferryd", actor: nil,
-                                change: "purge", old: "null", new: #"{"category":"*"}"#, prev: first.hash)
-        #expect(second.hash == "19fc64b87ddfdbef571ef545c43e503965c489124d08dcde955e8c4c1bc518ff")
-        #expect(second.expectedHash == second.hash)
+                                change: "purge", old: "null", new: #"{"category":"*"}"#, prev: first.hash,
+                                hash: "19fc64b87ddfdbef571ef545c43e503965c489124d08dcde955e8c4c1bc518ff")
+        #expect(second.hashedText == Array("2\u{1F}1700000001500\u{1F}0\u{1F}1\u{1F}ferryd\u{1F}\u{1F}purge\u{1F}null\u{1F}{\"category\":\"*\"}\u{1F}\(first.hash)".utf8))
         for entry in [first, second] { #expect(try Self.roundTrip(entry) == entry) }
         let object = try Self.object(JSONEncoder().encode(second))
         #expect(Set(object.allKeys as! [String]) == ["seq", "at", "uid", "pid", "process", "change", "old", "new", "prev", "hash"])

@@ -294,7 +294,8 @@ enum ProtocolVectors {
             clientEventsLost: [:])
         let entries = [
             AuditEntry(seq: 1, at: 1_700_000_000_000, uid: 1000, pid: 4242, process: "ferry", actor: "settings-ui",
-                       change: "consent.analytics", old: "\"undetermined\"", new: "\"granted\"", prev: AuditEntry.genesis),
+                       change: "consent.analytics", old: "\"undetermined\"", new: "\"granted\"", prev: AuditEntry.genesis,
+                       hash: "351c2efbe897a27fdd6dbe7392e081b4065bb0a2931b3cef36147e96eea5c6ec"),
         ]
         let purged = ConsentUpdate(consent: consent, purged: PurgeReport(queued: 7, held: 2))
         let replies: [(String, String, any Encodable)] = [

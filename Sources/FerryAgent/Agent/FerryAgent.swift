@@ -356,11 +356,16 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         ) { [control] request, peer, reply in
             control.handle(request, peer: peer, reply: reply)
         }
-        let worker = workerBox.take()
-        let heldLog = worker.heldLog
         let recoveredSessions = recovered.sessions
-        let sessions = try await io.run { try AgentStartup.completeSessions(recoveredSessions, heldLog: heldLog) }
-        try pipeline.start(dedup: dedup, sessions: sessions, consent: worker)
+        // The commit thread's log writer opens the active segment (on a first start creates it,
+        // writes its header and fsyncs the directory): file work, done here and never on the
+        // cooperative pool, where an fsync behind other processes' syncs held up every task of
+        // the process (FAULTS.md, "Bugs the suites found").
+        try await io.run {
+            let worker = workerBox.take()
+            let sessions = try AgentStartup.completeSessions(recoveredSessions, heldLog: worker.heldLog)
+            try pipeline.start(dedup: dedup, sessions: sessions, consent: worker)
+        }
         // The other ingest paths are bound before the ZeroMQ sockets: once `status` answers,
         // every path is served.
         var started: [any IngestPath] = []

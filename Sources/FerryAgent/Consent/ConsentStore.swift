@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Crypto
 import FerryProtocol
 import FerryStorage
 import Foundation
@@ -55,7 +56,21 @@ extension AuditEntry {
     /// `prev`; its hash is computed.
     init(seq: Int, at: UInt64, who: ConsentActor, change: String, old: String, new: String, prev: String) {
         self.init(seq: seq, at: Int64(at), uid: who.uid.map { Int($0) }, pid: who.pid.map { Int($0) },
-                  process: who.process, actor: who.actor, change: change, old: old, new: new, prev: prev)
+                  process: who.process, actor: who.actor, change: change, old: old, new: new, prev: prev, hash: "")
+        hash = expectedHash
+    }
+
+    /// The hash this entry must carry: the SHA-256 (lower-case hex) of its ``hashedText``. Nothing
+    /// secret goes through it; swift-crypto's SHA-256, as everywhere in Ferry.
+    var expectedHash: String {
+        let digits: StaticString = "0123456789abcdef"
+        var text: [UInt8] = []
+        text.reserveCapacity(64)
+        for byte in SHA256.hash(data: hashedText) {
+            text.append(digits.utf8Start[Int(byte >> 4)])
+            text.append(digits.utf8Start[Int(byte & 0xF)])
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// The entry's line in the audit log, newline included: the JSON object with its keys sorted,

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Crypto
 import FerryProtocol
 import FerryStorage
 
@@ -19,7 +20,7 @@ final class OnceKeyStore {
         var low: UInt64
 
         init(key: String) {
-            let digest = SHA256.hash(Array(key.utf8))
+            let digest = Array(SHA256.hash(data: Array(key.utf8)))
             high = digest[0..<8].reduce(0) { $0 << 8 | UInt64($1) }
             low = digest[8..<16].reduce(0) { $0 << 8 | UInt64($1) }
         }

@@ -1,0 +1,1 @@
+../../Tests/FerryQualityTests/RegexReference.swift
