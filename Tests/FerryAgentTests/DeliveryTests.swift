@@ -90,6 +90,26 @@ struct DeliveryTests {
         try await running.stop()
     }
 
+    @Test("each sink's delivery loop runs on the sink's own thread: every attempt, retries included, is made there")
+    func loopRunsOnTheSinkThread() async throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        let first = ScriptedSink(name: "first"), second = ScriptedSink(name: "second", mode: .fail(SinkError(.retry(after: nil), "down")))
+        let configuration = multiSinkConfiguration(scratch, [
+            scriptedSinkConfiguration("first", scratch, batch: .init(maxEvents: 1, maxBytes: 1 << 20, maxWaitMilliseconds: 0)),
+            scriptedSinkConfiguration("second", scratch, batch: .init(maxEvents: 1, maxBytes: 1 << 20, maxWaitMilliseconds: 0)),
+        ])
+        let running = try await InProcessAgent(configuration, sinks: ["first": first, "second": second])
+        try await running.send(Events.frames(3))
+        try await waitUntil("three batches at the first sink") { first.batches.count == 3 }
+        try await waitUntil("the second sink retried") { second.attempts.count >= 2 }
+        second.set(.accept)
+        try await waitUntil("three batches at the second sink") { second.batches.count == 3 }
+        try await running.stop()
+        #expect(Set(first.threads) == ["ferry-sink-first"], "\(first.threads)")
+        #expect(Set(second.threads) == ["ferry-sink-second"], "\(second.threads)")
+    }
+
     @Test("a segment file is deleted only after both sinks passed it")
     func segmentDeletedAfterBothSinks() async throws {
         let scratch = try ScratchDirectory(short: true)

@@ -47,6 +47,30 @@ struct FileSinkTests {
         #expect(Self.ids(try sinkLines(directory)) == (first + second).map(\.id.description))
     }
 
+    @Test("the sink keeps its file open between batches; a file moved away is left alone and the next batch goes where the path points")
+    func keepsItsFileOpen() async throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let directory = scratch.appending("delivered")
+        let sink = FileSink(directory: directory)
+        _ = try await sink.recover(checkpoint: nil)
+        let path = directory + "/" + FileSink.fileName(1), aside = directory + "/moved"
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([Events.make(1)])))
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([Events.make(2)])))
+        #expect(openDescriptorCount(of: path) == 1, "one descriptor for both batches")
+        #expect(Self.ids(try sinkLines(directory)) == [Events.make(1), Events.make(2)].map(\.id.description))
+
+        try FileManager.default.moveItem(atPath: path, toPath: aside)
+        let movedBytes = try readBytes(aside)
+        let third = Events.make(3)
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([third])))
+        #expect(try readBytes(aside) == movedBytes, "nothing written behind the path into the moved file")
+        #expect(String(decoding: try readBytes(path), as: UTF8.self).contains(third.id.description))
+        #expect(openDescriptorCount(of: aside) == 0 && openDescriptorCount(of: path) == 1)
+        try await sink.shutdown()
+        #expect(openDescriptorCount(of: path) == 0, "shutdown closes it")
+    }
+
     @Test("recovering from the initial checkpoint removes everything delivered after it")
     func recoverToInitialCheckpoint() async throws {
         let scratch = try ScratchDirectory()
