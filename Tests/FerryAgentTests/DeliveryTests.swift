@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 import Foundation
 @testable import FerryAgent
 import FerryIntegrationKit
@@ -94,20 +95,21 @@ struct DeliveryTests {
     func loopRunsOnTheSinkThread() async throws {
         let scratch = try ScratchDirectory(short: true)
         defer { scratch.remove() }
-        let first = ScriptedSink(name: "first"), second = ScriptedSink(name: "second", mode: .fail(SinkError(.retry(after: nil), "down")))
+        // Short names: an OS thread name holds 15 bytes (`ferry-sink-up`, `ferry-sink-down`).
+        let up = ScriptedSink(name: "up"), down = ScriptedSink(name: "down", mode: .fail(SinkError(.retry(after: nil), "down")))
         let configuration = multiSinkConfiguration(scratch, [
-            scriptedSinkConfiguration("first", scratch, batch: .init(maxEvents: 1, maxBytes: 1 << 20, maxWaitMilliseconds: 0)),
-            scriptedSinkConfiguration("second", scratch, batch: .init(maxEvents: 1, maxBytes: 1 << 20, maxWaitMilliseconds: 0)),
+            scriptedSinkConfiguration("up", scratch, batch: .init(maxEvents: 1, maxBytes: 1 << 20, maxWaitMilliseconds: 0)),
+            scriptedSinkConfiguration("down", scratch, batch: .init(maxEvents: 1, maxBytes: 1 << 20, maxWaitMilliseconds: 0)),
         ])
-        let running = try await InProcessAgent(configuration, sinks: ["first": first, "second": second])
+        let running = try await InProcessAgent(configuration, sinks: ["up": up, "down": down])
         try await running.send(Events.frames(3))
-        try await waitUntil("three batches at the first sink") { first.batches.count == 3 }
-        try await waitUntil("the second sink retried") { second.attempts.count >= 2 }
-        second.set(.accept)
-        try await waitUntil("three batches at the second sink") { second.batches.count == 3 }
+        try await waitUntil("three batches at the first sink") { up.batches.count == 3 }
+        try await waitUntil("the second sink retried") { down.attempts.count >= 2 }
+        down.set(.accept)
+        try await waitUntil("three batches at the second sink") { down.batches.count == 3 }
         try await running.stop()
-        #expect(Set(first.threads) == ["ferry-sink-first"], "\(first.threads)")
-        #expect(Set(second.threads) == ["ferry-sink-second"], "\(second.threads)")
+        #expect(Set(up.threads) == ["ferry-sink-up"], "\(up.threads)")
+        #expect(Set(down.threads) == ["ferry-sink-down"], "\(down.threads)")
     }
 
     @Test("a segment file is deleted only after both sinks passed it")

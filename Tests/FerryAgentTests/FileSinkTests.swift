@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 @testable import FerryAgent
 import FerryTestKit
 @testable import FerryStorage
@@ -55,10 +56,11 @@ struct FileSinkTests {
         let sink = FileSink(directory: directory)
         _ = try await sink.recover(checkpoint: nil)
         let path = directory + "/" + FileSink.fileName(1), aside = directory + "/moved"
-        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([Events.make(1)])))
-        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([Events.make(2)])))
+        let first = Events.make(1), second = Events.make(2)
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([first])))
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([second])))
         #expect(openDescriptorCount(of: path) == 1, "one descriptor for both batches")
-        #expect(Self.ids(try sinkLines(directory)) == [Events.make(1), Events.make(2)].map(\.id.description))
+        #expect(Self.ids(try sinkLines(directory)) == [first, second].map(\.id.description))
 
         try FileManager.default.moveItem(atPath: path, toPath: aside)
         let movedBytes = try readBytes(aside)

@@ -3,13 +3,13 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryAgent
 import FerryProtocol
 import FerryStorage
 import FerryThreads
-import Foundation
 import Synchronization
 
-/// The embedded default sink: JSON Lines files in a directory, one event object per line.
+/// The default sink: JSON Lines files in a directory, one event object per line.
 ///
 /// Files are named `events-<20-digit sequence>.jsonl` and rolled at a size limit. Every line is
 /// one event in line format ``lineFormat`` (docs/PROTOCOL.md, "File sink lines"). Each batch is
@@ -78,10 +78,10 @@ public final class FileSink: Sink {
         self.io = io
     }
 
-    /// The newest line format, written by default.
-    public static let currentLineFormat = 3
-    /// The line formats this sink can write.
-    public static let lineFormats = 1...3
+    /// The newest line format, written by default (``LineFormat/current``).
+    public static let currentLineFormat = LineFormat.current
+    /// The line formats this sink can write (``LineFormat/all``).
+    public static let lineFormats = LineFormat.all
 
     /// The file name for sequence `index`.
     public static func fileName(_ index: UInt64) -> String {
@@ -232,80 +232,9 @@ public final class FileSink: Sink {
     }
 
     /// The consent stamp as a JSON object, or `nil` when empty, in the style of line format
-    /// `lineFormat` (docs/PROTOCOL.md, "Consent stamp").
+    /// `lineFormat` (``LineFormat/consentJSON(_:lineFormat:)``).
     package static func consentJSON(_ stamp: [String: String], lineFormat: Int = currentLineFormat) -> [UInt8]? {
-        guard !stamp.isEmpty else { return nil }
-        return consentStyle(lineFormat: lineFormat).json(stamp)
-    }
-
-    /// The stamp style of line format `lineFormat`: 3 the current, 2 with `ads_personalization`,
-    /// 1 with `consent_seq` a string as well.
-    package static func consentStyle(lineFormat: Int) -> ConsentStampStyle {
-        switch lineFormat {
-        case ...1: .original
-        case 2: .numericSequenceOnly
-        default: .current
-        }
+        LineFormat.consentJSON(stamp, lineFormat: lineFormat)
     }
 }
 
-/// The settings of the embedded file sink (`"type": "file"`).
-public struct FileSinkSettings: SinkSettings {
-    public static let type = "file"
-    /// The directory the files are written to; `nil`: `<data dir>/delivered`.
-    public var directory: String?
-    /// A file is rolled once it would grow past this size.
-    public var maxFileBytes: Int64
-    /// The line format written (`lineFormat`): 3, the default; 2 or 1 for readers of the earlier
-    /// consent stamps (docs/PROTOCOL.md, "File sink lines").
-    public var lineFormat: Int
-
-    /// Creates file sink settings.
-    public init(directory: String? = nil, maxFileBytes: Int64 = 64 << 20, lineFormat: Int = FileSink.currentLineFormat) {
-        self.directory = directory
-        self.maxFileBytes = maxFileBytes
-        self.lineFormat = lineFormat
-    }
-
-    /// The directory once the default is applied.
-    public func directory(dataDirectory: String) -> String {
-        directory ?? dataDirectory + "/delivered"
-    }
-
-    public func validate(name: String) throws {
-        func fail(_ message: String) -> AgentError {
-            AgentError(code: .configuration, message: "sink \"\(name)\": \(message)")
-        }
-        guard maxFileBytes > 0 else { throw fail("maxFileBytes must be positive") }
-        guard FileSink.lineFormats.contains(lineFormat) else {
-            throw fail("lineFormat must be \(FileSink.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
-        }
-        if let directory, directory.isEmpty { throw fail("directory must not be empty") }
-    }
-
-    public func makeSink(_ context: SinkContext) -> any Sink {
-        FileSink(name: context.name, directory: directory(dataDirectory: context.dataDirectory),
-                 maxFileBytes: maxFileBytes, lineFormat: lineFormat, io: context.io)
-    }
-}
-
-extension SinkSettings where Self == FileSinkSettings {
-    /// JSON Lines files in `directory` (`nil`: `<data dir>/delivered`), rolled at `maxFileBytes`,
-    /// in line format `lineFormat`.
-    public static func file(directory: String? = nil, maxFileBytes: Int64 = 64 << 20, lineFormat: Int = FileSink.currentLineFormat) -> FileSinkSettings {
-        FileSinkSettings(directory: directory, maxFileBytes: maxFileBytes, lineFormat: lineFormat)
-    }
-}
-
-extension SinkKind {
-    /// The embedded file sink: `{"type": "file", "directory": …, "maxFileBytes": …, "lineFormat": …}`.
-    public static let file = SinkKind(FileSinkSettings.self) { object, fields, keyPath in
-        let settings = FieldBox(FileSinkSettings())
-        try fields.apply(object, [
-            "directory": .string { settings.value.directory = $0 },
-            "maxFileBytes": .int { settings.value.maxFileBytes = Int64($0) },
-            "lineFormat": .int { settings.value.lineFormat = $0 },
-        ], at: keyPath)
-        return settings.value
-    }
-}
