@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "Ferry", targets: ["Ferry"]),
         .library(name: "FerryAgent", targets: ["FerryAgent"]),
+        .library(name: "FerryFileSink", targets: ["FerryFileSink"]),
         .library(name: "FerryHTTPSink", targets: ["FerryHTTPSink"]),
         .library(name: "FerryJetStreamSink", targets: ["FerryJetStreamSink"]),
         .library(name: "FerryDaemon", targets: ["FerryDaemon"]),
@@ -97,8 +98,8 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
             ]
         ),
-        // Agent core: ingest, commit, consent, delivery, the file sink, configuration and the
-        // sink registry. Nothing of NIO, NATS or zlib: those sinks live in modules of their own.
+        // Agent core: ingest, commit, consent, delivery, configuration and the sink registry.
+        // It names no sink: the file, HTTP and JetStream sinks live in modules of their own.
         // It records metrics through the swift-metrics API (CoreMetrics) with the factory it is
         // given; the Prometheus backend is FerryMetrics'.
         .target(
@@ -111,6 +112,12 @@ let package = Package(
                 .product(name: "DequeModule", package: "swift-collections"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
+        ),
+        // The file sink (JSON Lines files), registered as sink type "file" and, by ferryd, as the
+        // default sink of a configuration that names none.
+        .target(
+            name: "FerryFileSink",
+            dependencies: ["FerryAgent", "FerryProtocol", "FerryStorage", "FerryThreads"]
         ),
         // The HTTP sink (AsyncHTTPClient, NIO, NIOSSL, zlib), registered as sink type "http".
         .target(
@@ -173,7 +180,7 @@ let package = Package(
         .target(
             name: "FerryDaemon",
             dependencies: [
-                "FerryAgent", "FerryProtocol", "FerryQuality", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP",
+                "FerryAgent", "FerryFileSink", "FerryProtocol", "FerryQuality", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
@@ -212,7 +219,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "ferryd",
-            dependencies: ["FerryDaemon", "FerryAgent", "FerryHTTPSink", "FerryJetStreamSink", "FerryHTTPIngest"]
+            dependencies: ["FerryDaemon", "FerryAgent", "FerryFileSink", "FerryHTTPSink", "FerryJetStreamSink", "FerryHTTPIngest"]
         ),
         // What `ferry` does: its commands, their options, replies and exit statuses. A library so
         // its decisions have unit tests (FerryCLITests); the executable only calls it.
@@ -248,7 +255,7 @@ let package = Package(
         .testTarget(
             name: "FerryAgentTests",
             dependencies: [
-                "FerryAgent", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryPeer", "FerryMetrics",
+                "FerryAgent", "FerryFileSink", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryPeer", "FerryMetrics",
                 "FerryTestKit", "FerryIntegrationKit", "FerryHTTPIngest", "FerryQuality", "FerryMetricSamples",
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -256,14 +263,14 @@ let package = Package(
         .testTarget(
             name: "FerryHTTPSinkTests",
             dependencies: [
-                "FerryHTTPSink", "FerryAgent", "FerryStorage", "FerryProtocol", "FerryTestKit", "FerryIntegrationKit",
+                "FerryHTTPSink", "FerryAgent", "FerryFileSink", "FerryStorage", "FerryProtocol", "FerryTestKit", "FerryIntegrationKit",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .testTarget(
             name: "FerryJetStreamSinkTests",
             dependencies: [
-                "FerryJetStreamSink", "FerryAgent", "FerryStorage", "FerryProtocol", "NATS", "FerryTestKit", "FerryIntegrationKit",
+                "FerryJetStreamSink", "FerryAgent", "FerryFileSink", "FerryStorage", "FerryProtocol", "NATS", "FerryTestKit", "FerryIntegrationKit",
             ]
         ),
         // The sink contract for every sink (one fixture each), and the tests that need every
@@ -272,7 +279,7 @@ let package = Package(
             name: "FerrySinkContractTests",
             dependencies: [
                 "FerrySinkContractKit", "FerryTestKit", "FerryIntegrationKit",
-                "FerryAgent", "FerryStorage", "FerryProtocol", "FerryHTTPSink", "FerryJetStreamSink", "NATS",
+                "FerryAgent", "FerryStorage", "FerryProtocol", "FerryFileSink", "FerryHTTPSink", "FerryJetStreamSink", "NATS",
             ]
         ),
         .testTarget(
@@ -286,7 +293,7 @@ let package = Package(
         .testTarget(
             name: "FerryHTTPIngestTests",
             dependencies: [
-                "FerryHTTPIngest", "FerryAgent", "FerryProtocol", "FerryStorage", "FerryTestKit", "FerryIntegrationKit",
+                "FerryHTTPIngest", "FerryAgent", "FerryFileSink", "FerryProtocol", "FerryStorage", "FerryTestKit", "FerryIntegrationKit",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOEmbedded", package: "swift-nio"),

@@ -22,6 +22,7 @@ let package = Package(
             dependencies: [
                 .product(name: "Ferry", package: "Ferry"),
                 .product(name: "FerryAgent", package: "Ferry"),
+                .product(name: "FerryFileSink", package: "Ferry"),
                 .product(name: "FerryStorage", package: "Ferry"),
                 .product(name: "FerryProtocol", package: "Ferry"),
                 .product(name: "ZeroMQ", package: "Ferry"),

@@ -15,7 +15,7 @@ let package = Package(
         // LLVMFuzzerTestOneInput over AgentConfiguration.load(json:path:); libFuzzer supplies main.
         .executableTarget(
             name: "FuzzConfig",
-            dependencies: [.product(name: "FerryAgent", package: "Ferry")],
+            dependencies: [.product(name: "FerryAgent", package: "Ferry"), .product(name: "FerryFileSink", package: "Ferry")],
             path: "FuzzConfig",
             swiftSettings: [.unsafeFlags(["-parse-as-library"])]
         ),

@@ -5,6 +5,7 @@ import Darwin
 #endif
 import ArgumentParser
 import FerryAgent
+import FerryFileSink
 import FerryProtocol
 import FerryQuality
 import Foundation
@@ -25,7 +26,8 @@ import UnixSignals
 /// @main
 /// enum Main {
 ///     static func main() async {
-///         await FerryDaemon.main(sinkKinds: .builtIn.registering(.http, .jetstream), ingestPathKinds: IngestPathRegistry([.http]))
+///         await FerryDaemon.main(sinkKinds: SinkRegistry([.file, .http, .jetstream], defaultSink: .file()),
+///                                ingestPathKinds: IngestPathRegistry([.http]))
 ///     }
 /// }
 /// ```
@@ -36,8 +38,9 @@ private func glibcMallopt(_ parameter: CInt, _ value: CInt) -> CInt
 #endif
 
 public enum FerryDaemon {
-    /// Runs `ferryd` with `arguments` (the process's when `nil`) and exits the process, serving
-    /// the ingest paths of `ingestPathKinds` besides the ZeroMQ socket.
+    /// Runs `ferryd` with `arguments` (the process's when `nil`) and exits the process, delivering
+    /// to the sink types of `sinkKinds` (its default sink when the configuration names none) and
+    /// serving the ingest paths of `ingestPathKinds` besides the ZeroMQ socket.
     public static func main(
         sinkKinds: SinkRegistry, ingestPathKinds: IngestPathRegistry = .none, arguments: [String]? = nil
     ) async -> Never {
@@ -126,6 +129,8 @@ struct FerryDaemonCommand: ParsableCommand {
             if let config {
                 configuration = try AgentConfiguration.load(fromFile: config, base: configuration, sinkKinds: sinkKinds,
                                                             ingestPathKinds: ingestPathKinds)
+            } else {
+                configuration.sinks = sinkKinds.defaultSinks(delivery: configuration.delivery)
             }
             if let dataDir { configuration.dataDirectory = dataDir }
             if let runtimeDir { configuration.runtimeDirectory = runtimeDir }

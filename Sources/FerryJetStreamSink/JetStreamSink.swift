@@ -301,7 +301,7 @@ public final class JetStreamSink: Sink {
     /// value, then encoded again on publish), which made the consent and origin headers the
     /// largest per-event cost of the sink; the body carries them once.
     static func messages(for batch: DeliveryBatch, in range: Range<Int>? = nil, template: SubjectTemplate,
-                         lineFormat: Int = FileSink.currentLineFormat) -> [JetStreamMessage] {
+                         lineFormat: Int = LineFormat.current) -> [JetStreamMessage] {
         let range = range ?? batch.events.indices
         let encoded = Encoded(batch, in: range, template: template, lineFormat: lineFormat)
         // One template message: its header list is shared by every message made here.
@@ -345,8 +345,8 @@ public final class JetStreamSink: Sink {
         var subjects: [String] = []
 
         /// The events of `range` of `batch` (indices of the result count from 0).
-        init(_ batch: DeliveryBatch, in range: Range<Int>, template: SubjectTemplate, lineFormat: Int = FileSink.currentLineFormat) {
-            let consent = FileSink.consentJSON(batch.consent, lineFormat: lineFormat)
+        init(_ batch: DeliveryBatch, in range: Range<Int>, template: SubjectTemplate, lineFormat: Int = LineFormat.current) {
+            let consent = LineFormat.consentJSON(batch.consent, lineFormat: lineFormat)
             let events = batch.events[range]
             // About twice the stored size with the origin and the stamp.
             var bytes: [UInt8] = [], ends: [Int] = [], subjects: [String] = []

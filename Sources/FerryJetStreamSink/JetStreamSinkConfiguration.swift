@@ -45,7 +45,7 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
     /// The file-sink line format whose object each message body is (`lineFormat`, without its
     /// `line_format` key): 3, the default, with the consent stamp of docs/PROTOCOL.md ("Consent
     /// stamp"); 2 with the stamp before it (`ads_personalization`), for consumers not yet updated.
-    public var lineFormat: Int = FileSink.currentLineFormat
+    public var lineFormat: Int = LineFormat.current
     /// Most events carried by one NATS message. 1 (the default): one message per event, keyed by
     /// the event id. Above 1: consecutive events with the same subject share a message (the lines
     /// of the file sink, one per event, joined by newlines, with header `Ferry-Events`), keyed by
@@ -67,7 +67,7 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
     public static let messageMaxBytesRange = 1024...(64 << 20)
 
     /// The line formats a message body can take.
-    public static let lineFormats = 2...FileSink.currentLineFormat
+    public static let lineFormats = 2...LineFormat.current
 
     /// The default subject template.
     public static let defaultSubjectTemplate = "ferry.events.{category}.{type}"

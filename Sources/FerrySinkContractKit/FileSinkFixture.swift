@@ -9,8 +9,9 @@ import Foundation
 /// the directory back to clear it. It has no permanent fault: a file sink never refuses events.
 public struct FileSinkFixture: SinkFixture {
     public let name = "file"
-    /// The file sink's own points (docs/FAULTS.md): a batch written to its output, and synced.
-    public let crashPoints = ["sink.file.written", "sink.file.synced"]
+    /// The file sink's own points (docs/FAULTS.md): a file opened (its files roll at 1 KiB, so
+    /// every batch after the first opens a new one), a batch written to it, and synced.
+    public let crashPoints = ["sink.file.opened", "sink.file.written", "sink.file.synced"]
     public let faults = [SinkFault("output-not-a-directory", .retried)]
 
     /// The fixture.
@@ -24,7 +25,7 @@ public struct FileSinkFixture: SinkFixture {
         let directory: String
         var aside: String { directory + ".aside" }
 
-        var sinkKeys: String { #""type": "file", "directory": "\#(directory)""# }
+        var sinkKeys: String { #""type": "file", "directory": "\#(directory)", "maxFileBytes": 1024"# }
 
         func delivered() async throws -> [DeliveredRecord] {
             try lines().filter { $0["erased"] as? Bool != true }.map { DeliveredRecord(name: $0["name"] as? String ?? "", object: $0) }

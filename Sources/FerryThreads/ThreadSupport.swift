@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import Synchronization
 
 /// A FIFO handed between threads: producers ``put(_:)``, one consumer thread blocks in
 /// ``takeAll(timeout:)``. Built on a pthread mutex and condition variable because the consumer is
@@ -188,19 +189,29 @@ package final class DedicatedThread: Sendable {
 /// sink has one (a sink stalled in I/O holds back only itself), and so does the agent's control
 /// socket. ``shutdown()``, or releasing the last reference, ends the thread once the queued jobs
 /// are done; a job submitted after `shutdown()` runs on a thread of its own rather than being lost.
-package final class BlockingExecutor: Sendable {
+///
+/// It is also a `TaskExecutor`: a task run with it as its executor preference
+/// (`withTaskExecutorPreference`, `addTask(executorPreference:)`) runs its nonisolated async code
+/// on this thread, and there ``run(_:)`` calls its body inline, with no hop and no suspension. A
+/// sink's delivery loop runs so (docs/ARCHITECTURE.md, "The walk of one event"): its log reads,
+/// the sink's writes and the cursor saves are plain calls on the sink's thread.
+package final class BlockingExecutor: TaskExecutor, Sendable {
     /// An executor for short, independent work of a process (never for I/O that can stall).
     package static let shared = BlockingExecutor(name: "ferry-blocking-io")
 
     private let inbox = ThreadInbox<@Sendable () -> Void>()
+    /// The executor's thread (`pthread_self()` there), 0 until it has started.
+    private let thread: ThreadIdentity
     /// What the thread is for, for logs and debugging.
     package let name: String
 
     package init(name: String) {
         self.name = name
         // The thread holds the inbox, not the executor, so releasing the executor ends it.
-        let inbox = self.inbox
+        let inbox = self.inbox, thread = ThreadIdentity()
+        self.thread = thread
         _ = DedicatedThread(name: name) {
+            thread.setCurrent()
             while let jobs = inbox.takeAll(timeout: .seconds(3600)) {
                 for job in jobs { job() }
             }
@@ -211,18 +222,31 @@ package final class BlockingExecutor: Sendable {
         inbox.close()
     }
 
-    /// Runs `body` on the executor's thread and returns its result.
+    /// Whether the calling code runs on the executor's thread.
+    package var isCurrent: Bool { thread.isCurrent }
+
+    /// Runs `body` on the executor's thread and returns its result: inline when called there
+    /// (a task that prefers this executor), else queued and awaited.
     package func run<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
+        if isCurrent { return try body() }
+        return try await withCheckedThrowingContinuation { continuation in
             submit { continuation.resume(with: Result { try body() }) }
         }
     }
 
-    /// Runs non-throwing `body` on the executor's thread.
+    /// Runs non-throwing `body` on the executor's thread (inline when called there).
     package func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-        await withCheckedContinuation { continuation in
+        if isCurrent { return body() }
+        return await withCheckedContinuation { continuation in
             submit { continuation.resume(returning: body()) }
         }
+    }
+
+    /// Runs a job of a task that prefers this executor, on its thread, in turn with the blocking
+    /// work queued there.
+    package func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job), executor = asUnownedTaskExecutor()
+        submit { job.runSynchronously(on: executor) }
     }
 
     /// Queues `job` without waiting for it.
@@ -245,6 +269,19 @@ package final class BlockingExecutor: Sendable {
 
     private static func runDetached(name: String, _ job: @escaping @Sendable () -> Void) {
         _ = DedicatedThread(name: name, job)
+    }
+}
+
+/// Which thread a ``BlockingExecutor`` runs on, set once by that thread.
+private final class ThreadIdentity: Sendable {
+    private let raw = Atomic<UInt>(0)
+
+    func setCurrent() {
+        raw.store(UInt(pthread_self()), ordering: .releasing)
+    }
+
+    var isCurrent: Bool {
+        raw.load(ordering: .acquiring) == UInt(pthread_self())
     }
 }
 

@@ -1,9 +1,12 @@
 import FerryAgent
 import FerryDaemon
+import FerryFileSink
 import FerryHTTPIngest
 import FerryHTTPSink
 import FerryJetStreamSink
 
-// `ferryd`: the agent with the file, HTTP and JetStream sinks and the local HTTP API as an ingest
-// path besides ZeroMQ. Everything else is in FerryDaemon.
-await FerryDaemon.main(sinkKinds: .builtIn.registering(.http, .jetstream), ingestPathKinds: IngestPathRegistry([.http]))
+// `ferryd`: the agent with the file, HTTP and JetStream sinks — the file sink also the default of a
+// configuration that names none — and the local HTTP API as an ingest path besides ZeroMQ.
+// Everything else is in FerryDaemon.
+await FerryDaemon.main(sinkKinds: SinkRegistry([.file, .http, .jetstream], defaultSink: .file()),
+                       ingestPathKinds: IngestPathRegistry([.http]))

@@ -2,6 +2,7 @@
 // (Fuzz/FuzzConfig, a package of its own that builds FerryAgent with -sanitize=fuzzer):
 // Fuzz/FuzzConfig/ConfigChecks.swift is a link to this file.
 import FerryAgent
+import FerryFileSink
 
 /// The agent's configuration file loader (``AgentConfiguration/load(json:path:base:sinkKinds:ingestPathKinds:)``)
 /// and the properties it must keep on any file contents: load, or throw an ``AgentError`` with
@@ -26,7 +27,7 @@ enum ConfigChecks {
     static func run(_ input: [UInt8], ingestPathKinds: IngestPathRegistry = .none) -> Result<Outcome, Violation> {
         let config: AgentConfiguration
         do {
-            config = try AgentConfiguration.load(json: input, path: path, ingestPathKinds: ingestPathKinds)
+            config = try AgentConfiguration.load(json: input, path: path, sinkKinds: .builtIn, ingestPathKinds: ingestPathKinds)
         } catch let error as AgentError {
             guard error.code == .configuration else { return .failure(Violation("refused with code \(error.code): \(error)", input)) }
             guard error.message.contains(path) else { return .failure(Violation("the message does not name the file: \(error)", input)) }
@@ -39,7 +40,7 @@ enum ConfigChecks {
         } catch {
             return .failure(Violation("loaded a configuration that does not validate: \(error)", input))
         }
-        guard (try? AgentConfiguration.load(json: input, path: path, ingestPathKinds: ingestPathKinds)) == config else {
+        guard (try? AgentConfiguration.load(json: input, path: path, sinkKinds: .builtIn, ingestPathKinds: ingestPathKinds)) == config else {
             return .failure(Violation("loading the same contents twice gives different configurations", input))
         }
         return .success(.loaded)

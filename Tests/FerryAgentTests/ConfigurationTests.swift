@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 @testable import FerryAgent
 import FerryTestKit
 @testable import FerryStorage
@@ -58,7 +59,8 @@ struct ConfigurationTests {
 
     @Test("an empty object gives the base configuration; a partial object changes only its fields")
     func partialFile() throws {
-        let base = AgentConfiguration(runtimeDirectory: "/tmp/fa-base", dataDirectory: "/tmp/fa-base-data")
+        // A file that names no sink gets the registry's default sink (the file sink `file`).
+        let base = AgentConfiguration(runtimeDirectory: "/tmp/fa-base", dataDirectory: "/tmp/fa-base-data", sinks: [.defaultFile()])
         #expect(try Self.load("{}") == base)
         let config = try Self.load(#"{"log": {"fullPolicy": "reject"}, "dedup": {"maxEntries": 7}}"#)
         var expected = base
@@ -138,7 +140,7 @@ struct ConfigurationTests {
 
     @Test("validate() rejects inconsistent values")
     func validate() throws {
-        let good = AgentConfiguration(runtimeDirectory: "/tmp/fa-x", dataDirectory: "/tmp/fa-x-data")
+        let good = AgentConfiguration(runtimeDirectory: "/tmp/fa-x", dataDirectory: "/tmp/fa-x-data", sinks: [.defaultFile()])
         try good.validate()
         var cases: [(String, AgentConfiguration)] = []
         var c = good

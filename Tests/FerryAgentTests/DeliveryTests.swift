@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 import Foundation
 @testable import FerryAgent
 import FerryIntegrationKit
@@ -88,6 +89,27 @@ struct DeliveryTests {
         let counters = running.counters
         #expect(counters["delivered"] == 60)
         try await running.stop()
+    }
+
+    @Test("each sink's delivery loop runs on the sink's own thread: every attempt, retries included, is made there")
+    func loopRunsOnTheSinkThread() async throws {
+        let scratch = try ScratchDirectory(short: true)
+        defer { scratch.remove() }
+        // Short names: an OS thread name holds 15 bytes (`ferry-sink-up`, `ferry-sink-down`).
+        let up = ScriptedSink(name: "up"), down = ScriptedSink(name: "down", mode: .fail(SinkError(.retry(after: nil), "down")))
+        let configuration = multiSinkConfiguration(scratch, [
+            scriptedSinkConfiguration("up", scratch, batch: .init(maxEvents: 1, maxBytes: 1 << 20, maxWaitMilliseconds: 0)),
+            scriptedSinkConfiguration("down", scratch, batch: .init(maxEvents: 1, maxBytes: 1 << 20, maxWaitMilliseconds: 0)),
+        ])
+        let running = try await InProcessAgent(configuration, sinks: ["up": up, "down": down])
+        try await running.send(Events.frames(3))
+        try await waitUntil("three batches at the first sink") { up.batches.count == 3 }
+        try await waitUntil("the second sink retried") { down.attempts.count >= 2 }
+        down.set(.accept)
+        try await waitUntil("three batches at the second sink") { down.batches.count == 3 }
+        try await running.stop()
+        #expect(Set(up.threads) == ["ferry-sink-up"], "\(up.threads)")
+        #expect(Set(down.threads) == ["ferry-sink-down"], "\(down.threads)")
     }
 
     @Test("a segment file is deleted only after both sinks passed it")

@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 import FerryAgent
 import FerryHTTPIngest
 import FerryProtocol
@@ -13,9 +14,11 @@ struct ExampleConfigurationTests {
 
     @Test("ferryd.example.json is exactly what the agent uses without a file, per user and for the host")
     func exampleIsTheDefaults() throws {
-        for base in [AgentConfiguration(runtimeDirectory: "/run/x", dataDirectory: "/var/lib/x"), AgentConfiguration(mode: .system)] {
+        for var base in [AgentConfiguration(runtimeDirectory: "/run/x", dataDirectory: "/var/lib/x"), AgentConfiguration(mode: .system)] {
+            // Without a file, ferryd delivers to its registry's default sink.
+            base.sinks = SinkRegistry.builtIn.defaultSinks(delivery: base.delivery)
             let loaded = try AgentConfiguration.load(fromFile: Self.daemon + "ferryd.example.json", base: base,
-                                                     ingestPathKinds: IngestPathRegistry([.http]))
+                                                     sinkKinds: .builtIn, ingestPathKinds: IngestPathRegistry([.http]))
             #expect(loaded == base, "\(base.mode)")
         }
         // And it spells out every section, so it documents every default (a section left out
@@ -28,7 +31,7 @@ struct ExampleConfigurationTests {
     @Test("the consent opt-in example holds undetermined events and says so")
     func consentOptIn() throws {
         let path = Self.daemon + "ferryd.consent-optin.example.json"
-        let loaded = try AgentConfiguration.load(fromFile: path)
+        let loaded = try AgentConfiguration.load(fromFile: path, sinkKinds: .builtIn)
         #expect(loaded.consent.defaultConsent == .undetermined)
         #expect(loaded.consent.undetermined.policy == .hold)
         let object = try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any]
@@ -42,7 +45,7 @@ struct ExampleConfigurationTests {
         try Data(#"{"maxEventBytes": "x", "dedup": {"maxEntries": 1.5, "nope": 1}, "logLevel": "loud"}"#.utf8)
             .write(to: URL(fileURLWithPath: path))
         do {
-            _ = try AgentConfiguration.load(fromFile: path)
+            _ = try AgentConfiguration.load(fromFile: path, sinkKinds: .builtIn)
             Issue.record("loaded a bad file")
         } catch let error as AgentError {
             let lines = error.message.split(separator: "\n").map(String.init)

@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 @testable import FerryAgent
 import FerryTestKit
 @testable import FerryStorage
@@ -45,6 +46,31 @@ struct FileSinkTests {
         let again = try await restarted.deliver(DeliveryBatch(events: Self.stored(second)))
         #expect(again == checkpoint2)
         #expect(Self.ids(try sinkLines(directory)) == (first + second).map(\.id.description))
+    }
+
+    @Test("the sink keeps its file open between batches; a file moved away is left alone and the next batch goes where the path points")
+    func keepsItsFileOpen() async throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let directory = scratch.appending("delivered")
+        let sink = FileSink(directory: directory)
+        _ = try await sink.recover(checkpoint: nil)
+        let path = directory + "/" + FileSink.fileName(1), aside = directory + "/moved"
+        let first = Events.make(1), second = Events.make(2)
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([first])))
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([second])))
+        #expect(openDescriptorCount(of: path) == 1, "one descriptor for both batches")
+        #expect(Self.ids(try sinkLines(directory)) == [first, second].map(\.id.description))
+
+        try FileManager.default.moveItem(atPath: path, toPath: aside)
+        let movedBytes = try readBytes(aside)
+        let third = Events.make(3)
+        _ = try await sink.deliver(DeliveryBatch(events: Self.stored([third])))
+        #expect(try readBytes(aside) == movedBytes, "nothing written behind the path into the moved file")
+        #expect(String(decoding: try readBytes(path), as: UTF8.self).contains(third.id.description))
+        #expect(openDescriptorCount(of: aside) == 0 && openDescriptorCount(of: path) == 1)
+        try await sink.shutdown()
+        #expect(openDescriptorCount(of: path) == 0, "shutdown closes it")
     }
 
     @Test("recovering from the initial checkpoint removes everything delivered after it")

@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 @testable import FerryAgent
 import Logging
 import Testing
@@ -39,7 +40,8 @@ extension IngestPathKind {
 @Suite("Ingest path registry: a path kind's table, errors, summary and metrics are its own")
 struct IngestPathRegistryTests {
     static let kinds = IngestPathRegistry([.datagram])
-    static let base = AgentConfiguration(runtimeDirectory: "/tmp/ferry-paths/run", dataDirectory: "/tmp/ferry-paths/data")
+    static let base = AgentConfiguration(runtimeDirectory: "/tmp/ferry-paths/run", dataDirectory: "/tmp/ferry-paths/data",
+                                         sinks: [.defaultFile()])
 
     static func load(_ json: String, kinds: IngestPathRegistry = Self.kinds) throws -> AgentConfiguration {
         try AgentConfiguration.load(json: Array(json.utf8), path: "f.json", base: base, ingestPathKinds: kinds)

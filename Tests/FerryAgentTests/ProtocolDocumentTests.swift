@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 @testable import FerryAgent
 import FerryIntegrationKit
 @testable import FerryStorage

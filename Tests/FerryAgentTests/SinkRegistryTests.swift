@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 @testable import FerryAgent
 import FerryTestKit
 import FerryProtocol
@@ -77,7 +78,7 @@ struct SinkRegistryTests {
         let scratch = try ScratchDirectory()
         defer { scratch.remove() }
         let path = try Self.write(#"{"sinks": [{"name": "m", "type": "memory", "store": "x"}]}"#, in: scratch)
-        let builtIn = #expect(throws: AgentError.self) { try AgentConfiguration.load(fromFile: path) }
+        let builtIn = #expect(throws: AgentError.self) { try AgentConfiguration.load(fromFile: path, sinkKinds: .builtIn) }
         #expect(builtIn?.message.contains("sinks[0].type: expected one of: file") == true, "\(builtIn?.message ?? "")")
         let other = try Self.write(#"{"sinks": [{"name": "m", "type": "nope"}]}"#, in: scratch)
         let registered = #expect(throws: AgentError.self) {

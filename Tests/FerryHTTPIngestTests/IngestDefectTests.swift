@@ -1,4 +1,5 @@
 import FerryAgent
+import FerryFileSink
 import FerryProtocol
 import Testing
 
@@ -171,7 +172,7 @@ import Testing
         ([], ["http://app.local/path"], false),
     ])
     func configuration(hosts: [String], origins: [String], valid: Bool) throws {
-        var configuration = AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data")
+        var configuration = AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data", sinks: [.defaultFile()])
         configuration.httpIngest.allowedHosts = hosts
         configuration.httpIngest.allowedOrigins = origins
         let thrown = (try? configuration.validate()) == nil
@@ -182,7 +183,7 @@ import Testing
     func fileKeys() throws {
         let json = #"{"http":{"listen":"127.0.0.1:8088","allowedHosts":["ferry.local"],"allowedOrigins":["http://app.local:3000"]}}"#
         let configuration = try AgentConfiguration.load(json: Array(json.utf8), path: "ferryd.json",
-                                                        base: AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data"),
+                                                        base: AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data", sinks: [.defaultFile()]),
                                                         ingestPathKinds: IngestPathRegistry([.http]))
         #expect(configuration.httpIngest.allowedHosts == ["ferry.local"])
         #expect(configuration.httpIngest.allowedOrigins == ["http://app.local:3000"])
@@ -191,7 +192,7 @@ import Testing
     @Test("the http table is the kind's: its errors name their key path; its validate line and metrics are its own")
     func tableOfTheKind() throws {
         let kinds = IngestPathRegistry([.http])
-        let base = AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data")
+        let base = AgentConfiguration(runtimeDirectory: "/tmp/fh-run", dataDirectory: "/tmp/fh-data", sinks: [.defaultFile()])
         func load(_ json: String) throws -> AgentConfiguration {
             try AgentConfiguration.load(json: Array(json.utf8), path: "f.json", base: base, ingestPathKinds: kinds)
         }

@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 import Foundation
 @testable import FerryAgent
 import FerryTestKit

@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 import FerryIntegrationKit
 import FerrySinkContractKit
 import Testing

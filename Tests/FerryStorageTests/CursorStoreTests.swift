@@ -38,6 +38,28 @@ struct CursorStoreTests {
         #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.appending("cursors")) == ["file.cursor"])
     }
 
+    @Test("the file stays open between saves; a file put in its place is opened anew, not written behind it")
+    func keptOpen() throws {
+        let scratch = try ScratchDirectory()
+        defer { scratch.remove() }
+        let store = try Self.store(scratch)
+        try store.save(LogPosition(segment: 1, offset: 10), checkpoint: [1])
+        try store.save(LogPosition(segment: 1, offset: 20), checkpoint: [2])
+        try store.save(LogPosition(segment: 1, offset: 30), checkpoint: [3])
+        #expect(openDescriptorCount(of: store.path) == 1, "one descriptor kept for the saves in place")
+        // Another file of the same size renamed over the path (a restore from a copy).
+        let copy = scratch.appending("cursors/copy")
+        try writeBytes(try readBytes(store.path), to: copy)
+        try FileManager.default.moveItem(atPath: store.path, toPath: store.path + ".old")
+        try FileManager.default.moveItem(atPath: copy, toPath: store.path)
+        try store.save(LogPosition(segment: 1, offset: 40), checkpoint: [4])
+        #expect(try store.load()?.position == LogPosition(segment: 1, offset: 40))
+        #expect(try store.load()?.checkpoint == [4])
+        #expect(openDescriptorCount(of: store.path + ".old") == 0 && openDescriptorCount(of: store.path) == 1)
+        store.close()
+        #expect(openDescriptorCount(of: store.path) == 0)
+    }
+
     @Test("any damaged byte, a truncated file or an extended file throws corrupt")
     func corrupt() throws {
         let scratch = try ScratchDirectory()

@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import FerryAgent
+import FerryFileSink
 import FerryStorage
 import FerryProtocol
 import Foundation

@@ -26,7 +26,7 @@ import ZeroMQ
 /// intake, acked everything already written and closed its files and sockets.
 ///
 /// ```swift
-/// let agent = FerryAgent(configuration: AgentConfiguration(), logger: logger)
+/// let agent = FerryAgent(configuration: AgentConfiguration(sinks: [.defaultFile()]), logger: logger)  // FerryFileSink
 /// let group = ServiceGroup(services: [agent], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
 /// try await group.run()
 /// ```

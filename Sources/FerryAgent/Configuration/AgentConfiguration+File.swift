@@ -9,11 +9,13 @@ extension AgentConfiguration {
     /// in the file change. Unknown keys are an error, so a typo never silently falls back to a
     /// default. See `daemon/ferryd.example.json`.
     ///
-    /// `sinkKinds` are the sink types the file may name (``SinkRegistry/builtIn``: `file`);
-    /// any other `type` is an error listing the known ones. `ingestPathKinds` are the ingest paths
+    /// `sinkKinds` are the sink types the file may name (none by default: pass the registry of
+    /// the sink modules linked, as `ferryd` does); any other `type` is an error listing the known
+    /// ones. A file that names no sink, over a `base` without sinks, gets the registry's default
+    /// sink (``SinkRegistry/defaultSinks(delivery:)``). `ingestPathKinds` are the ingest paths
     /// whose tables the file may have (`http` for the local HTTP API): each kind reads its own.
     public static func load(
-        fromFile path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn,
+        fromFile path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = SinkRegistry(),
         ingestPathKinds: IngestPathRegistry = .none
     ) throws -> AgentConfiguration {
         guard let bytes = try FileIO.readFile(path, followSymlinks: true) else {
@@ -27,7 +29,7 @@ extension AgentConfiguration {
     /// names the file in errors. Throws ``AgentError`` with code ``AgentError/Code/configuration``
     /// for anything it refuses.
     public static func load(
-        json bytes: [UInt8], path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = .builtIn,
+        json bytes: [UInt8], path: String, base: AgentConfiguration = AgentConfiguration(), sinkKinds: SinkRegistry = SinkRegistry(),
         ingestPathKinds: IngestPathRegistry = .none
     ) throws -> AgentConfiguration {
         let object: Any
@@ -157,6 +159,8 @@ extension AgentConfiguration {
                 sinks.append(sink)
             }
             config.sinks = sinks
+        case (nil, nil) where config.sinks.isEmpty:
+            config.sinks = sinkKinds.defaultSinks(delivery: config.delivery)
         case (nil, nil):
             if config.delivery != base.delivery {
                 // The default sink(s) follow the file's delivery defaults.
@@ -277,7 +281,7 @@ extension FieldReader {
     ) throws -> AgentConfiguration.SinkConfiguration {
         let types = kinds.types
         // The single-sink form predates other types: its type defaults to "file".
-        guard let typeValue = object["type"] ?? (name == nil ? FileSinkSettings.type : nil) else {
+        guard let typeValue = object["type"] ?? (name == nil ? "file" : nil) else {
             throw fail(prefix + ".type", "missing; expected one of: \(types.joined(separator: ", "))")
         }
         guard let type = typeValue as? String, let kind = kinds.kinds[type] else {

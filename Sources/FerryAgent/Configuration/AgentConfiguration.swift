@@ -2,11 +2,13 @@ import FerryProtocol
 import FerryStorage
 import Logging
 
-/// Everything `ferryd` can be told. Every field has a default, so `AgentConfiguration()` is a
-/// working agent using the standard directories and the embedded file sink (named `file`).
+/// Everything `ferryd` can be told. Every field has a default but ``sinks``, so
+/// `AgentConfiguration(sinks: …)` is a working agent using the standard directories; `ferryd`
+/// without a configuration file delivers to its registry's default sink, the file sink named
+/// `file` (``SinkRegistry/defaultSinks(delivery:)``).
 ///
-/// Load it from a JSON file with ``AgentConfiguration/load(fromFile:)``; see
-/// `daemon/ferryd.example.json` for every field.
+/// Load it from a JSON file with ``AgentConfiguration/load(fromFile:base:sinkKinds:ingestPathKinds:)``;
+/// see `daemon/ferryd.example.json` for every field.
 public struct AgentConfiguration: Sendable, Hashable {
     /// A per-user agent or the host's system agent (docs/PROTOCOL.md, "Where the agent is").
     public enum Mode: String, Sendable, Hashable, CaseIterable {
@@ -139,7 +141,9 @@ public struct AgentConfiguration: Sendable, Hashable {
 
     /// Creates a configuration; every argument has a default. `mode` picks the default
     /// directories (`/run/ferry` and `/var/lib/ferry` for ``Mode/system``) and access policy.
-    /// `sinks` defaults to the file sink `file` with `delivery`'s batching and retry.
+    /// `sinks` defaults to none: a configuration names its sinks, or takes the default sink of
+    /// the registry it is loaded with (`ferryd`'s: the file sink `file`,
+    /// ``SinkRegistry/defaultSinks(delivery:)``).
     public init(
         mode: Mode = .user,
         access: AccessPolicy? = nil,
@@ -149,7 +153,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         log: LogConfiguration = LogConfiguration(),
         dedup: Dedup = Dedup(),
         delivery: Delivery = Delivery(),
-        sinks: [SinkConfiguration]? = nil,
+        sinks: [SinkConfiguration] = [],
         consent: ConsentConfiguration = ConsentConfiguration(),
         metrics: Metrics = Metrics()
     ) {
@@ -164,14 +168,15 @@ public struct AgentConfiguration: Sendable, Hashable {
         self.log = log
         self.dedup = dedup
         self.delivery = delivery
-        self.sinks = sinks ?? [.defaultFile(delivery: delivery)]
+        self.sinks = sinks
     }
 
     /// ``LogConfiguration/uidSharePercent`` with the mode's default applied: 50 for a system
     /// agent, 100 (no limit) per user.
     public var effectiveUIDSharePercent: Int { log.uidSharePercent ?? (mode == .system ? 50 : 100) }
 
-    /// The first file sink's directory once defaults are applied (`<data dir>/delivered` if none).
+    /// The first sink's local directory (the first file sink's) once defaults are applied
+    /// (`<data dir>/delivered` if none).
     public var fileSinkDirectory: String {
         sinks.lazy.compactMap { $0.fileDirectory(dataDirectory: self.dataDirectory) }.first ?? dataDirectory + "/delivered"
     }

@@ -13,8 +13,8 @@ extension AgentConfiguration {
         /// Unique among the sinks; names the cursor file and the dead-letter directory
         /// (letters, digits, `-`, `_`; at most 64).
         public var name: String
-        /// The settings of the sink's type (``FileSinkSettings``, or a type another module
-        /// registers, such as the HTTP and JetStream sinks).
+        /// The settings of the sink's type, a type a sink module registers (the file, HTTP and
+        /// JetStream sinks' `FileSinkSettings`, `HTTPSinkConfiguration`, `JetStreamSinkConfiguration`).
         public var settings: any SinkSettings
         /// How events are grouped into batches.
         public var batch: Batch
@@ -130,11 +130,6 @@ extension AgentConfiguration {
             self.circuit = circuit
         }
 
-        /// The embedded file sink named `file` (the default when no sink is configured).
-        public static func defaultFile(delivery: Delivery = Delivery()) -> SinkConfiguration {
-            SinkConfiguration(name: "file", settings: .file(), delivery: delivery)
-        }
-
         public static func == (lhs: SinkConfiguration, rhs: SinkConfiguration) -> Bool {
             lhs.name == rhs.name && lhs.settings.anyHashable == rhs.settings.anyHashable && lhs.batch == rhs.batch
                 && lhs.retry == rhs.retry && lhs.circuit == rhs.circuit && lhs.disclose == rhs.disclose
@@ -154,9 +149,10 @@ extension AgentConfiguration {
             CursorStore.isValidSinkName(name)
         }
 
-        /// The file sink's directory once defaults are applied; `nil` for other types.
+        /// The local directory the sink writes into once defaults are applied (the file sink's:
+        /// ``SinkSettings/outputDirectory(dataDirectory:)``); `nil` for a sink that has none.
         public func fileDirectory(dataDirectory: String) -> String? {
-            (settings as? FileSinkSettings)?.directory(dataDirectory: dataDirectory)
+            settings.outputDirectory(dataDirectory: dataDirectory)
         }
 
         /// Builds the sink, with `io` as its thread for blocking work.

@@ -44,3 +44,29 @@ public struct ConsentStampStyle: Sendable, Hashable {
         return json.finish()
     }
 }
+
+/// The line formats of an event's JSON object as the sinks write it — a file sink line, a
+/// JetStream message body (docs/PROTOCOL.md, "File sink lines"): one numbering for every sink.
+public enum LineFormat {
+    /// The newest line format, written by default.
+    public static let current = 3
+    /// Every line format a sink can write.
+    public static let all = 1...3
+
+    /// The consent stamp's style in line format `lineFormat`: 3 the current, 2 with
+    /// `ads_personalization`, 1 with `consent_seq` a string as well.
+    public static func consentStyle(lineFormat: Int) -> ConsentStampStyle {
+        switch lineFormat {
+        case ...1: .original
+        case 2: .numericSequenceOnly
+        default: .current
+        }
+    }
+
+    /// The consent stamp as a JSON object in line format `lineFormat`'s style, or `nil` when
+    /// empty (docs/PROTOCOL.md, "Consent stamp").
+    public static func consentJSON(_ stamp: [String: String], lineFormat: Int = current) -> [UInt8]? {
+        guard !stamp.isEmpty else { return nil }
+        return consentStyle(lineFormat: lineFormat).json(stamp)
+    }
+}

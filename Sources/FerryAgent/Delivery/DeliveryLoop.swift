@@ -62,7 +62,8 @@ final class DeliveryLoop: Sendable {
     let metrics: SinkMetrics
     private let logger: Logger
     /// The sink's own thread for blocking work (log reads, cursor and dead-letter writes), shared
-    /// with the sink and with no other sink: a sink stalled in I/O holds back only itself.
+    /// with the sink and with no other sink: a sink stalled in I/O holds back only itself. The
+    /// loop itself runs there (``run()``).
     private let io: BlockingExecutor
     /// Signalled on every commit (new events) and by replay requests.
     let wakeup = AsyncSignal()
@@ -139,8 +140,21 @@ final class DeliveryLoop: Sendable {
 
     /// Runs until the task is cancelled. A batch being delivered when cancellation comes is
     /// finished or abandoned (and re-delivered after restart), never half-acknowledged.
+    ///
+    /// The loop runs on the sink's own thread (``io``, as its task executor preference): the log
+    /// read, the sink's blocking work and the cursor save of a batch are plain calls there
+    /// (``BlockingExecutor/run(_:)`` runs them inline), so a batch costs no round trip through
+    /// the Swift pool; the loop sleeps on that thread's queue until a commit, a replay request or
+    /// its batch deadline wakes it.
     func run() async {
+        await withTaskExecutorPreference(io) {
+            await loop()
+        }
+    }
+
+    private func loop() async {
         defer {
+            cursorStore.close()
             state.withLock { $0.phase = .stopped }
             let pending = replays.withLock { queue in
                 queue.stopped = true

@@ -6,8 +6,8 @@ import Logging
 /// The settings of one type of sink: what a sink object of the configuration holds besides the
 /// keys every sink shares (`name`, `type`, `batch`, `retry`, `circuit`).
 ///
-/// A sink type is an extension point: the core provides ``FileSinkSettings`` (`"file"`), the
-/// `FerryHTTPSink` and `FerryJetStreamSink` modules add `"http"` and `"jetstream"`, and any other
+/// A sink type is an extension point: the core names none; the `FerryFileSink`, `FerryHTTPSink`
+/// and `FerryJetStreamSink` modules add `"file"`, `"http"` and `"jetstream"`, and any other
 /// module can add its own the same way: a settings type that builds its ``Sink``, and a
 /// ``SinkKind`` that reads it from a configuration file, registered in a ``SinkRegistry``.
 public protocol SinkSettings: Sendable, Hashable {
@@ -31,6 +31,9 @@ public protocol SinkSettings: Sendable, Hashable {
     /// What the sink will do, on one line for `ferryd validate` (`url=https://… format=segment`).
     /// The default: nothing more than the type.
     var summary: String { get }
+    /// The local directory the sink writes into, once defaults are applied (the file sink's); two
+    /// sinks may not write into the same one. `nil` (the default): none.
+    func outputDirectory(dataDirectory: String) -> String?
 }
 
 extension SinkSettings {
@@ -42,6 +45,9 @@ extension SinkSettings {
 
     /// Nothing but the type.
     public var summary: String { "" }
+
+    /// No local directory.
+    public func outputDirectory(dataDirectory: String) -> String? { nil }
 
     /// The settings as a type-erased hashable value (for comparing settings of any type).
     var anyHashable: AnyHashable { AnyHashable(self) }
@@ -111,24 +117,38 @@ public struct SinkKind: Sendable {
     }
 }
 
-/// The sink types a configuration file may name, by their `type`.
+/// The sink types a configuration file may name, by their `type`, and the sink a configuration
+/// that names none delivers to.
 ///
-/// ``builtIn`` knows the embedded file sink; `ferryd` adds the HTTP and JetStream sinks:
+/// `ferryd` registers the file, HTTP and JetStream sinks, the file sink as the default:
 ///
 /// ```swift
-/// let kinds = SinkRegistry.builtIn.registering(.http, .jetstream)
+/// let kinds = SinkRegistry([.file, .http, .jetstream], defaultSink: .file())
 /// let configuration = try AgentConfiguration.load(fromFile: path, sinkKinds: kinds)
 /// ```
 public struct SinkRegistry: Sendable {
     /// The registered kinds by type name.
     public private(set) var kinds: [String: SinkKind] = [:]
+    /// The settings of the sink a configuration that names none gets, named after its type
+    /// (``defaultSinks(delivery:)``); `nil`: none, the configuration must name its sinks.
+    public var defaultSink: (any SinkSettings)?
 
-    /// The sink types of the agent core: `file`.
-    public static let builtIn = SinkRegistry([.file])
-
-    /// A registry of `kinds`.
+    /// A registry of `kinds`, without a default sink.
     public init(_ kinds: [SinkKind] = []) {
         for kind in kinds { register(kind) }
+    }
+
+    /// A registry of `kinds`, with `defaultSink` for a configuration that names no sink.
+    public init(_ kinds: [SinkKind], defaultSink: some SinkSettings) {
+        self.init(kinds)
+        self.defaultSink = defaultSink
+    }
+
+    /// The sinks of a configuration that names none: ``defaultSink`` named after its type, with
+    /// `delivery`'s batching and retry; empty without a default.
+    public func defaultSinks(delivery: AgentConfiguration.Delivery) -> [AgentConfiguration.SinkConfiguration] {
+        guard let settings = defaultSink else { return [] }
+        return [AgentConfiguration.SinkConfiguration(name: Swift.type(of: settings).type, settings: settings, delivery: delivery)]
     }
 
     /// Adds `kind`, replacing a kind of the same type.

@@ -120,7 +120,7 @@ extension AgentConfiguration {
 /// `IngestPathKind.http`); an agent's `main.swift` registers it in one line:
 ///
 /// ```swift
-/// await FerryDaemon.main(sinkKinds: .builtIn.registering(.http, .jetstream), ingestPathKinds: .init([.http]))
+/// await FerryDaemon.main(sinkKinds: SinkRegistry([.file, .http, .jetstream], defaultSink: .file()), ingestPathKinds: .init([.http]))
 /// ```
 public struct IngestPathKind: Sendable {
     /// The kind's name and the key of its table in the configuration file (the HTTP API's: `http`).

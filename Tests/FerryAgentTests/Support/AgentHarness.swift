@@ -1,3 +1,4 @@
+@testable import FerryFileSink
 import Foundation
 @testable import FerryAgent
 import FerryMetrics
@@ -65,7 +66,8 @@ func agentConfiguration(
     AgentConfiguration(
         runtimeDirectory: scratch.appending("run"), dataDirectory: scratch.appending("data"),
         maxEventBytes: maxEventBytes, log: log,
-        delivery: AgentConfiguration.Delivery(retryInitialMilliseconds: 10, retryMaxMilliseconds: 200))
+        delivery: AgentConfiguration.Delivery(retryInitialMilliseconds: 10, retryMaxMilliseconds: 200),
+        sinks: [.defaultFile(delivery: AgentConfiguration.Delivery(retryInitialMilliseconds: 10, retryMaxMilliseconds: 200))])
 }
 
 /// The file sink's lines in `directory`, parsed as JSON objects, in write order.

@@ -1,5 +1,6 @@
 import FerryProtocol
 @testable import FerryAgent
+import Foundation
 import FerryTestKit
 @testable import FerryStorage
 import FerryThreads
@@ -24,6 +25,8 @@ final class ScriptedSink: Sink {
         var batches: [DeliveryBatch] = []
         /// Wall-clock ms at the start of every attempt.
         var attempts: [UInt64] = []
+        /// The name of the thread each attempt ran on.
+        var threads: [String] = []
         /// How ``erase(_:)`` answers (`nil`: the default, not supported).
         var eraseMode: Mode?
         /// Erasure requests accepted, in order, and every attempt.
@@ -52,8 +55,15 @@ final class ScriptedSink: Sink {
 
     func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? { nil }
 
+    /// The names of the threads the attempts ran on, in order.
+    var threads: [String] { state.withLock { $0.threads } }
+
     func deliver(_ batch: DeliveryBatch) async throws -> [UInt8]? {
-        state.withLock { $0.attempts.append(WallClock.unixMilliseconds()) }
+        let thread = currentThreadName()
+        state.withLock {
+            $0.attempts.append(WallClock.unixMilliseconds())
+            $0.threads.append(thread)
+        }
         while true {
             switch state.withLock({ $0.mode }) {
             case .accept:
@@ -103,4 +113,9 @@ extension SinkError {
     /// A permanent refusal as a 400 gives.
     static let badRequest = SinkError(.permanent, "upstream refused the batch", upstreamStatus: 400,
                                       upstreamBody: #"{"error":"field 'name' is invalid"}"#)
+}
+
+/// The calling OS thread's name (`/proc/thread-self/comm`: `ferry-sink-<name>` on a sink's thread).
+func currentThreadName() -> String {
+    ((try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)) ?? "?").trimmingCharacters(in: .newlines)
 }

@@ -15,13 +15,26 @@ struct FileSinkCrashTests {
 
     @Test("killed at a crash point of the second batch, restarted: every event once, in order", arguments: points)
     func killedMidDelivery(_ point: String) async throws {
+        try await killAtSecondBatch(point, sinkKeys: "")
+    }
+
+    /// The sink keeps its file open; it opens one when it starts delivering and when it rolls to
+    /// a new file. With files of at most 1 KiB the second batch rolls: killed with the new file
+    /// created (empty) and nothing written through it, the restart removes it (it is past the
+    /// checkpoint) and every event is there once, in order.
+    @Test("killed right after rolling to a new file (sink.file.opened), restarted: every event once, in order")
+    func killedAfterOpeningANewFile() async throws {
+        try await killAtSecondBatch("sink.file.opened", sinkKeys: #", "maxFileBytes": 1024"#)
+    }
+
+    private func killAtSecondBatch(_ point: String, sinkKeys: String) async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         // Batches of 5 and delivery held until `ferry start`: 12 queued events make batches of
         // 5, 5 and 2, each sent at once (full, or the leftover of a backlog).
         let arguments = try AgentProcess.configurationArguments("""
             {"consent": {"autoStart": false},
-             "sinks": [{"name": "file", "type": "file", "batch": {"maxEvents": 5, "maxWaitMilliseconds": 200}}]}
+             "sinks": [{"name": "file", "type": "file", "batch": {"maxEvents": 5, "maxWaitMilliseconds": 200}\(sinkKeys)}]}
             """, in: dir)
         let agent = try AgentProcess(in: dir, extraArguments: arguments, start: false)
         defer { agent.cleanup() }

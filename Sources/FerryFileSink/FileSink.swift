@@ -3,13 +3,13 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import FerryAgent
 import FerryProtocol
 import FerryStorage
 import FerryThreads
-import Foundation
 import Synchronization
 
-/// The embedded default sink: JSON Lines files in a directory, one event object per line.
+/// The default sink: JSON Lines files in a directory, one event object per line.
 ///
 /// Files are named `events-<20-digit sequence>.jsonl` and rolled at a size limit. Every line is
 /// one event in line format ``lineFormat`` (docs/PROTOCOL.md, "File sink lines"). Each batch is
@@ -21,6 +21,13 @@ import Synchronization
 /// the agent stopped) can be cut back at the next start, and are then written again. Batches are
 /// paced by the delivery loop (``DeliveryPacing``): a trickle of events costs one write and two
 /// syncs per `batch.maxWaitMilliseconds`, not per event.
+///
+/// The file being written stays open between batches, as the cursor file does
+/// (``CursorStore``): a batch costs an `lstat` of the file's path (is it still the file opened?),
+/// its `pwrite` and its `fdatasync`. The file is opened anew when it rolls, when its path names
+/// another file or none (moved away, replaced or removed by someone else: the lines then go where
+/// the path points, as before), and after a failed write. An erasure overwrites lines in place,
+/// through a descriptor of its own: the file stays the same, and so does the one kept open.
 public final class FileSink: Sink {
     public let name: String
     /// The directory the files are written to.
@@ -37,6 +44,20 @@ public final class FileSink: Sink {
     private struct State {
         var fileIndex: UInt64 = 1
         var length: Int64 = 0
+        /// The file being written, kept open between batches (used on the sink's thread only).
+        var output: Output?
+    }
+
+    /// The open file of ``State/fileIndex``: its descriptor, and the device and inode it had when
+    /// opened, to notice the path naming another file (rotated away, replaced or removed).
+    private struct Output {
+        var fd: CInt
+        var device: UInt64
+        var inode: UInt64
+    }
+
+    deinit {
+        if let output = state.withLock({ $0.output }) { close(output.fd) }
     }
 
     /// Creates a sink named `name` writing into `directory` (created 0700 if missing), with a
@@ -57,10 +78,10 @@ public final class FileSink: Sink {
         self.io = io
     }
 
-    /// The newest line format, written by default.
-    public static let currentLineFormat = 3
-    /// The line formats this sink can write.
-    public static let lineFormats = 1...3
+    /// The newest line format, written by default (``LineFormat/current``).
+    public static let currentLineFormat = LineFormat.current
+    /// The line formats this sink can write (``LineFormat/all``).
+    public static let lineFormats = LineFormat.all
 
     /// The file name for sequence `index`.
     public static func fileName(_ index: UInt64) -> String {
@@ -76,12 +97,12 @@ public final class FileSink: Sink {
             guard let checkpoint, checkpoint.count == 16 else {
                 // No checkpoint: continue after the newest existing file, never rewriting one.
                 let newest = try FileIO.listDirectory(directory).compactMap(Self.index(ofFileName:)).max() ?? 0
-                state.withLock { $0 = State(fileIndex: newest + 1, length: 0) }
+                state.withLock { $0 = State(fileIndex: newest + 1, length: 0, output: $0.output) }
                 return
             }
             let index: UInt64 = readLE(checkpoint, at: 0)
             let length: Int64 = readLE(checkpoint, at: 8)
-            state.withLock { $0 = State(fileIndex: index, length: length) }
+            state.withLock { $0 = State(fileIndex: index, length: length, output: $0.output) }
             // Cut away anything written after the checkpoint (a batch whose cursor never got
             // stored: it will be delivered again).
             let path = currentPath
@@ -123,18 +144,22 @@ public final class FileSink: Sink {
         return try await io.run { [self] () throws -> [UInt8] in
             var current = state.withLock { $0 }
             if current.length > 0 && current.length + Int64(payload.count) > maxFileBytes {
+                if let output = current.output { close(output.fd) }
                 current = State(fileIndex: current.fileIndex + 1, length: 0)
             }
             let path = directory + "/" + Self.fileName(current.fileIndex)
             do {
-                let fd = try FileIO.open(path, O_WRONLY | O_CREAT)
-                defer { close(fd) }
+                let (fd, created) = try Self.open(path, keeping: &current.output)
                 try payload.withUnsafeBytes { raw in try FileIO.pwriteAll(fd, raw, at: current.length, path: path) }
                 try CrashPoints.reach("sink.file.written")
                 try FileIO.fdatasync(fd, path: path)
-                if current.length == 0 { try FileIO.syncDirectory(directory) }
+                if created || current.length == 0 { try FileIO.syncDirectory(directory) }
                 try CrashPoints.reach("sink.file.synced")
             } catch {
+                // Whatever failed, the next attempt opens the file afresh.
+                if let output = current.output { close(output.fd) }
+                current.output = nil
+                state.withLock { $0 = current }
                 throw SinkError(.retry(after: nil), "file sink: \(error)")
             }
             current.length += Int64(payload.count)
@@ -143,7 +168,44 @@ public final class FileSink: Sink {
         }
     }
 
-    public func shutdown() async throws {}
+    /// The descriptor to write `path` through: `output`'s when the path still names the file it
+    /// opened (one `lstat`), else `path` opened anew (created if missing) and kept in `output`.
+    /// `created`: this call created the file (its directory entry is not yet durable).
+    ///
+    /// Crash point `sink.file.opened` (docs/FAULTS.md): a file opened (a new one created empty),
+    /// nothing written through it yet.
+    private static func open(_ path: String, keeping output: inout Output?) throws -> (fd: CInt, created: Bool) {
+        if let kept = output {
+            var named = stat()
+            if lstat(path, &named) == 0 && UInt64(named.st_dev) == kept.device && UInt64(named.st_ino) == kept.inode {
+                return (kept.fd, false)
+            }
+            // Rotated away, replaced or removed under the sink: write where the path points now.
+            close(kept.fd)
+            output = nil
+        }
+        let (fd, created) = try FileIO.openCreating(path, O_WRONLY)
+        var opened = stat()
+        guard fstat(fd, &opened) == 0 else {
+            let error = StorageError.system("fstat", path: path, errno: errno)
+            close(fd)
+            throw error
+        }
+        output = Output(fd: fd, device: UInt64(opened.st_dev), inode: UInt64(opened.st_ino))
+        try CrashPoints.reach("sink.file.opened")
+        return (fd, created)
+    }
+
+    /// Closes the file kept open, on the sink's thread.
+    public func shutdown() async throws {
+        await io.run { [self] in
+            let output = state.withLock { state -> Output? in
+                defer { state.output = nil }
+                return state.output
+            }
+            if let output { close(output.fd) }
+        }
+    }
 
     /// Runs `body` on the sink's thread (after any write in progress there).
     func runOnSinkThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
@@ -170,80 +232,9 @@ public final class FileSink: Sink {
     }
 
     /// The consent stamp as a JSON object, or `nil` when empty, in the style of line format
-    /// `lineFormat` (docs/PROTOCOL.md, "Consent stamp").
+    /// `lineFormat` (``LineFormat/consentJSON(_:lineFormat:)``).
     package static func consentJSON(_ stamp: [String: String], lineFormat: Int = currentLineFormat) -> [UInt8]? {
-        guard !stamp.isEmpty else { return nil }
-        return consentStyle(lineFormat: lineFormat).json(stamp)
-    }
-
-    /// The stamp style of line format `lineFormat`: 3 the current, 2 with `ads_personalization`,
-    /// 1 with `consent_seq` a string as well.
-    package static func consentStyle(lineFormat: Int) -> ConsentStampStyle {
-        switch lineFormat {
-        case ...1: .original
-        case 2: .numericSequenceOnly
-        default: .current
-        }
+        LineFormat.consentJSON(stamp, lineFormat: lineFormat)
     }
 }
 
-/// The settings of the embedded file sink (`"type": "file"`).
-public struct FileSinkSettings: SinkSettings {
-    public static let type = "file"
-    /// The directory the files are written to; `nil`: `<data dir>/delivered`.
-    public var directory: String?
-    /// A file is rolled once it would grow past this size.
-    public var maxFileBytes: Int64
-    /// The line format written (`lineFormat`): 3, the default; 2 or 1 for readers of the earlier
-    /// consent stamps (docs/PROTOCOL.md, "File sink lines").
-    public var lineFormat: Int
-
-    /// Creates file sink settings.
-    public init(directory: String? = nil, maxFileBytes: Int64 = 64 << 20, lineFormat: Int = FileSink.currentLineFormat) {
-        self.directory = directory
-        self.maxFileBytes = maxFileBytes
-        self.lineFormat = lineFormat
-    }
-
-    /// The directory once the default is applied.
-    public func directory(dataDirectory: String) -> String {
-        directory ?? dataDirectory + "/delivered"
-    }
-
-    public func validate(name: String) throws {
-        func fail(_ message: String) -> AgentError {
-            AgentError(code: .configuration, message: "sink \"\(name)\": \(message)")
-        }
-        guard maxFileBytes > 0 else { throw fail("maxFileBytes must be positive") }
-        guard FileSink.lineFormats.contains(lineFormat) else {
-            throw fail("lineFormat must be \(FileSink.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
-        }
-        if let directory, directory.isEmpty { throw fail("directory must not be empty") }
-    }
-
-    public func makeSink(_ context: SinkContext) -> any Sink {
-        FileSink(name: context.name, directory: directory(dataDirectory: context.dataDirectory),
-                 maxFileBytes: maxFileBytes, lineFormat: lineFormat, io: context.io)
-    }
-}
-
-extension SinkSettings where Self == FileSinkSettings {
-    /// JSON Lines files in `directory` (`nil`: `<data dir>/delivered`), rolled at `maxFileBytes`,
-    /// in line format `lineFormat`.
-    public static func file(directory: String? = nil, maxFileBytes: Int64 = 64 << 20, lineFormat: Int = FileSink.currentLineFormat) -> FileSinkSettings {
-        FileSinkSettings(directory: directory, maxFileBytes: maxFileBytes, lineFormat: lineFormat)
-    }
-}
-
-extension SinkKind {
-    /// The embedded file sink: `{"type": "file", "directory": …, "maxFileBytes": …, "lineFormat": …}`.
-    public static let file = SinkKind(FileSinkSettings.self) { object, fields, keyPath in
-        let settings = FieldBox(FileSinkSettings())
-        try fields.apply(object, [
-            "directory": .string { settings.value.directory = $0 },
-            "maxFileBytes": .int { settings.value.maxFileBytes = Int64($0) },
-            "lineFormat": .int { settings.value.lineFormat = $0 },
-        ], at: keyPath)
-        return settings.value
-    }
-}
