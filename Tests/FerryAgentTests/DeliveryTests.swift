@@ -1,3 +1,4 @@
+import FerryAgentTestKit
 import Foundation
 @testable import FerryAgent
 import FerryIntegrationKit

@@ -1,4 +1,5 @@
 @testable import FerryAgent
+import FerryAgentTestKit
 import FerryTestKit
 import FerryProtocol
 import FerryStorage

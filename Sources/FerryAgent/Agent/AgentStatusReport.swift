@@ -17,7 +17,7 @@ struct AgentStatusReport: Sendable {
     let startedAt: UInt64
     /// The agent's metric store.
     let metrics: AgentMetrics
-    /// The names of the ingest paths it serves besides the ZeroMQ socket.
+    /// The names of the ingest paths it serves that have figures of their own (not the ZeroMQ socket).
     let ingestPaths: [String]
 
     /// The reply for the running agent `running`, as of now.
@@ -65,7 +65,7 @@ struct AgentStatusReport: Sendable {
             ingestPaths: ingestPathFigures)
     }
 
-    /// The figures of the ingest paths served besides the ZeroMQ socket (nil when none is).
+    /// The figures of the ingest paths served that have their own (not the ZeroMQ socket; nil when none is).
     private var ingestPathFigures: [String: [String: Int]]? {
         guard !ingestPaths.isEmpty else { return nil }
         return metrics.ingestPathCounts.filter { ingestPaths.contains($0.key) }
