@@ -174,6 +174,16 @@ let package = Package(
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
         ),
+        // The ZeroMQ ingest socket (`<runtime>/ingest`): an ingest path registered as kind "zeromq"
+        // (IngestPathKind), on a thread of its own that owns the socket; it submits through the
+        // agent's IngestGateway like the HTTP API.
+        .target(
+            name: "FerryZeroMQIngest",
+            dependencies: [
+                "FerryAgent", "FerryPeer", "FerryProtocol", "FerryThreads", "ZeroMQ",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         // What `ferryd` does before the agent runs: arguments, configuration, logging, the
         // metrics backend and its HTTP endpoint, the service group. The executable only names
         // the sink kinds it links.
@@ -217,9 +227,20 @@ let package = Package(
             name: "FerrySinkContractKit",
             dependencies: ["FerryTestKit", "FerryIntegrationKit", "NATS"]
         ),
+        // The agent test kit: an agent in this process (InProcessAgent, serving the ZeroMQ path
+        // and optionally the HTTP API) and the ingest-path contract (the same events over every
+        // path: the same outcomes, bus messages and stored bytes). Not a product.
+        .target(
+            name: "FerryAgentTestKit",
+            dependencies: [
+                "FerryAgent", "FerryZeroMQIngest", "FerryHTTPIngest", "FerryMetrics", "FerryProtocol", "FerryStorage",
+                "FerryTestKit", "FerryIntegrationKit", "ZeroMQ",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .executableTarget(
             name: "ferryd",
-            dependencies: ["FerryDaemon", "FerryAgent", "FerryFileSink", "FerryHTTPSink", "FerryJetStreamSink", "FerryHTTPIngest"]
+            dependencies: ["FerryDaemon", "FerryAgent", "FerryFileSink", "FerryHTTPSink", "FerryJetStreamSink", "FerryHTTPIngest", "FerryZeroMQIngest"]
         ),
         // What `ferry` does: its commands, their options, replies and exit statuses. A library so
         // its decisions have unit tests (FerryCLITests); the executable only calls it.
@@ -257,6 +278,7 @@ let package = Package(
             dependencies: [
                 "FerryAgent", "FerryFileSink", "FerryStorage", "FerryProtocol", "FerryThreads", "ZeroMQ", "FerryPeer", "FerryMetrics",
                 "FerryTestKit", "FerryIntegrationKit", "FerryHTTPIngest", "FerryQuality", "FerryMetricSamples",
+                "FerryZeroMQIngest", "FerryAgentTestKit",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

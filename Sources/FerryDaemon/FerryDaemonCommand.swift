@@ -27,7 +27,7 @@ import UnixSignals
 /// enum Main {
 ///     static func main() async {
 ///         await FerryDaemon.main(sinkKinds: SinkRegistry([.file, .http, .jetstream], defaultSink: .file()),
-///                                ingestPathKinds: IngestPathRegistry([.http]))
+///                                ingestPathKinds: IngestPathRegistry([.zeromq, .http]))
 ///     }
 /// }
 /// ```
@@ -40,7 +40,7 @@ private func glibcMallopt(_ parameter: CInt, _ value: CInt) -> CInt
 public enum FerryDaemon {
     /// Runs `ferryd` with `arguments` (the process's when `nil`) and exits the process, delivering
     /// to the sink types of `sinkKinds` (its default sink when the configuration names none) and
-    /// serving the ingest paths of `ingestPathKinds` besides the ZeroMQ socket.
+    /// serving the ingest paths of `ingestPathKinds` (`ferryd`'s: the ZeroMQ socket and the HTTP API).
     public static func main(
         sinkKinds: SinkRegistry, ingestPathKinds: IngestPathRegistry = .none, arguments: [String]? = nil
     ) async -> Never {
@@ -166,7 +166,7 @@ struct FerryDaemonCommand: ParsableCommand {
         // through swift-metrics with this factory (no global bootstrap); its status counters are
         // its own state.
         let metrics = PrometheusBackend(metrics: ingestPathKinds.metrics)
-        // The ingest paths besides ZeroMQ (the kinds `main` registered): built from the
+        // The ingest paths (the kinds `main` registered: ZeroMQ, HTTP): built from the
         // configuration, started and stopped by the agent (IngestPath).
         let agent: FerryAgent
         do {

@@ -40,7 +40,7 @@ final class GatewayResponder: HTTPRequestResponder {
         identity = Self.identify(channel, tcp: context.tcp, pool: context.pool)
     }
 
-    func wrote(status: Int) { context.gateway.metrics.request(status: status) }
+    func wrote(status: Int) { context.gateway.metrics?.request(status: status) }
 
     private static func identify(_ channel: any Channel, tcp: Bool, pool: NIOThreadPool) -> EventLoopFuture<Identity> {
         let loop = channel.eventLoop
@@ -87,7 +87,7 @@ final class GatewayResponder: HTTPRequestResponder {
             }.flatMap { $0 }
         }.map { outcome in
             for label in IngestPathMetrics.outcomes {
-                gateway.metrics.events(label, outcome.outcomes.count { $0.outcome.label == label })
+                gateway.metrics?.events(label, outcome.outcomes.count { $0.outcome.label == label })
             }
             if outcome.published && outcome.response.status >= 400 {
                 gateway.publishRefusal(status: outcome.response.status, code: outcome.response.code ?? "",

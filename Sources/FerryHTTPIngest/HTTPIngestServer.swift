@@ -41,7 +41,7 @@ package final class HTTPIngestServer: IngestPath, CustomStringConvertible {
     package let name: String
     package var description: String { "HTTPIngestServer(\(name))" }
     /// The HTTP API's metrics, `ferry_http_*{listener}`.
-    package var metricSet: IngestPathMetricSet { .http }
+    package var metricSet: IngestPathMetricSet? { .http }
     /// Segment's libraries expect retries to be dropped by `messageId` for about a day.
     package var minimumDedupSeconds: Int { HTTPIngestConfiguration.minimumDedupSeconds }
     private let writeKeys: [String: String]
@@ -152,7 +152,7 @@ package final class HTTPIngestServer: IngestPath, CustomStringConvertible {
                 channel.eventLoop.makeCompletedFuture {
                     guard connections.open(channel) else {
                         // Over the limit: a whole response at once, nothing read, then close.
-                        gateway.metrics.request(status: 503)
+                        gateway.metrics?.request(status: 503)
                         let refusal = IngestResponse.refusal(503, "too_many_connections",
                                                              "the HTTP API has \(connections.limit) connections open; retry later",
                                                              retryAfter: IngestVerdict.retryAfterBusy)
@@ -162,10 +162,10 @@ package final class HTTPIngestServer: IngestPath, CustomStringConvertible {
                         channel.writeAndFlush(buffer).whenComplete { _ in channel.close(promise: nil) }
                         return
                     }
-                    gateway.metrics.connection(1)
+                    gateway.metrics?.connection(1)
                     channel.closeFuture.whenComplete { _ in
                         connections.close(channel)
-                        gateway.metrics.connection(-1)
+                        gateway.metrics?.connection(-1)
                     }
                     let handler = HTTPConnectionHandler(configuration: configuration,
                                                         responder: GatewayResponder(channel: channel, context: context),

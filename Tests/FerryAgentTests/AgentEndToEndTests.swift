@@ -1,4 +1,5 @@
 @testable import FerryAgent
+import FerryAgentTestKit
 import FerryTestKit
 @testable import FerryStorage
 import FerryProtocol

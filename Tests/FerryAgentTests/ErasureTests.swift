@@ -1,4 +1,5 @@
 @testable import FerryFileSink
+import FerryAgentTestKit
 import Foundation
 @testable import FerryAgent
 import FerryIntegrationKit

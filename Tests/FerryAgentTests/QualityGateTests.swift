@@ -1,4 +1,5 @@
 @testable import FerryAgent
+import FerryAgentTestKit
 import FerryMetrics
 import FerryMetricSamples
 import FerryPeer
@@ -249,7 +250,7 @@ extension QualityGateTests {
 /// (named and counted as its Unix socket listener).
 final class GatewayPath: IngestPath {
     let name = "unix"
-    var metricSet: IngestPathMetricSet { .http }
+    var metricSet: IngestPathMetricSet? { .http }
     private let gateway = Mutex<IngestGateway?>(nil)
 
     func start(_ gateway: IngestGateway) async throws { self.gateway.withLock { $0 = gateway } }
@@ -266,14 +267,5 @@ final class GatewayPath: IngestPath {
             }
             if admission != .submitted { continuation.resume(throwing: TestFailure("not admitted: \(admission)")) }
         }
-    }
-}
-
-extension InProcessAgent {
-    /// Starts an agent that also serves `paths`.
-    convenience init(_ configuration: AgentConfiguration, paths: [any IngestPath]) async throws {
-        let agent = FerryAgent(configuration: configuration, sinks: [:], paths: paths, metrics: PrometheusBackend().agentBackend,
-                               logger: quietLogger)
-        try await self.init(agent: agent)
     }
 }

@@ -7,6 +7,7 @@ import Darwin
 import FerryMetrics
 import FerryTestKit
 @testable import FerryStorage
+@testable import FerryZeroMQIngest
 import FerryProtocol
 import FerryThreads
 import Foundation

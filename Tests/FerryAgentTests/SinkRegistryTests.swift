@@ -1,5 +1,6 @@
 @testable import FerryFileSink
 @testable import FerryAgent
+import FerryAgentTestKit
 import FerryTestKit
 import FerryProtocol
 import FerryStorage

@@ -16,7 +16,7 @@ import Synchronization
 /// if the sender has exited, or its pid now names a process of another user, they are `nil`.
 /// (A pid reused by another process of the same user within that window cannot be told apart
 /// without a pidfd of the connection, which libzmq does not give.)
-final class OriginResolver: Sendable {
+package final class OriginResolver: Sendable {
     /// Connections remembered; beyond this the cache starts over (a reconnect costs one read).
     static let capacity = 4096
 
@@ -27,11 +27,12 @@ final class OriginResolver: Sendable {
         var encoded: [UInt8]
     }
 
-    init() {}
+    /// A resolver with nothing remembered.
+    package init() {}
 
     /// The encoded record metadata for messages of connection `routingID` sent with `peer`
     /// (empty without credentials).
-    func metadata(connection routingID: [UInt8], peer: PeerCredentials?) -> [UInt8] {
+    package func metadata(connection routingID: [UInt8], peer: PeerCredentials?) -> [UInt8] {
         guard let peer else { return [] }
         if let cached = cache.withLock({ $0[routingID] }), cached.credentials == peer { return cached.encoded }
         let encoded = Self.origin(of: peer).metadata.encoded

@@ -17,10 +17,10 @@ struct AgentStatusReport: Sendable {
     let startedAt: UInt64
     /// The agent's metric store.
     let metrics: AgentMetrics
-    /// The ingest paths it serves besides the ZeroMQ socket.
+    /// The ingest paths it serves.
     let paths: [any IngestPath]
-    /// Their names.
-    var ingestPaths: [String] { paths.map(\.name) }
+    /// The names of those that have figures of their own (not the ZeroMQ socket).
+    var ingestPaths: [String] { paths.filter { $0.metricSet != nil }.map(\.name) }
 
     /// The reply for the running agent `running`, as of now.
     func reply(_ running: RunningAgent) -> StatusReply {
@@ -68,7 +68,7 @@ struct AgentStatusReport: Sendable {
             ingestAddresses: paths.isEmpty ? nil : Dictionary(paths.map { ($0.name, $0.endpoint) }, uniquingKeysWith: { first, _ in first }))
     }
 
-    /// The figures of the ingest paths served besides the ZeroMQ socket (nil when none is).
+    /// The figures of the ingest paths served that have their own (not the ZeroMQ socket; nil when none is).
     private var ingestPathFigures: [String: [String: Int]]? {
         guard !ingestPaths.isEmpty else { return nil }
         return metrics.ingestPathCounts.filter { ingestPaths.contains($0.key) }

@@ -11,9 +11,10 @@ import ServiceLifecycle
 import Synchronization
 import ZeroMQ
 
-/// The Ferry agent: ingest over ZeroMQ IPC, a durable group-committed log, delivery to one or
-/// more sinks (each with its own loop, cursor, retry policy and circuit breaker), an event bus and
-/// a control socket.
+/// The Ferry agent: ingest by the paths it is given (the ZeroMQ socket of `FerryZeroMQIngest`,
+/// the HTTP API of `FerryHTTPIngest`: ``IngestPathKind``), a durable group-committed log,
+/// delivery to one or more sinks (each with its own loop, cursor, retry policy and circuit
+/// breaker), an event bus and a control socket.
 ///
 /// It is the composition root: it builds the parts (``AgentStartup`` recovers the files, then the
 /// commit pipeline, delivery loops, sockets and access policy), wires them together (the bus
@@ -26,7 +27,8 @@ import ZeroMQ
 /// intake, acked everything already written and closed its files and sockets.
 ///
 /// ```swift
-/// let agent = FerryAgent(configuration: AgentConfiguration(sinks: [.defaultFile()]), logger: logger)  // FerryFileSink
+/// let agent = try FerryAgent(configuration: AgentConfiguration(sinks: [.defaultFile()]),  // FerryFileSink
+///                            ingestPathKinds: IngestPathRegistry([.zeromq]), logger: logger)
 /// let group = ServiceGroup(services: [agent], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
 /// try await group.run()
 /// ```
@@ -42,7 +44,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
     private let logger: Logger
     /// Sink implementations that replace what their configuration describes, by sink name.
     private let sinkOverrides: [String: any Sink]
-    /// Ingest paths besides the ZeroMQ socket (``IngestPath``), built by their kinds.
+    /// The ingest paths (``IngestPath``), built by their kinds.
     private let paths: [any IngestPath]
     private let startedAt = WallClock.unixMilliseconds()
     /// The running agent's parts; nil until start-up is done. Its one owner.
@@ -58,7 +60,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         var waiters: [CheckedContinuation<Void, any Error>] = []
     }
 
-    /// Creates an agent. Nothing starts until ``run()``. `sink`, if given, replaces the first
+    /// Creates an agent that serves no ingest path (see
+    /// ``init(configuration:sinks:ingestPathKinds:metrics:logger:)``). Nothing starts until ``run()``. `sink`, if given, replaces the first
     /// configured sink's implementation (it keeps that sink's name, cursor and policies).
     /// `metrics` is where the agent's metrics are exported (`ferryd` passes the Prometheus
     /// backend of `FerryMetrics`; ``AgentMetricsBackend/discarding`` exports nothing). Status
@@ -72,7 +75,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
 
     /// Creates an agent whose sinks named in `overrides` use the given implementations instead of
     /// the ones their configuration describes (for tests and embedding), recording its metrics
-    /// into `metrics`.
+    /// into `metrics`. It serves no ingest path (see ``init(configuration:sinks:ingestPathKinds:metrics:logger:)``).
     public convenience init(
         configuration: AgentConfiguration, sinks overrides: [String: any Sink], metrics: AgentMetricsBackend = .discarding,
         logger: Logger
@@ -80,9 +83,10 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         self.init(configuration: configuration, sinks: overrides, paths: [], metrics: metrics, logger: logger)
     }
 
-    /// Creates an agent that also serves the ingest paths the kinds of `ingestPathKinds` build from
-    /// `configuration` (`ferryd` registers the local HTTP API of `FerryHTTPIngest`): each is
-    /// started once the commit pipeline runs and stopped with the agent (``IngestPath``). Throws
+    /// Creates an agent that serves the ingest paths the kinds of `ingestPathKinds` build from
+    /// `configuration` (`ferryd` registers the ZeroMQ socket of `FerryZeroMQIngest` and the local
+    /// HTTP API of `FerryHTTPIngest`): each is started once the commit pipeline runs and stopped
+    /// with the agent (``IngestPath``). Throws
     /// ``AgentError`` (code `configuration`) when a kind cannot serve what the configuration asks.
     public convenience init(
         configuration: AgentConfiguration, sinks overrides: [String: any Sink] = [:], ingestPathKinds: IngestPathRegistry,
@@ -92,7 +96,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
                   metrics: metrics, logger: logger)
     }
 
-    /// Creates an agent that also serves `paths` (for tests and embedding).
+    /// Creates an agent that serves `paths` (for tests and embedding).
     package init(
         configuration: AgentConfiguration, sinks overrides: [String: any Sink], paths: [any IngestPath],
         metrics: AgentMetricsBackend = .discarding, logger: Logger
@@ -104,7 +108,9 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         sinkOverrides = overrides
         counters = AgentMetrics(backend: metrics)
         // Each path's instruments, at 0 from the start (every family in the exposition).
-        for path in paths { _ = counters.ingestPath(path.name, path.metricSet) }
+        for path in paths {
+            if let metricSet = path.metricSet { _ = counters.ingestPath(path.name, metricSet) }
+        }
     }
 
     /// Suspends until the agent is bound and serving; throws the error ``run()`` failed with if
@@ -346,13 +352,14 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let controlThread = BlockingExecutor(name: "ferry-control")
         let control = makeControlRouter()
         defer { controlThread.shutdown() }
-        // The stages every ingest path's requests go through: admission, the commit, the bus, the ack.
+        // The stages every ingest path's requests go through: admission, the stages of each
+        // event, the commit, the bus, the ack.
         let stages = IngestStages(configuration: configuration, commit: pipeline, access: access, bus: bus, metrics: counters,
                                   quality: quality)
         let context = try ZMQContext()
         let sockets = AgentSockets(
-            context: context, configuration: configuration, stages: stages, wakeup: wakeup, acks: AckQueue(wakeup: wakeup),
-            replies: ControlReplyQueue(wakeup: wakeup), counters: counters, logger: logger, controlThread: controlThread
+            context: context, configuration: configuration, bus: bus, wakeup: wakeup, replies: ControlReplyQueue(wakeup: wakeup),
+            logger: logger, controlThread: controlThread
         ) { [control] request, peer, reply in
             control.handle(request, peer: peer, reply: reply)
         }
@@ -366,12 +373,13 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
             let sessions = try AgentStartup.completeSessions(recoveredSessions, heldLog: worker.heldLog)
             try pipeline.start(dedup: dedup, sessions: sessions, consent: worker)
         }
-        // The other ingest paths are bound before the ZeroMQ sockets: once `status` answers,
-        // every path is served.
+        // The ingest paths are bound before the bus and control sockets: once `status` answers,
+        // every path is served. Each goes through its gateway, the one door into the stages.
         var started: [any IngestPath] = []
         for listener in paths {
             do {
-                let gateway = IngestGateway(path: listener.name, stages: stages, metrics: counters.ingestPath(listener.name, listener.metricSet))
+                let gateway = IngestGateway(path: listener.name, stages: stages,
+                                            metrics: listener.metricSet.map { counters.ingestPath(listener.name, $0) }, counters: counters)
                 try await listener.start(gateway)
                 started.append(listener)
             } catch {
@@ -392,7 +400,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
             throw error
         }
         logger.info("ferryd ready", metadata: [
-            "ingest": "\(FerryPaths.ingestEndpoint(configuration.runtimeDirectory))",
+            "ingest": "\(paths.map(\.name).joined(separator: ","))",
             "data": "\(configuration.dataDirectory)", "sinks": "\(configuredSinks.map(\.name).joined(separator: ","))",
         ])
         settleReadiness(.success(()))
@@ -401,7 +409,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         }
 
         // Serve until graceful shutdown (or cancellation), then stop in order: intake, commit
-        // (acks of what was written go out), sockets, delivery.
+        // (acks of what was written go out), the paths, the bus and control sockets, delivery.
         // The delivery loops run until then, each on its own so a slow sink never holds back
         // another; a batch cut short is delivered again after restart.
         await cancelWhenGracefulShutdown {
@@ -411,9 +419,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
             }
         }
         logger.info("ferryd stopping")
-        sockets.stopIntake()
-        stages.stopIntake()
         for listener in started { listener.stopIntake() }
+        stages.stopIntake()
         await pipeline.stop()
         for listener in started { await listener.stop() }
         await sockets.stop()

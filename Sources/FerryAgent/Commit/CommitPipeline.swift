@@ -60,14 +60,15 @@ struct IngestBatch: Sendable {
 }
 
 /// A batch after the commit: the ack entries in the order of the original frames.
-struct CommittedBatch: Sendable {
+package struct CommittedBatch: Sendable {
     /// The batch's ``IngestBatch/replyTo``.
     var replyTo: any AckDestination
     /// The batch's ``IngestBatch/route``.
-    var route: AckRoute
+    package var route: AckRoute
     /// The sender's origin (encoded record metadata), for the bus.
     var origin: [UInt8] = []
-    var entries: [AckEntry] = []
+    /// The ack entries, one per frame of the batch, in order.
+    package var entries: [AckEntry] = []
     /// The frames, for bus publications (same order as `entries`).
     var frames: [[UInt8]] = []
     var acceptedAt: UInt64

@@ -113,9 +113,9 @@ extension AgentConfiguration {
             "sink": .raw { sinkValue = $0 },
             "sinks": .raw { sinksValue = $0 },
         ]
-        // The table of each registered ingest path kind (`http`), read by the kind: its errors
+        // The table of each registered ingest path kind that has one (`http`), read by the kind: its errors
         // come in the key order with the others, each naming its key path.
-        for kind in ingestPathKinds.kinds where fields[kind.name] == nil {
+        for kind in ingestPathKinds.kinds where kind.hasSettings && fields[kind.name] == nil {
             fields[kind.name] = .custom { value, at in
                 var table = FieldReader(path: path)
                 table.collectsErrors = true

@@ -46,7 +46,7 @@ public struct AgentConfiguration: Sendable, Hashable {
     public var logLevel: Logger.Level = .info
     /// The optional HTTP endpoint for Prometheus (`GET /metrics`); off by default.
     public var metrics: Metrics
-    /// The settings of the ingest paths besides ZeroMQ, read by their kinds from their tables
+    /// The settings of the ingest paths that have a table (not ZeroMQ), read by their kinds from their tables
     /// (the local HTTP API's, key `http`, by `FerryHTTPIngest`).
     public var ingestPaths = IngestPaths()
     /// The tracking plan and its action (key `quality`, docs/QUALITY.md). Reloadable but for

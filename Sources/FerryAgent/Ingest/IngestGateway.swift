@@ -1,31 +1,38 @@
+import CoreMetrics
 import FerryPeer
 import FerryProtocol
 import FerryStorage
 import Logging
 import Synchronization
 
-/// An ingest path's door into the agent: the ``IngestStages`` every path shares, seen from a
-/// module with its own I/O (SwiftNIO). Built by the agent for each ``IngestPath``;
+/// An ingest path's door into the agent, the one every path goes through (the ZeroMQ socket of
+/// `FerryZeroMQIngest`, the HTTP API of `FerryHTTPIngest`): the ``IngestStages`` every path
+/// shares, seen from a module with its own I/O. Built by the agent for each ``IngestPath``;
 /// `Sendable`, callable from any thread, never blocks.
 ///
-/// A request crosses it once each way: ``submit(peer:origin:receivedAt:prepare:completion:)``
-/// admits it (stopping, back-pressure, the access policy), lets the path turn its body into
-/// event frames only then, puts the frames through the limits and into the group commit; the
-/// completion brings the answer back once the group's writes settled, its outcomes already
-/// published on the bus.
+/// A request crosses it once each way: a `submit` admits it (stopping, back-pressure, the access
+/// policy), lets the path turn its body into event frames only then, puts each frame through the
+/// stages (``IngestStage``: the limits, the quality gate) and the batch into the group commit; the
+/// answer comes back once the group's writes settled — to the completion of
+/// ``submit(peer:origin:receivedAt:prepare:completion:)``, its outcomes already published on the
+/// bus, or to the path's own ``AckDestination`` (``submit(peer:receivedAt:version:replyTo:route:prepare:origin:)``),
+/// which publishes them with ``answered(_:)`` once it has answered the sender.
 package final class IngestGateway: Sendable {
     /// The ingest path's name (the listener's).
     package let path: String
-    /// The figures of this path.
-    package let metrics: IngestPathMetrics
+    /// The figures of this path (nil for a path without a metric set of its own: the ZeroMQ
+    /// socket, counted by the core's metrics).
+    package let metrics: IngestPathMetrics?
 
     private let stages: IngestStages
+    private let counters: AgentMetrics
     private let destination: GatewayDestination
 
-    init(path: String, stages: IngestStages, metrics: IngestPathMetrics) {
+    init(path: String, stages: IngestStages, metrics: IngestPathMetrics?, counters: AgentMetrics) {
         self.path = path
         self.stages = stages
         self.metrics = metrics
+        self.counters = counters
         destination = GatewayDestination(stages: stages)
     }
 
@@ -71,12 +78,17 @@ package final class IngestGateway: Sendable {
         case denied(String)
     }
 
+    /// Whether the commit stage has as much waiting as ingest lets in (back-pressure): a path that
+    /// reads at its own pace (the ZeroMQ socket) stops reading while it holds.
+    package var isBusy: Bool { stages.isBusy }
+
     /// Submits one request sent by `peer` (nil when unknown) with encoded `origin` metadata,
-    /// received at `receivedAt` (``MonotonicClock`` ns). Once it is admitted, `prepare` runs (on
-    /// the caller's thread) and returns its event frames, or nil to refuse the request itself.
-    /// `completion` is called once, on the commit thread, with one ``AckEntry`` per frame in
-    /// order, after the group's writes settled; it must not block. It is never called unless
-    /// this returns ``Admission/submitted``.
+    /// received at `receivedAt` (``MonotonicClock`` ns). Once it is admitted (stopping,
+    /// back-pressure, the access policy), `prepare` runs (on the caller's thread) and returns its
+    /// event frames, or nil to refuse the request itself. `completion` is called once, on the
+    /// commit thread, with one ``AckEntry`` per frame in order, after the group's writes settled
+    /// and its outcomes were published; it must not block. It is never called unless this
+    /// returns ``Admission/submitted``.
     package func submit(
         peer: PeerCredentials?, origin: [UInt8], receivedAt: UInt64, prepare: () -> [Frame]?,
         completion: @escaping @Sendable (IngestAnswer) -> Void
@@ -90,13 +102,13 @@ package final class IngestGateway: Sendable {
         guard let frames = prepare() else { return .withdrawn }
         var items: [IngestBatch.Item] = []
         items.reserveCapacity(frames.count)
-        let quality = stages.quality
+        let chain = stages.chain
         var weight = 0
         for frame in frames {
             switch frame {
             case .event(let frame):
                 weight &+= frame.count &+ IngestBatch.itemOverhead
-                items.append(stages.item(frame, version: ferryProtocolVersion, quality: quality))
+                items.append(stages.item(frame, version: ferryProtocolVersion, chain: chain))
             case .refused(let id, let reason):
                 weight &+= 16 &+ IngestBatch.itemOverhead
                 items.append(.refused(AckEntry(id: id, status: .rejected, reason: reason), frame: id.bytes))
@@ -116,6 +128,47 @@ package final class IngestGateway: Sendable {
         }
         return .submitted
     }
+
+    /// Submits one message of a path that reads at its own pace and answers on a thread of its
+    /// own (the ZeroMQ socket): sent by `peer` (nil when unknown) in protocol `version`,
+    /// received at `receivedAt` (``MonotonicClock`` ns). It is admitted unless the agent is
+    /// stopping or the access policy refuses `peer` — never answered ``Admission/busy``: the path
+    /// stops reading while ``isBusy`` holds instead. Then `prepare` returns the message's event
+    /// frames (nil refuses the message itself: the path answers it), each goes through the
+    /// stages, and `origin` gives the sender's encoded origin metadata. The answer goes to
+    /// `replyTo` with `route` (on the commit thread; it must not block), whose path answers the
+    /// sender and then calls ``answered(_:)``.
+    package func submit(
+        peer: PeerCredentials?, receivedAt: UInt64, version: UInt8, replyTo: any AckDestination, route: AckRoute,
+        prepare: () -> ArraySlice<[UInt8]>?, origin: () -> [UInt8]
+    ) -> Admission {
+        if stages.isStopping { return .stopping }
+        if case .denied(let reason) = stages.checkAccess(peer) { return .denied(reason) }
+        guard let frames = prepare() else { return .withdrawn }
+        var items: [IngestBatch.Item] = []
+        items.reserveCapacity(frames.count)
+        let chain = stages.chain
+        var weight = 0
+        for frame in frames {
+            weight &+= frame.count &+ IngestBatch.itemOverhead
+            items.append(stages.item(frame, version: version, chain: chain))
+        }
+        let batch = IngestBatch(replyTo: replyTo, route: route, origin: origin(), uid: peer?.uid, items: items,
+                                receivedAt: receivedAt, weight: weight)
+        return stages.submit(batch) ? .submitted : .stopping
+    }
+
+    /// A batch submitted with a destination of the path's own was answered (any thread; the
+    /// ZeroMQ socket calls it once the ack is sent): its ack latency is recorded and its outcomes
+    /// are published on the bus.
+    package func answered(_ batch: CommittedBatch) { stages.answered(batch) }
+
+    /// Counts a message the path refused as malformed before any event of it was looked at
+    /// (`ferry_messages_refused_total`).
+    package func countRefusedMessage() { counters.messagesRefused.increment() }
+
+    /// Records how many clients are connected to the path (`ferry_clients_connected`).
+    package func recordClientsConnected(_ count: Int) { counters.clientsConnected.record(count) }
 
     /// Publishes a request refused as a whole (`{"topic":"rejected","path":…,"status":…,
     /// "code":…,"reason":…,"uid":…,"at":…}`) on the bus `rejected` topic, for subscribers only.

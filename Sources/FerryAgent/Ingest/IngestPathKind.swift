@@ -1,21 +1,24 @@
 import Logging
 
-/// An ingest path besides the ZeroMQ socket (the local HTTP API of `FerryHTTPIngest`): a module
-/// with its own I/O (SwiftNIO) that feeds the agent through the stages every path shares, so the
-/// agent core never imports it and names no path.
+/// An ingest path (the ZeroMQ socket of `FerryZeroMQIngest`, the local HTTP API of
+/// `FerryHTTPIngest`): a module with its own I/O (its own socket thread, SwiftNIO) that feeds the
+/// agent through the stages every path shares, by its ``IngestGateway``, so the agent core never
+/// imports it and names no path.
 ///
-/// The agent owns the path's life: ``start(_:)`` once the commit pipeline runs (before the
-/// ZeroMQ sockets are bound, so once `status` answers every path is served), ``stopIntake()``
-/// when shutdown begins (requests from then on are refused retryably), ``stop()`` after the
-/// pipeline has committed and answered everything it was given. Paths are built from the
-/// configuration by their ``IngestPathKind``.
+/// The agent owns the path's life: ``start(_:)`` once the commit pipeline runs (in registration
+/// order, before the agent's bus and control sockets are bound, so once `status` answers every
+/// path is served), ``stopIntake()`` when shutdown begins (from then on the path reads no more,
+/// or refuses retryably), ``stop()`` after the pipeline has committed and answered everything it
+/// was given. Paths are built from the configuration by their ``IngestPathKind``.
 package protocol IngestPath: Sendable {
-    /// The path's name, for logs, metrics and status (the HTTP API's `unix`, `tcp`).
+    /// The path's name, for logs, metrics and status (the HTTP API's `unix`, `tcp`; `zeromq`).
     var name: String { get }
-    /// The metrics of its kind; the agent makes the path's instruments from them at start.
-    var metricSet: IngestPathMetricSet { get }
+    /// The metrics of its kind; the agent makes the path's instruments from them at start and
+    /// lists the path's figures in `status`. Nil: the path has none of its own (the ZeroMQ
+    /// socket, counted by the core's `ferry_messages_*` and `ferry_clients_connected`).
+    var metricSet: IngestPathMetricSet? { get }
     /// Where the path is served, for `status` (the HTTP API's socket path, its TCP `host:port`);
-    /// empty when it has no address to show.
+    /// empty when it has no address to show there (the ZeroMQ socket, which `status` names itself).
     var endpoint: String { get }
     /// The shortest id window (seconds) the path needs: `dedup.maxAgeSeconds` is raised to it
     /// while the path is served (the HTTP API's clients expect a day). 0 by default.
@@ -81,7 +84,7 @@ extension IngestPathSettings {
 }
 
 extension AgentConfiguration {
-    /// The settings of the ingest paths besides ZeroMQ, one ``IngestPathSettings`` per kind, as
+    /// The settings of the ingest paths that have a table (not ZeroMQ's), one ``IngestPathSettings`` per kind, as
     /// their kinds read them from the configuration file's tables (key `http` for the HTTP API).
     /// A kind whose table is absent, or holds only defaults, has no entry: its settings are
     /// ``IngestPathSettings/init()`` (so equal configurations compare equal however they were
@@ -115,19 +118,23 @@ extension AgentConfiguration {
 }
 
 /// A kind of ingest path, registered like a sink kind: its configuration table read by its own
-/// module, the metrics of its paths, and a factory that builds the paths a configuration asks for
-/// (none when it is off). The module of the path defines it (the HTTP API's is
-/// `IngestPathKind.http`); an agent's `main.swift` registers it in one line:
+/// module (if it has one), the metrics of its paths, and a factory that builds the paths a
+/// configuration asks for (none when it is off). The module of the path defines it (the ZeroMQ
+/// socket's is `IngestPathKind.zeromq`, the HTTP API's `IngestPathKind.http`); an agent's
+/// `main.swift` registers them in one line, and the agent serves no other path:
 ///
 /// ```swift
-/// await FerryDaemon.main(sinkKinds: SinkRegistry([.file, .http, .jetstream], defaultSink: .file()), ingestPathKinds: .init([.http]))
+/// await FerryDaemon.main(sinkKinds: SinkRegistry([.file, .http, .jetstream], defaultSink: .file()),
+///                        ingestPathKinds: IngestPathRegistry([.zeromq, .http]))
 /// ```
 public struct IngestPathKind: Sendable {
     /// The kind's name and the key of its table in the configuration file (the HTTP API's: `http`).
     public let name: String
     /// The metrics its paths export (docs/METRICS.md lists them with the core's catalog; the
-    /// exposition takes their help texts from here).
-    public let metricSet: IngestPathMetricSet
+    /// exposition takes their help texts from here); nil for a kind counted by the core's (ZeroMQ).
+    public let metricSet: IngestPathMetricSet?
+    /// Whether the kind has a table in the configuration file (key ``name``).
+    let hasSettings: Bool
     let load: @Sendable (_ table: [String: Any], _ configuration: inout AgentConfiguration, _ fields: inout FieldReader, _ keyPath: String) throws -> Void
     let summary: @Sendable (_ configuration: AgentConfiguration) -> String
     let makePaths: @Sendable (_ configuration: AgentConfiguration, _ logger: Logger) throws -> [any IngestPath]
@@ -145,6 +152,7 @@ public struct IngestPathKind: Sendable {
     ) {
         name = Settings.key
         metricSet = metrics
+        hasSettings = true
         self.load = { table, configuration, fields, keyPath in
             configuration.ingestPaths[Settings.self] = try load(table, configuration.ingestPaths[Settings.self], &fields, keyPath)
         }
@@ -152,16 +160,31 @@ public struct IngestPathKind: Sendable {
         self.makePaths = { configuration, logger in try makePaths(configuration.ingestPaths[Settings.self], configuration, logger) }
     }
 
+    /// A kind named `name` without a configuration table or metrics of its own (the ZeroMQ
+    /// socket's, always on): `makePaths` builds its paths from the whole configuration.
+    package init(
+        name: String, makePaths: @escaping @Sendable (_ configuration: AgentConfiguration, _ logger: Logger) throws -> [any IngestPath]
+    ) {
+        self.name = name
+        metricSet = nil
+        hasSettings = false
+        // Never called: the file loader and ``IngestPathRegistry/apply(_:toKind:of:source:)``
+        // skip a kind without settings.
+        load = { _, _, _, _ in }
+        summary = { _ in "" }
+        self.makePaths = makePaths
+    }
+
     /// The metrics its paths export.
-    public var metrics: [MetricDescriptor] { metricSet.all }
+    public var metrics: [MetricDescriptor] { metricSet?.all ?? [] }
 }
 
-/// The ingest path kinds an agent serves besides the ZeroMQ socket.
+/// The ingest path kinds an agent serves (`ferryd`: the ZeroMQ socket and the HTTP API).
 public struct IngestPathRegistry: Sendable {
     /// The registered kinds, in registration order.
     public private(set) var kinds: [IngestPathKind] = []
 
-    /// No path but the ZeroMQ socket.
+    /// No ingest path (an agent that serves the bus and control sockets only).
     public static let none = IngestPathRegistry()
 
     /// A registry of `kinds`.
@@ -190,9 +213,9 @@ public struct IngestPathRegistry: Sendable {
         try kinds.flatMap { try $0.makePaths(configuration, logger) }
     }
 
-    /// One line per kind for `ferryd validate`: `http: socket=true listen=off …`.
+    /// One line per kind with settings for `ferryd validate`: `http: socket=true listen=off …`.
     package func summaryLines(_ configuration: AgentConfiguration) -> [String] {
-        kinds.map { "\($0.name): \($0.summary(configuration))" }
+        kinds.filter(\.hasSettings).map { "\($0.name): \($0.summary(configuration))" }
     }
 
     /// Applies `table` (keys of the kind named `name`'s table, from a command-line flag named
@@ -200,7 +223,7 @@ public struct IngestPathRegistry: Sendable {
     /// settings of that kind. Throws ``AgentError`` (code `configuration`) when no such kind is
     /// registered or a value has the wrong type.
     package func apply(_ table: [String: Any], toKind name: String, of configuration: inout AgentConfiguration, source: String) throws {
-        guard let kind = kinds.first(where: { $0.name == name }) else {
+        guard let kind = kinds.first(where: { $0.name == name && $0.hasSettings }) else {
             throw AgentError(code: .configuration, message: "\(source): this agent serves no \(name) ingest path")
         }
         var fields = FieldReader(path: source)

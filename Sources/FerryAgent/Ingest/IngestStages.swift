@@ -6,14 +6,17 @@ import Synchronization
 
 /// The one chain of stages every ingest path hands what it received to, written once: a path
 /// (the ZeroMQ socket, the local HTTP API, any registered ``IngestPathKind``) owns only its
-/// protocol — reading requests, turning them into event frames, writing answers.
+/// protocol — reading requests, turning them into event frames, writing answers — and reaches
+/// the stages through its ``IngestGateway`` alone.
 ///
 /// 1. **Admission** (``admit(_:)``): stopping, back-pressure (the commit stage's backlog), the
-///    access policy against the kernel's credentials; then the limits of each frame
-///    (``item(_:version:quality:)``: `maxEventBytes`, a fixed header that decodes, known flags).
-/// 2. **Quality** (``QualityStage``, when a plan or redaction is configured): redaction, then the
-///    tracking plan; an event that breaks it is refused, quarantined or tagged. The stage in
-///    effect is read once per batch (``quality``), so a reload applies from the next batch.
+///    access policy against the kernel's credentials.
+/// 2. **The stages of each event** (``chain``, each an ``IngestStage``, listed once in
+///    ``chain(limits:quality:)``): the limits (``LimitsStage``: `maxEventBytes`, a fixed header
+///    that decodes, known flags), then the quality stage (``QualityStage``, when a plan or
+///    redaction is configured: redaction, then the tracking plan; an event that breaks it is
+///    refused, quarantined or tagged). The chain in effect is read once per batch, so a reload
+///    applies from the next batch.
 /// 3. **The decision**: the ``CommitPipeline`` (dedup, consent, retention, the group commit).
 /// 4. **The bus and the ack** (``answered(_:)``): once a batch's answer is back, its outcomes go
 ///    to the ``EventBus`` and its ack latency is recorded; the path's ``AckDestination`` writes
@@ -29,8 +32,8 @@ final class IngestStages: Sendable {
     /// (``CommitPipeline/maxGroupBytes``): one being written while the next gathers.
     static let maxCommitBacklogBytes = 4 << 20
 
-    /// The largest event frame stored (`maxEventBytes`).
-    let maxEventBytes: Int
+    /// The limits every frame meets first (`maxEventBytes`, the fixed header, the flags).
+    let limits: LimitsStage
     /// The consent configuration's categories by name (built-in and configured).
     let categories: [String: UInt8]
     /// The consent configuration's category of each event type's name.
@@ -51,7 +54,7 @@ final class IngestStages: Sendable {
         quality: QualityStageHolder = QualityStageHolder(nil)
     ) {
         qualityHolder = quality
-        maxEventBytes = configuration.maxEventBytes
+        limits = LimitsStage(maxEventBytes: configuration.maxEventBytes)
         categories = configuration.consent.categories
         typeCategories = configuration.consent.typeCategories
         self.commit = commit
@@ -103,47 +106,37 @@ final class IngestStages: Sendable {
         return nil
     }
 
-    // MARK: Limits and quality
+    // MARK: The stages of each event
 
-    /// The quality stage in effect: read it once per batch and pass it to each
-    /// ``item(_:version:quality:)`` (nil: no plan and no redaction).
-    var quality: QualityStage? { qualityHolder.stage }
-
-    /// One frame through the limits, then through `quality` when there is one: stored as it
-    /// came when the gate passes it untouched (``QualityStage/passesUntouched(_:frame:)``), else
-    /// decoded and judged (``QualityStage/judged(_:frame:metrics:)``).
-    @inline(__always)
-    func item(_ frame: [UInt8], version: UInt8, quality: QualityStage?) -> IngestBatch.Item {
-        let item = item(frame, version: version)
-        // The common case returns the item as it is (no copy of it, no retain of its frame): an
-        // event the gate passes untouched, read from `frame`, the bytes the item holds.
-        guard let quality, case .event(let header, _) = item, !quality.passesUntouched(header, frame: frame) else { return item }
-        return quality.judged(header, frame: frame, metrics: metrics)
+    /// The stages every event goes through, in order, listed once: the limits, then the quality
+    /// stage when there is one (a plan or redaction).
+    static func chain(limits: LimitsStage, quality: QualityStage?) -> [any IngestStage] {
+        guard let quality else { return [limits] }
+        return [limits, quality]
     }
 
-    /// One frame through the limits: stored as an event, or refused with its ack entry (too
-    /// large, a fixed header that does not decode, a flag this agent does not know, or the
-    /// extension block from a protocol 1 sender, who cannot have meant it).
+    /// The chain in effect: read it once per batch and pass it to each ``item(_:version:chain:)``
+    /// (the quality stage is swapped by a reload, so a reload applies from the next batch).
+    var chain: [any IngestStage] { Self.chain(limits: limits, quality: qualityHolder.stage) }
+
+    /// One frame of a message in protocol `version` through `chain`: stored as it came when every
+    /// stage passes it (the common case returns it without a copy of its frame), else what the
+    /// first stage that did not made of it (``IngestStage/check(_:metrics:)``).
     @inline(__always)
-    func item(_ frame: [UInt8], version: UInt8) -> IngestBatch.Item {
-        let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
-        if frame.count > maxEventBytes {
-            return .refused(AckEntry(id: id, status: .rejected, reason: .tooLarge), frame: Array(frame.prefix(WireEvent.fixedHeaderSize)))
+    func item(_ frame: [UInt8], version: UInt8, chain: [any IngestStage]) -> IngestBatch.Item {
+        var event = IngestEvent(frame: frame, version: version)
+        for stage in chain {
+            guard let item = stage.check(event, metrics: metrics) else { continue }
+            // A changed event goes on to the next stages; any other outcome ends the chain.
+            guard case .event(let header, let changed) = item else { return item }
+            event = IngestEvent(frame: changed, version: version, header: header)
         }
-        do {
-            let event = try EventHeader(frame)
-            // The extension block is protocol 2: a version 1 sender cannot have meant it.
-            guard version >= 2 || !event.flags.contains(.extended) else {
-                return .refused(AckEntry(id: id, status: .rejected, reason: .malformed), frame: frame)
-            }
-            // An event flag this agent does not know may carry a promise it cannot keep (as
-            // `localOnly` does): refused like an unknown critical extension.
-            guard event.flags.isSubset(of: .known) else {
-                return .refused(AckEntry(id: id, status: .rejected, reason: .unsupportedField), frame: frame)
-            }
-            return .event(event, frame: frame)
-        } catch {
-            return .refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: frame)
+        switch event.header {
+        case .success(let header): return .event(header, frame: event.frame)
+        case .failure(let error):
+            // A chain without the limits: the fixed header must still decode to be stored.
+            let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
+            return .refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: event.frame)
         }
     }
 

@@ -1,7 +1,6 @@
 @testable import FerryFileSink
 import Foundation
 @testable import FerryAgent
-import FerryMetrics
 @testable import FerryStorage
 import FerryTestKit
 import FerryProtocol
@@ -17,46 +16,6 @@ func eventsHeader(_ requestID: UInt32, version: UInt8 = ferryProtocolVersion) ->
     var header = MessageHeader(kind: .events, requestID: requestID).encoded()
     header[0] = version
     return header
-}
-
-/// An in-process agent running in a task.
-final class InProcessAgent: Sendable {
-    let agent: FerryAgent
-    let task: Task<Void, any Error>
-
-    /// Starts `agent` and waits until it serves (or fails to start).
-    convenience init(_ configuration: AgentConfiguration, sink: (any Sink)? = nil, timeout: Duration = .seconds(30)) async throws {
-        let first = configuration.sinks.first?.name ?? ""
-        try await self.init(configuration, sinks: sink.map { [first: $0] } ?? [:], timeout: timeout)
-    }
-
-    /// Starts an agent whose sinks named in `sinks` use those implementations.
-    convenience init(_ configuration: AgentConfiguration, sinks: [String: any Sink], timeout: Duration = .seconds(30)) async throws {
-        let agent = FerryAgent(configuration: configuration, sinks: sinks, metrics: PrometheusBackend().agentBackend, logger: quietLogger)
-        try await self.init(agent: agent, timeout: timeout)
-    }
-
-    /// Starts `agent` and waits until it serves (or fails to start).
-    init(agent: FerryAgent, timeout: Duration = .seconds(30)) async throws {
-        let task = Task { try await agent.run() }
-        self.agent = agent
-        self.task = task
-        do {
-            // waitUntilReady() throws run()'s error if start-up fails.
-            try await withTimeout(timeout, "the agent to be ready") { try await agent.waitUntilReady() }
-        } catch {
-            task.cancel()
-            throw error
-        }
-    }
-
-    /// Cancels the agent and waits for run() to return.
-    func stop(timeout: Duration = .seconds(30)) async throws {
-        task.cancel()
-        try await value(of: task, timeout: timeout, "agent run() to return after cancellation")
-    }
-
-    var counters: [String: Int] { agent.counters.snapshot }
 }
 
 /// A runtime and data directory pair for an in-process agent.
