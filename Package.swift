@@ -233,8 +233,8 @@ let package = Package(
         .target(
             name: "FerryAgentTestKit",
             dependencies: [
-                "FerryAgent", "FerryZeroMQIngest", "FerryHTTPIngest", "FerryMetrics", "FerryProtocol", "FerryStorage",
-                "FerryTestKit", "FerryIntegrationKit", "ZeroMQ",
+                "FerryAgent", "FerryFileSink", "FerryZeroMQIngest", "FerryHTTPIngest", "FerryMetrics", "FerryProtocol",
+                "FerryStorage", "FerryTestKit", "FerryIntegrationKit", "ZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

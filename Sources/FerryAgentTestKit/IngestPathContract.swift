@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import FerryAgent
+import FerryFileSink
 import FerryHTTPIngest
 import FerryIntegrationKit
 import FerryProtocol
@@ -133,7 +134,7 @@ package enum IngestPathContract {
         let base = AgentConfiguration(runtimeDirectory: directory.appending("run"), dataDirectory: directory.appending("data"))
         let configuration = try AgentConfiguration.load(
             json: Array(configurationJSON.replacingOccurrences(of: "$DIR", with: directory.path).utf8), path: "contract.json",
-            base: base, ingestPathKinds: IngestPathRegistry([.http]))
+            base: base, sinkKinds: .builtIn, ingestPathKinds: IngestPathRegistry([.http]))
         let http = try IngestPathRegistry([.http]).paths(for: configuration, logger: quietLogger)
         let running = try await InProcessAgent(configuration, paths: http)
         let runtimeDirectory = configuration.runtimeDirectory
