@@ -15,14 +15,34 @@ protocol IngestStage: Sendable {
     func check(_ event: IngestEvent, metrics: AgentMetrics) -> IngestBatch.Item?
 }
 
-/// One event frame on its way through the ingest chain.
+/// The stages of each event, in order: the limits first (every event's, called directly), then
+/// the others (the quality stage when there is one). Built by ``IngestStages/chain(limits:quality:)``,
+/// the one list of them.
+struct IngestChain: Sendable {
+    /// The first stage.
+    let limits: LimitsStage
+    /// The stages after it, in order.
+    let stages: [any IngestStage]
+
+    /// A chain of `limits`, then `stages`.
+    init(limits: LimitsStage, then stages: [any IngestStage]) {
+        self.limits = limits
+        self.stages = stages
+    }
+}
+
+/// One event frame on its way through the ingest chain. Trivially copied but for its frame (no
+/// error value in it: a stage passes it by reference to a witness and copies it freely).
 struct IngestEvent {
     /// The event frame as it is now (as received, or as a stage before changed it).
     let frame: [UInt8]
     /// The protocol version of the message that carried it (the HTTP API's: the newest).
     let version: UInt8
-    /// Its fixed header, decoded once as the chain starts (or the error that stopped it).
-    let header: Result<EventHeader, ProtocolError>
+    /// Its fixed header, decoded once as the chain starts; nil when it does not decode
+    /// (``headerRefusal`` says why).
+    let header: EventHeader?
+    /// Why the fixed header does not decode (`.none` when it does).
+    let headerRefusal: RejectReason
 
     /// `frame` of a message in protocol `version`, its fixed header decoded.
     @inline(__always)
@@ -30,9 +50,11 @@ struct IngestEvent {
         self.frame = frame
         self.version = version
         do {
-            header = .success(try EventHeader(frame))
+            header = try EventHeader(frame)
+            headerRefusal = .none
         } catch {
-            header = .failure(error)
+            header = nil
+            headerRefusal = error.rejectReason
         }
     }
 
@@ -41,7 +63,8 @@ struct IngestEvent {
     init(frame: [UInt8], version: UInt8, header: EventHeader) {
         self.frame = frame
         self.version = version
-        self.header = .success(header)
+        self.header = header
+        headerRefusal = .none
     }
 }
 
@@ -67,19 +90,17 @@ struct LimitsStage: IngestStage {
             let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
             return .refused(AckEntry(id: id, status: .rejected, reason: .tooLarge), frame: Array(frame.prefix(WireEvent.fixedHeaderSize)))
         }
-        switch event.header {
-        case .failure(let error):
+        guard let header = event.header else {
             let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
-            return .refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: frame)
-        case .success(let header):
-            guard event.version >= 2 || !header.flags.contains(.extended) else {
-                return .refused(AckEntry(id: header.id, status: .rejected, reason: .malformed), frame: frame)
-            }
-            guard header.flags.isSubset(of: .known) else {
-                return .refused(AckEntry(id: header.id, status: .rejected, reason: .unsupportedField), frame: frame)
-            }
-            return nil
+            return .refused(AckEntry(id: id, status: .rejected, reason: event.headerRefusal), frame: frame)
         }
+        guard event.version >= 2 || !header.flags.contains(.extended) else {
+            return .refused(AckEntry(id: header.id, status: .rejected, reason: .malformed), frame: frame)
+        }
+        guard header.flags.isSubset(of: .known) else {
+            return .refused(AckEntry(id: header.id, status: .rejected, reason: .unsupportedField), frame: frame)
+        }
+        return nil
     }
 }
 
@@ -89,7 +110,7 @@ struct LimitsStage: IngestStage {
 extension QualityStage: IngestStage {
     @inline(__always)
     func check(_ event: IngestEvent, metrics: AgentMetrics) -> IngestBatch.Item? {
-        guard case .success(let header) = event.header, !passesUntouched(header, frame: event.frame) else { return nil }
+        guard let header = event.header, !passesUntouched(header, frame: event.frame) else { return nil }
         return judged(header, frame: event.frame, metrics: metrics)
     }
 }

@@ -12,7 +12,7 @@ import Synchronization
 /// 1. **Admission** (``admit(_:)``): stopping, back-pressure (the commit stage's backlog), the
 ///    access policy against the kernel's credentials.
 /// 2. **The stages of each event** (``chain``, each an ``IngestStage``, listed once in
-///    ``chain(limits:quality:)``): the limits (``LimitsStage``: `maxEventBytes`, a fixed header
+///    ``chain(limits:quality:)``, an ``IngestChain``): the limits (``LimitsStage``: `maxEventBytes`, a fixed header
 ///    that decodes, known flags), then the quality stage (``QualityStage``, when a plan or
 ///    redaction is configured: redaction, then the tracking plan; an event that breaks it is
 ///    refused, quarantined or tagged). The chain in effect is read once per batch, so a reload
@@ -110,34 +110,35 @@ final class IngestStages: Sendable {
 
     /// The stages every event goes through, in order, listed once: the limits, then the quality
     /// stage when there is one (a plan or redaction).
-    static func chain(limits: LimitsStage, quality: QualityStage?) -> [any IngestStage] {
-        guard let quality else { return [limits] }
-        return [limits, quality]
+    static func chain(limits: LimitsStage, quality: QualityStage?) -> IngestChain {
+        IngestChain(limits: limits, then: quality.map { [$0] } ?? [])
     }
 
     /// The chain in effect: read it once per batch and pass it to each ``item(_:version:chain:)``
     /// (the quality stage is swapped by a reload, so a reload applies from the next batch).
-    var chain: [any IngestStage] { Self.chain(limits: limits, quality: qualityHolder.stage) }
+    var chain: IngestChain { Self.chain(limits: limits, quality: qualityHolder.stage) }
 
     /// One frame of a message in protocol `version` through `chain`: stored as it came when every
     /// stage passes it (the common case returns it without a copy of its frame), else what the
     /// first stage that did not made of it (``IngestStage/check(_:metrics:)``).
     @inline(__always)
-    func item(_ frame: [UInt8], version: UInt8, chain: [any IngestStage]) -> IngestBatch.Item {
+    func item(_ frame: [UInt8], version: UInt8, chain: IngestChain) -> IngestBatch.Item {
         var event = IngestEvent(frame: frame, version: version)
-        for stage in chain {
+        // The limits, every event's first stage, are called directly (no dynamic dispatch per
+        // event when no other stage is configured).
+        if let refused = chain.limits.check(event, metrics: metrics) { return refused }
+        for stage in chain.stages {
             guard let item = stage.check(event, metrics: metrics) else { continue }
             // A changed event goes on to the next stages; any other outcome ends the chain.
             guard case .event(let header, let changed) = item else { return item }
             event = IngestEvent(frame: changed, version: version, header: header)
         }
-        switch event.header {
-        case .success(let header): return .event(header, frame: event.frame)
-        case .failure(let error):
-            // A chain without the limits: the fixed header must still decode to be stored.
+        guard let header = event.header else {
+            // Not reached: the limits refuse a frame whose fixed header does not decode.
             let id = frame.count >= 16 ? EventID(bytes: frame) : .zero
-            return .refused(AckEntry(id: id, status: .rejected, reason: error.rejectReason), frame: event.frame)
+            return .refused(AckEntry(id: id, status: .rejected, reason: event.headerRefusal), frame: event.frame)
         }
+        return .event(header, frame: event.frame)
     }
 
     // MARK: The decision
