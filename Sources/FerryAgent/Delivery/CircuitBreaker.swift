@@ -52,11 +52,8 @@ struct CircuitBreaker {
 
     /// After a successful attempt.
     mutating func succeeded() -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
-        failures = 0
         consecutiveFailures = 0
-        guard state != .closed else { return nil }
-        defer { state = .closed }
-        return (state, .closed)
+        return upstreamAnswered()
     }
 
     /// After a failed attempt at `now`.
@@ -82,6 +79,12 @@ struct CircuitBreaker {
     @discardableResult
     mutating func failedPermanently() -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
         consecutiveFailures += 1
+        return upstreamAnswered()
+    }
+
+    /// The upstream answered (a success, or a refusal of the batch): the transient failures start
+    /// again from zero and the circuit closes. Returns that change, if any.
+    private mutating func upstreamAnswered() -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
         failures = 0
         guard state != .closed else { return nil }
         defer { state = .closed }
