@@ -26,14 +26,15 @@ public struct FileSinkSettings: SinkSettings {
     }
 
     public func validate(name: String) throws {
-        func fail(_ message: String) -> AgentError {
-            AgentError(code: .configuration, message: "sink \"\(name)\": \(message)")
+        var problems: [String] = []
+        if maxFileBytes <= 0 { problems.append("maxFileBytes must be positive") }
+        if !FileSink.lineFormats.contains(lineFormat) {
+            problems.append("lineFormat must be \(FileSink.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
         }
-        guard maxFileBytes > 0 else { throw fail("maxFileBytes must be positive") }
-        guard FileSink.lineFormats.contains(lineFormat) else {
-            throw fail("lineFormat must be \(FileSink.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
+        if let directory, directory.isEmpty { problems.append("directory must not be empty") }
+        guard problems.isEmpty else {
+            throw AgentError(code: .configuration, message: problems.map { "sink \"\(name)\": " + $0 }.joined(separator: "\n"))
         }
-        if let directory, directory.isEmpty { throw fail("directory must not be empty") }
     }
 
     /// The directory the sink writes into: two sinks may not share one.

@@ -43,11 +43,8 @@ extension HTTPSinkConfiguration {
             ]),
         ], at: prefix)
         guard object["url"] != nil else { throw reader.fail(prefix + ".url", "required for an http sink") }
-        do {
-            try config.validate()
-        } catch let error as AgentError {
-            throw AgentError(code: .configuration, message: "\(reader.path): \(error.message)")
-        }
+        // The values are checked with the rest of the file (every problem, each with its key
+        // path: `SinkConfiguration.problems(keyPath:)`), not here one at a time.
         return config
     }
 }

@@ -107,49 +107,61 @@ public struct HTTPSinkConfiguration: Sendable, Hashable, CustomStringConvertible
         self.gzip = gzip
     }
 
-    /// Checks the values; throws ``AgentError`` with code `configuration`.
+    /// Checks the values; throws ``AgentError`` with code `configuration` listing every problem
+    /// of ``problems``, one a line.
     public func validate() throws {
-        func fail(_ message: String) -> AgentError { AgentError(code: .configuration, message: "sink (http): " + message) }
-        guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
-              scheme == "http" || scheme == "https", let host = components.host, !host.isEmpty else {
-            throw fail("url must be an absolute http:// or https:// URL with a host")
+        let problems = problems()
+        guard problems.isEmpty else {
+            throw AgentError(code: .configuration, message: problems.map { "sink (http): " + $0 }.joined(separator: "\n"))
         }
-        guard components.user == nil, components.password == nil else {
-            throw fail("url must not contain credentials; use tokenFile, tokenEnvironment or writeKeyFile")
+    }
+
+    /// Every problem of the values, one message each, in the order of the keys below (not only
+    /// the first: `ferryd validate` lists them all); empty when the values are fine.
+    public func problems() -> [String] {
+        var problems: [String] = []
+        if let components = URLComponents(string: url), let scheme = components.scheme?.lowercased(),
+           scheme == "http" || scheme == "https", let host = components.host, !host.isEmpty {
+            if components.user != nil || components.password != nil {
+                problems.append("url must not contain credentials; use tokenFile, tokenEnvironment or writeKeyFile")
+            }
+        } else {
+            problems.append("url must be an absolute http:// or https:// URL with a host")
         }
-        guard [tokenFile, tokenEnvironment, writeKeyFile].compactMap({ $0 }).count <= 1 else {
-            throw fail("set at most one of tokenFile, tokenEnvironment and writeKeyFile")
+        if [tokenFile, tokenEnvironment, writeKeyFile].compactMap({ $0 }).count > 1 {
+            problems.append("set at most one of tokenFile, tokenEnvironment and writeKeyFile")
         }
-        if let tokenFile, tokenFile.isEmpty { throw fail("tokenFile must not be empty") }
-        if let writeKeyFile, writeKeyFile.isEmpty { throw fail("writeKeyFile must not be empty") }
-        if let tokenEnvironment, tokenEnvironment.isEmpty { throw fail("tokenEnvironment must not be empty") }
-        if let caFile, caFile.isEmpty { throw fail("caFile must not be empty") }
+        for (key, value) in [("tokenFile", tokenFile), ("writeKeyFile", writeKeyFile), ("tokenEnvironment", tokenEnvironment),
+                             ("caFile", caFile)] where value?.isEmpty == true {
+            problems.append("\(key) must not be empty")
+        }
         for (key, value) in [("erasure.url", erasure.url), ("erasure.apiURL", erasure.apiURL)] {
             guard let value else { continue }
-            guard let parts = URLComponents(string: value), let scheme = parts.scheme?.lowercased(), scheme == "http" || scheme == "https",
-                  parts.host?.isEmpty == false, parts.user == nil, parts.password == nil else {
-                throw fail("\(key) must be an absolute http:// or https:// URL with a host and no credentials")
+            let parts = URLComponents(string: value)
+            let scheme = parts?.scheme?.lowercased()
+            if scheme != "http" && scheme != "https" || parts?.host?.isEmpty != false || parts?.user != nil || parts?.password != nil {
+                problems.append("\(key) must be an absolute http:// or https:// URL with a host and no credentials")
             }
         }
-        if let tokenFile = erasure.tokenFile, tokenFile.isEmpty { throw fail("erasure.tokenFile must not be empty") }
-        guard Self.bodyVersions.contains(bodyVersion) else {
-            throw fail("bodyVersion must be \(Self.bodyVersions.map(String.init).joined(separator: " or ")), not \(bodyVersion)")
+        if let tokenFile = erasure.tokenFile, tokenFile.isEmpty { problems.append("erasure.tokenFile must not be empty") }
+        if !Self.bodyVersions.contains(bodyVersion) {
+            problems.append("bodyVersion must be \(Self.bodyVersions.map(String.init).joined(separator: " or ")), not \(bodyVersion)")
         }
-        guard requestTimeoutMilliseconds > 0, connectTimeoutMilliseconds > 0 else {
-            throw fail("requestTimeoutMilliseconds and connectTimeoutMilliseconds must be positive")
+        if requestTimeoutMilliseconds <= 0 || connectTimeoutMilliseconds <= 0 {
+            problems.append("requestTimeoutMilliseconds and connectTimeoutMilliseconds must be positive")
         }
-        for (name, value) in headers {
-            guard !name.isEmpty, name.utf8.allSatisfy(Self.isTokenCharacter) else {
-                throw fail("header name \"\(name)\" is not a valid HTTP field name")
-            }
-            guard !Self.reservedHeaders.contains(name.lowercased()) else {
-                throw fail("header \(name) is set by the sink and cannot be configured"
+        for (name, value) in headers.sorted(by: { $0.key < $1.key }) {
+            if name.isEmpty || !name.utf8.allSatisfy(Self.isTokenCharacter) {
+                problems.append("header name \"\(name)\" is not a valid HTTP field name")
+            } else if Self.reservedHeaders.contains(name.lowercased()) {
+                problems.append("header \(name) is set by the sink and cannot be configured"
                     + (name.lowercased() == "authorization" ? " (use tokenFile, tokenEnvironment or writeKeyFile)" : ""))
             }
-            guard value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) else {
-                throw fail("header \(name) has a control character in its value")
+            if !value.utf8.allSatisfy({ $0 == 0x09 || ($0 >= 0x20 && $0 != 0x7F) }) {
+                problems.append("header \(name) has a control character in its value")
             }
         }
+        return problems
     }
 
     /// `!#$%&'*+-.^_`|~`, digits and letters (RFC 9110 `tchar`).

@@ -103,59 +103,67 @@ public struct JetStreamSinkConfiguration: Sendable, Hashable {
         self.tokenFile = tokenFile
     }
 
-    /// Checks the values; throws ``AgentError`` with code `configuration`.
+    /// Checks the values; throws ``AgentError`` with code `configuration` listing every problem
+    /// of ``problems()``, one a line.
     public func validate() throws {
-        func fail(_ message: String) -> AgentError {
-            AgentError(code: .configuration, message: "sink (jetstream): \(message)")
+        let problems = problems()
+        guard problems.isEmpty else {
+            throw AgentError(code: .configuration, message: problems.map { "sink (jetstream): " + $0 }.joined(separator: "\n"))
         }
-        guard !servers.isEmpty else { throw fail("servers must list at least one URL") }
+    }
+
+    /// Every problem of the values, one message each (not only the first: `ferryd validate`
+    /// lists them all); empty when the values are fine.
+    public func problems() -> [String] {
+        var problems: [String] = []
+        if servers.isEmpty { problems.append("servers must list at least one URL") }
         for server in servers where server.isEmpty || server.contains(where: \.isWhitespace) {
-            throw fail("server URL \"\(server)\" is empty or contains whitespace")
+            problems.append("server URL \"\(server)\" is empty or contains whitespace")
         }
-        let template: SubjectTemplate
+        var template: SubjectTemplate?
         do {
             template = try SubjectTemplate(subjectTemplate)
         } catch {
-            throw fail("subjectTemplate: \(error.message)")
+            problems.append("subjectTemplate: \(error.message)")
         }
-        guard !stream.isEmpty, stream.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) else {
-            throw fail("stream name \"\(stream)\" must be letters, digits, '_' or '-'")
+        if stream.isEmpty || !stream.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_" || $0 == "-") }) {
+            problems.append("stream name \"\(stream)\" must be letters, digits, '_' or '-'")
         }
-        guard [1, 3, 5].contains(replicas) else { throw fail("replicas must be 1, 3 or 5") }
-        guard duplicateWindowSeconds >= 1 else { throw fail("duplicateWindowSeconds must be at least 1") }
-        guard maxInFlight >= 1 else { throw fail("maxInFlight must be at least 1") }
-        guard Self.lineFormats.contains(lineFormat) else {
-            throw fail("lineFormat must be \(Self.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
+        if ![1, 3, 5].contains(replicas) { problems.append("replicas must be 1, 3 or 5") }
+        if duplicateWindowSeconds < 1 { problems.append("duplicateWindowSeconds must be at least 1") }
+        if maxInFlight < 1 { problems.append("maxInFlight must be at least 1") }
+        if !Self.lineFormats.contains(lineFormat) {
+            problems.append("lineFormat must be \(Self.lineFormats.map(String.init).joined(separator: " or ")), not \(lineFormat)")
         }
-        guard Self.eventsPerMessageRange.contains(eventsPerMessage) else {
-            throw fail("eventsPerMessage must be \(Self.eventsPerMessageRange.lowerBound)-\(Self.eventsPerMessageRange.upperBound), not \(eventsPerMessage)")
+        if !Self.eventsPerMessageRange.contains(eventsPerMessage) {
+            problems.append("eventsPerMessage must be \(Self.eventsPerMessageRange.lowerBound)-\(Self.eventsPerMessageRange.upperBound), not \(eventsPerMessage)")
         }
-        guard Self.messageMaxBytesRange.contains(messageMaxBytes) else {
-            throw fail("messageMaxBytes must be \(Self.messageMaxBytesRange.lowerBound)-\(Self.messageMaxBytesRange.upperBound), not \(messageMaxBytes)")
+        if !Self.messageMaxBytesRange.contains(messageMaxBytes) {
+            problems.append("messageMaxBytes must be \(Self.messageMaxBytesRange.lowerBound)-\(Self.messageMaxBytesRange.upperBound), not \(messageMaxBytes)")
         }
-        guard ackTimeoutMilliseconds >= 1, connectTimeoutMilliseconds >= 1, reconnectWaitMilliseconds >= 1 else {
-            throw fail("timeouts must be positive")
+        if ackTimeoutMilliseconds < 1 || connectTimeoutMilliseconds < 1 || reconnectWaitMilliseconds < 1 {
+            problems.append("timeouts must be positive")
         }
-        if credentialsFile == "" || tokenFile == "" { throw fail("credentialsFile and tokenFile must not be empty strings") }
+        if credentialsFile == "" || tokenFile == "" { problems.append("credentialsFile and tokenFile must not be empty strings") }
         if let erasureSubject {
-            guard (try? SubjectTemplate(erasureSubject))?.carriesUser == false, !erasureSubject.contains("{"),
-                  SubjectTemplate.isValidFilter(erasureSubject), !erasureSubject.contains("*"), !erasureSubject.contains(">") else {
-                throw fail("erasure.subject \"\(erasureSubject)\" is not a valid subject (no wildcards, no placeholders)")
-            }
-            if createStream, !streamSubjects.contains(where: { (try? SubjectTemplate(erasureSubject))?.isCovered(by: $0) == true }) {
-                throw fail("streamSubjects (\(streamSubjects.joined(separator: ", "))) do not capture erasure.subject \"\(erasureSubject)\"")
+            if (try? SubjectTemplate(erasureSubject))?.carriesUser != false || erasureSubject.contains("{")
+                || !SubjectTemplate.isValidFilter(erasureSubject) || erasureSubject.contains("*") || erasureSubject.contains(">") {
+                problems.append("erasure.subject \"\(erasureSubject)\" is not a valid subject (no wildcards, no placeholders)")
+            } else if createStream, !streamSubjects.contains(where: { (try? SubjectTemplate(erasureSubject))?.isCovered(by: $0) == true }) {
+                problems.append("streamSubjects (\(streamSubjects.joined(separator: ", "))) do not capture erasure.subject \"\(erasureSubject)\"")
             }
         }
         if createStream {
-            guard !streamSubjects.isEmpty else { throw fail("streamSubjects must not be empty when createStream is true") }
-            for subject in streamSubjects where !SubjectTemplate.isValidFilter(subject) {
-                throw fail("stream subject \"\(subject)\" is not a valid subject filter")
-            }
-            // Every subject the template can render must land in the stream.
-            guard streamSubjects.contains(where: template.isCovered(by:)) else {
-                throw fail("streamSubjects (\(streamSubjects.joined(separator: ", "))) do not capture every subject of subjectTemplate \"\(subjectTemplate)\" (such as \(template.sampleSubject))")
+            if streamSubjects.isEmpty { problems.append("streamSubjects must not be empty when createStream is true") }
+            let invalid = streamSubjects.filter { !SubjectTemplate.isValidFilter($0) }
+            for subject in invalid { problems.append("stream subject \"\(subject)\" is not a valid subject filter") }
+            // Every subject the template can render must land in the stream (judged when the
+            // template and the filters are valid).
+            if let template, !streamSubjects.isEmpty, invalid.isEmpty, !streamSubjects.contains(where: template.isCovered(by:)) {
+                problems.append("streamSubjects (\(streamSubjects.joined(separator: ", "))) do not capture every subject of subjectTemplate \"\(subjectTemplate)\" (such as \(template.sampleSubject))")
             }
         }
+        return problems
     }
 }
 

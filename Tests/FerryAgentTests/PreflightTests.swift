@@ -18,6 +18,16 @@ struct PreflightTests {
         #expect(lines.allSatisfy { $0.contains(#"sinks[0]: sink "a": disclose.dropContext: "#) }, "\(lines)")
     }
 
+    @Test("every bad value of one file sink is reported, each on its own line with the sink's key path")
+    func everyFileSinkError() throws {
+        let error = try ConfigurationTests.error(#"{"sinks": [{"name": "a", "type": "file", "directory": "", "maxFileBytes": 0, "lineFormat": 99}]}"#)
+        let lines = error.message.split(separator: "\n").map(String.init)
+        #expect(lines.count == 3, "\(lines)")
+        #expect(lines.allSatisfy { $0.contains(#"sinks[0]: sink "a": "#) }, "\(lines)")
+        #expect(lines.contains { $0.hasSuffix("maxFileBytes must be positive") } && lines.contains { $0.hasSuffix("directory must not be empty") }
+            && lines.contains { $0.contains("lineFormat must be") }, "\(lines)")
+    }
+
     @Test("errors of keys and of values come together")
     func keysAndValues() throws {
         let error = try ConfigurationTests.error(#"{"nope": 1, "log": {"segmentMaxBytes": 10}, "dedup": {"maxEntries": 0}}"#)

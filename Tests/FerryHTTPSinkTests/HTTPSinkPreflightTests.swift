@@ -41,6 +41,21 @@ struct HTTPSinkPreflightTests {
         #expect(message.contains("sinks[1].url: required for an http sink"), "\(message)")
     }
 
+    @Test("every bad value of one http sink is reported, each on its own line with the sink's key path")
+    func everyValueError() {
+        let message = HTTPSinkConfigurationTests.error(#"""
+        {"sinks": [{"name": "c", "type": "http", "url": "ftp://c.example", "tokenFile": "/t", "writeKeyFile": "/k", "caFile": "",
+                    "bodyVersion": 9, "requestTimeoutMilliseconds": 0, "headers": {"Host": "x", "X-A": "a\u0001"}}]}
+        """#)
+        let lines = message.split(separator: "\n").filter { $0.contains("sinks[0]: sink (http): ") }
+        for part in ["url must be an absolute", "set at most one of", "caFile must not be empty", "bodyVersion must be 1 or 2, not 9",
+                     "requestTimeoutMilliseconds and connectTimeoutMilliseconds must be positive",
+                     "header Host is set by the sink", "header X-A has a control character"] {
+            #expect(lines.contains { $0.contains(part) }, "\(part) missing from: \(message)")
+        }
+        #expect(lines.count == 7, "\(message)")
+    }
+
     @Test("files the settings name are read as start reads them: each problem names its key")
     func files() throws {
         let scratch = try ScratchDirectory()

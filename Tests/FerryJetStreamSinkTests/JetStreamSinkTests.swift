@@ -66,6 +66,20 @@ struct JetStreamSinkConfigurationTests {
         }
     }
 
+    @Test("every bad value of one jetstream sink is reported, each on its own line with the sink's key path")
+    func everyValueError() {
+        let message = Self.error(#"""
+        {"sinks": [{"name": "js", "type": "jetstream", "servers": ["nats://a b"], "stream": "a.b", "replicas": 2,
+                    "maxInFlight": 0, "eventsPerMessage": 0}]}
+        """#)
+        let lines = message.split(separator: "\n").filter { $0.contains("sinks[0]: sink (jetstream): ") }
+        for part in ["server URL \"nats://a b\"", "stream name \"a.b\"", "replicas must be 1, 3 or 5", "maxInFlight must be at least 1",
+                     "eventsPerMessage must be"] {
+            #expect(lines.contains { $0.contains(part) }, "\(part) missing from: \(message)")
+        }
+        #expect(lines.count == 5, "\(message)")
+    }
+
     @Test("a jetstream sink object sets every field it names")
     func parse() throws {
         let config = try Self.load("""

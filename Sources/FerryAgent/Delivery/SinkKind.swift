@@ -14,7 +14,8 @@ public protocol SinkSettings: Sendable, Hashable {
     /// The `type` name in the configuration file (`"file"`, `"http"`, …).
     static var type: String { get }
     /// Checks the values of the sink named `name`; throws ``AgentError`` with code
-    /// `configuration` saying what is wrong.
+    /// `configuration` listing **every** problem, one a line, each naming the sink
+    /// (`sink "x": …` or `sink (http): …`), so that `ferryd validate` reports them all at once.
     func validate(name: String) throws
     /// Builds the sink this configuration describes.
     func makeSink(_ context: SinkContext) -> any Sink
