@@ -489,7 +489,7 @@ enum ConsentText {
     /// change deleted quarantined events.
     static func purged(_ report: PurgeReport) -> String {
         let quarantined = report.quarantined == 0 ? "" : ", \(report.quarantined) quarantined"
-        return "erased \(report.total) event\(report.total == 1 ? "" : "s") (\(report.queued) queued, \(report.held) held\(quarantined))"
+        return "erased \(counted(report.total, "event")) (\(report.queued) queued, \(report.held) held\(quarantined))"
     }
 
     /// One audit entry on one line.

@@ -98,7 +98,7 @@ struct DeadLetterCommand: ParsableCommand {
                     print("\(row["sink"]!)  \(row["id"]!)  \(Self.time(row["created_at"] as? Int ?? 0))  \(row["events"]!) events  \(row["reason"]!)\(status): \(row["error"]!)")
                 }
             }
-            print("\(rows.count) dead letter\(rows.count == 1 ? "" : "s")")
+            print(counted(rows.count, "dead letter"))
         }
 
         static func time(_ ms: Int) -> String {

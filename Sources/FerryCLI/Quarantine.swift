@@ -80,9 +80,9 @@ struct QuarantineCommand: ParsableCommand {
                 }
                 let count = (row["violations"] as? [Any])?.count ?? 0
                 let rules = ((row["violations"] as? [[String: Any]]) ?? []).compactMap { $0["rule"] as? String }
-                print("\(row["id"]!)  \(DeadLetterCommand.List.time(row["quarantined_at"] as? Int ?? 0))  \(row["type"] ?? "?") \"\(row["name"] ?? "")\"  \(count) violation\(count == 1 ? "" : "s") (\(Set(rules).sorted().joined(separator: ", ")))")
+                print("\(row["id"]!)  \(DeadLetterCommand.List.time(row["quarantined_at"] as? Int ?? 0))  \(row["type"] ?? "?") \"\(row["name"] ?? "")\"  \(counted(count, "violation")) (\(Set(rules).sorted().joined(separator: ", ")))")
             }
-            print("\(rows.count) quarantined event\(rows.count == 1 ? "" : "s")")
+            print(counted(rows.count, "quarantined event"))
         }
     }
 
