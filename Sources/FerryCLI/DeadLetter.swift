@@ -161,7 +161,7 @@ struct DeadLetterCommand: ParsableCommand {
 
         func run() throws {
             guard DeadLetterStore.isValidID(id) else { throw ValidationError("'\(id)' is not a dead-letter id") }
-            let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
+            let runtime = agent.runtimeDirectory
             let reply: FerryControl.Reply
             do {
                 reply = try Control.request(.deadLetterReplay(id: id, sink: sink), runtimeDirectory: runtime,

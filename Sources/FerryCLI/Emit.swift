@@ -139,7 +139,7 @@ struct Emit: AsyncParsableCommand {
     }
 
     func run() async throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
+        let runtime = agent.runtimeDirectory
         let single = try stdin ? nil : singleEvent()
         // One event and no agent: say so at once, as the control commands do (not after
         // --timeout). A --stdin stream waits for the agent instead (reading pauses while it is

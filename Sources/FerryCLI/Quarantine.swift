@@ -141,24 +141,16 @@ struct QuarantineCommand: ParsableCommand {
                 printed, when it does not (exit status 1).
                 """
         )
-        @Argument(help: "The event's id.")
-        var id: String?
-        @Flag(name: .long, help: "Every quarantined event.")
-        var all = false
+        @OptionGroup var events: QuarantinedEvents
         @Option(name: .long, help: "Seconds to wait for the agent's answer.")
         var timeout: Double = 60
         @Flag(name: .long, help: "Print the agent's reply as JSON.")
         var json = false
         @OptionGroup var agent: AgentOptions
 
-        func validate() throws {
-            guard (id != nil) != all else { throw ValidationError("give an event id or --all") }
-            if let id, EventID(id) == nil { throw ValidationError("'\(id)' is not an event id") }
-        }
-
         func run() throws {
-            let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
-            let reply = try Control.request(.quarantineReplay(id: id), runtimeDirectory: runtime, timeout: .milliseconds(Int(timeout * 1000)))
+            let runtime = agent.runtimeDirectory
+            let reply = try Control.request(.quarantineReplay(id: events.id), runtimeDirectory: runtime, timeout: .milliseconds(Int(timeout * 1000)))
             try QuarantineCommand.report(try Control.decode(QuarantineReply.self, from: reply), json: json, text: reply.text)
         }
     }
@@ -168,23 +160,28 @@ struct QuarantineCommand: ParsableCommand {
             abstract: "Delete quarantined events for good (they are never delivered).",
             discussion: "Asks the running agent, which owns the quarantine (its size and the ferry_quarantined_events gauge)."
         )
-        @Argument(help: "The event's id.")
-        var id: String?
-        @Flag(name: .long, help: "Every quarantined event.")
-        var all = false
+        @OptionGroup var events: QuarantinedEvents
         @Flag(name: .long, help: "Print the agent's reply as JSON.")
         var json = false
         @OptionGroup var agent: AgentOptions
 
-        func validate() throws {
-            guard (id != nil) != all else { throw ValidationError("give an event id or --all") }
-            if let id, EventID(id) == nil { throw ValidationError("'\(id)' is not an event id") }
-        }
-
         func run() throws {
-            let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
-            let reply = try Control.request(.quarantineDrop(id: id), runtimeDirectory: runtime, timeout: .seconds(30))
+            let runtime = agent.runtimeDirectory
+            let reply = try Control.request(.quarantineDrop(id: events.id), runtimeDirectory: runtime, timeout: .seconds(30))
             try QuarantineCommand.report(try Control.decode(QuarantineReply.self, from: reply), json: json, text: reply.text)
         }
+    }
+}
+
+/// Which quarantined events a command acts on: one, by its id, or every one (`--all`).
+struct QuarantinedEvents: ParsableArguments {
+    @Argument(help: "The event's id.")
+    var id: String?
+    @Flag(name: .long, help: "Every quarantined event.")
+    var all = false
+
+    func validate() throws {
+        guard (id != nil) != all else { throw ValidationError("give an event id or --all") }
+        if let id, EventID(id) == nil { throw ValidationError("'\(id)' is not an event id") }
     }
 }

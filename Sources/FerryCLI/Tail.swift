@@ -39,7 +39,7 @@ struct Tail: ParsableCommand {
     }
 
     func run() throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
+        let runtime = agent.runtimeDirectory
         // The bus is guarded by its socket file's permissions, which would leave a refused
         // subscriber waiting in silence: ask first. `whoami` is answered to every caller (not
         // `status`, which needs the ingest right: a user allowed only to watch must get through),

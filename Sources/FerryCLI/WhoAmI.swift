@@ -16,7 +16,7 @@ struct WhoAmI: ParsableCommand {
     @OptionGroup var agent: AgentOptions
 
     func run() throws {
-        let runtime = agent.runtimeDir ?? FerryPaths.agentRuntimeDirectory()
+        let runtime = agent.runtimeDirectory
         let reply = try Control.request(.whoami(), runtimeDirectory: runtime)
         if json {
             print(reply.text)
