@@ -1,6 +1,7 @@
 /// Recognises personal values in a string (the `detect` kinds) and masks them keeping their
-/// shape. Whole values only: a string that *is* an address, a number …, not one that contains
-/// one inside free text (docs/QUALITY.md says why).
+/// shape. ``classify(_:kinds:key:prefiltered:)`` judges a whole value (a string that *is* an
+/// address, a number …); DetectorsInText.swift finds the same kinds inside text, with the same
+/// shape tests (docs/QUALITY.md, "Detectors").
 enum Detectors {
     /// The kinds a value could be, from one cheap look at it: a string without a digit, `@` or
     /// `:` is none (most strings; tested eight bytes at a time).
@@ -53,7 +54,7 @@ enum Detectors {
         return nil
     }
 
-    private static func isVersionKey(_ key: UnsafeRawBufferPointer?) -> Bool {
+    static func isVersionKey(_ key: UnsafeRawBufferPointer?) -> Bool {
         guard let key else { return false }
         return equals(key, "version") || equals(key, "build")
     }
