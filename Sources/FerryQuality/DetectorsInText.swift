@@ -45,11 +45,32 @@ extension Detectors {
     /// The longest part a kind may take inside text.
     static let longestPart = 45
 
+    /// What a text may hold, from one count of its bytes (``find(_:kinds:key:prefiltered:inText:)``):
+    /// false rules the search for a kind out.
+    struct Hints: Sendable {
+        /// An `@`: an e-mail address (outside a URL's escapes).
+        var at = true
+        /// A `:`: an IPv6 address, a URL.
+        var colon = true
+        /// 8 digits, or 4 and three dots: a card, a phone number, an IPv4 address.
+        var numbers = true
+        /// 2 digits in 15 bytes: an IBAN.
+        var iban = true
+        /// Everything possible (a percent-decoded URL component).
+        static let all = Hints()
+    }
+
     /// The parts of `text` the detectors of `kinds` recognise, in order, not overlapping (empty:
     /// none; nothing is allocated then). `noIP`: the text is under a member named `version` or
-    /// `build`.
-    static func matches(in text: UnsafeRawBufferPointer, kinds: KindSet, noIP: Bool) -> [Match] {
+    /// `build`. `hints`: what the caller knows the text cannot hold.
+    static func matches(in text: UnsafeRawBufferPointer, kinds: KindSet, noIP: Bool, hints: Hints = .all) -> [Match] {
         var found: [Match] = []
+        guard hints.colon else {
+            scanBuffer(text, kinds: kinds, noIP: noIP, hints: hints) { start, end, kind in
+                found.append(Match(start: start, end: end, kind: kind, encoding: .none))
+            }
+            return found
+        }
         // URLs first (a `://` after a scheme at a token start); the text between them as it is.
         var plainStart = 0
         var search = 0
@@ -62,12 +83,12 @@ extension Detectors {
             }
             var end = colon + 3
             while end < text.count, !endsURL(text[end]) { end += 1 }
-            scanPlain(text, plainStart..<start, kinds: kinds, noIP: noIP, into: &found)
-            scanURL(text, (colon + 3)..<end, kinds: kinds, noIP: noIP, into: &found)
+            scanPlain(text, plainStart..<start, kinds: kinds, noIP: noIP, hints: hints, into: &found)
+            scanURL(text, (colon + 3)..<end, kinds: kinds, noIP: noIP, hints: hints, into: &found)
             plainStart = end
             search = end
         }
-        scanPlain(text, plainStart..<text.count, kinds: kinds, noIP: noIP, into: &found)
+        scanPlain(text, plainStart..<text.count, kinds: kinds, noIP: noIP, hints: hints, into: &found)
         return found
     }
 
@@ -105,20 +126,20 @@ extension Detectors {
 
     /// The matches in `text[range]`, read as a text of its own (its ends are boundaries), appended
     /// to `found` in the text's offsets.
-    static func scanPlain(_ text: UnsafeRawBufferPointer, _ range: Range<Int>, kinds: KindSet, noIP: Bool, into found: inout [Match]) {
+    static func scanPlain(_ text: UnsafeRawBufferPointer, _ range: Range<Int>, kinds: KindSet, noIP: Bool, hints: Hints, into found: inout [Match]) {
         guard range.count >= 2 else { return }
         let part = UnsafeRawBufferPointer(rebasing: text[range])
-        scanBuffer(part, kinds: kinds, noIP: noIP) { start, end, kind in
+        scanBuffer(part, kinds: kinds, noIP: noIP, hints: hints) { start, end, kind in
             found.append(Match(start: range.lowerBound + start, end: range.lowerBound + end, kind: kind, encoding: .none))
         }
     }
 
     /// The matches in `text`, in order, handed to `emit` (start, end, kind).
-    static func scanBuffer(_ text: UnsafeRawBufferPointer, kinds: KindSet, noIP: Bool, _ emit: (Int, Int, DetectorKind) -> Void) {
+    static func scanBuffer(_ text: UnsafeRawBufferPointer, kinds: KindSet, noIP: Bool, hints: Hints, _ emit: (Int, Int, DetectorKind) -> Void) {
         let count = text.count
         // The addresses first: around each `@`.
         var emails: [(start: Int, end: Int)] = []
-        if kinds.contains(.email) {
+        if hints.at, kinds.contains(.email) {
             var index = 0
             while index < count {
                 if text[index] == UInt8(ascii: "@"), let email = email(text, at: index, after: emails.last?.end ?? 0) {
@@ -129,38 +150,44 @@ extension Detectors {
                 index += 1
             }
         }
-        let others = kinds.subtracting(.email)
+        let numbers = hints.numbers && (kinds.contains(.card) || kinds.contains(.phone) || (kinds.contains(.ip) && !noIP))
+        let ipv6 = hints.colon && kinds.contains(.ip) && !noIP
+        let iban = hints.iban && kinds.contains(.iban)
+        guard numbers || ipv6 || iban || !emails.isEmpty else { return }
         var nextEmail = 0
         var start = 0
+        // Whether the byte before `start` is a word byte (then `start` is no token start).
+        var afterWord = false
         while start < count {
             if nextEmail < emails.count, start >= emails[nextEmail].start {
                 emit(emails[nextEmail].start, emails[nextEmail].end, .email)
                 start = emails[nextEmail].end
+                afterWord = isWord(text[start - 1])
                 nextEmail += 1
                 continue
             }
-            if others.isEmpty && nextEmail == emails.count { return }
             let byte = text[start]
-            // Inside a word (or at a byte no kind starts with): not a start.
-            if start > 0 && isWord(text[start - 1]) {
+            if afterWord {
+                afterWord = isWord(byte)
                 start += 1
                 continue
             }
+            afterWord = isWord(byte)
             let limit = nextEmail < emails.count ? emails[nextEmail].start : count
             var best: (end: Int, kind: DetectorKind)?
-            if Formats.isDigit(byte) || ((byte == UInt8(ascii: "+") || byte == UInt8(ascii: "(")) && start + 1 < count && Formats.isDigit(text[start + 1])) {
-                best = numberAt(text, start, limit: limit, kinds: others, noIP: noIP)
+            if numbers, Formats.isDigit(byte) || ((byte == UInt8(ascii: "+") || byte == UInt8(ascii: "(")) && start + 1 < count && Formats.isDigit(text[start + 1])) {
+                best = numberAt(text, start, limit: limit, kinds: kinds, noIP: noIP)
             }
-            if others.contains(.ip), !noIP, Formats.isHex(byte) || byte == UInt8(ascii: ":"), let end = ipv6At(text, start, limit: limit),
-               end > (best?.end ?? 0) {
+            if ipv6, Formats.isHex(byte) || byte == UInt8(ascii: ":"), let end = ipv6At(text, start, limit: limit), end > (best?.end ?? 0) {
                 best = (end, .ip)
             }
-            if others.contains(.iban), byte &- UInt8(ascii: "A") < 26, let end = ibanAt(text, start, limit: limit), end > (best?.end ?? 0) {
+            if iban, byte &- UInt8(ascii: "A") < 26, let end = ibanAt(text, start, limit: limit), end > (best?.end ?? 0) {
                 best = (end, .iban)
             }
             if let best {
                 emit(start, best.end, best.kind)
                 start = best.end
+                afterWord = isWord(text[start - 1])
             } else {
                 start += 1
             }
@@ -194,28 +221,44 @@ extension Detectors {
         if start >= 2, isNumberSeparator(text[start - 1]) || text[start - 1] == UInt8(ascii: ":"), Formats.isDigit(text[start - 2]) {
             return nil
         }
-        let ipAllowed = kinds.contains(.ip) && !noIP && !followsVersion(text, start)
-        var extent = start
+        // The extent, and its digits and dots (kept for the part as it shortens).
+        var extent = start, digits = 0, dots = 0
         let cap = min(limit, start + longestPart)
-        while extent < cap, isNumberByte(text[extent]) { extent += 1 }
-        var end = extent
-        while end > start {
-            // Ends are after a digit not followed by one.
-            guard Formats.isDigit(text[end - 1]), end == text.count || !Formats.isDigit(text[end]) else {
-                end -= 1
-                continue
+        while extent < cap {
+            let byte = text[extent]
+            if Formats.isDigit(byte) {
+                digits += 1
+            } else if byte == UInt8(ascii: ".") {
+                dots += 1
+            } else if !isNumberByte(byte) {
+                break
             }
-            defer { end -= 1 }
-            guard end == text.count || !isWord(text[end]) else { continue }
-            let next: UInt8 = end + 1 < text.count ? text[end + 1] : 0
+            extent += 1
+        }
+        guard digits >= 4 else { return nil }
+        let card = kinds.contains(.card), phone = kinds.contains(.phone)
+        var ip: Bool?  // decided when first needed
+        var end = extent
+        while end > start && digits >= 4 {
+            let last = text[end - 1]
+            defer {
+                if Formats.isDigit(last) { digits -= 1 } else if last == UInt8(ascii: ".") { dots -= 1 }
+                end -= 1
+            }
+            // Ends are after a digit, before a byte that is not a word byte.
+            guard Formats.isDigit(last), end == text.count || !isWord(text[end]) else { continue }
             let follows: UInt8 = end < text.count ? text[end] : 0
+            let next: UInt8 = end + 1 < text.count ? text[end + 1] : 0
             // Going on as a dotted or dashed number.
             if isNumberSeparator(follows), Formats.isDigit(next) { continue }
             let timed = follows == UInt8(ascii: ":") && Formats.isDigit(next)
             let part = UnsafeRawBufferPointer(rebasing: text[start..<end])
-            if !timed, kinds.contains(.card), isCard(part) { return (end, .card) }
-            if !timed, kinds.contains(.phone), isPhone(part) { return (end, .phone) }
-            if ipAllowed, isIPv4(part) { return (end, .ip) }
+            if !timed, card, digits >= 13, digits <= 19, isCard(part) { return (end, .card) }
+            if !timed, phone, digits >= 8, digits <= 15, isPhone(part) { return (end, .phone) }
+            if dots == 3, digits <= 12 {
+                if ip == nil { ip = kinds.contains(.ip) && !noIP && !followsVersion(text, start) }
+                if ip!, isIPv4(part) { return (end, .ip) }
+            }
         }
         return nil
     }
@@ -336,22 +379,23 @@ extension Detectors {
 
     /// The URL after its `scheme://` in `range`: the authority as text, each path segment, each
     /// query and fragment value (a parameter named `version` or `build` holds no address).
-    private static func scanURL(_ text: UnsafeRawBufferPointer, _ range: Range<Int>, kinds: KindSet, noIP: Bool, into found: inout [Match]) {
+    private static func scanURL(_ text: UnsafeRawBufferPointer, _ range: Range<Int>, kinds: KindSet, noIP: Bool, hints: Hints,
+                                into found: inout [Match]) {
         var index = range.lowerBound
         while index < range.upperBound, text[index] != UInt8(ascii: "/"), text[index] != UInt8(ascii: "?"), text[index] != UInt8(ascii: "#") {
             index += 1
         }
-        scanPlain(text, range.lowerBound..<index, kinds: kinds, noIP: noIP, into: &found)
+        scanPlain(text, range.lowerBound..<index, kinds: kinds, noIP: noIP, hints: hints, into: &found)
         // The path: segments between slashes.
         var segment = index
         while index < range.upperBound, text[index] != UInt8(ascii: "?"), text[index] != UInt8(ascii: "#") {
             if text[index] == UInt8(ascii: "/") {
-                scanComponent(text, segment..<index, .path, kinds: kinds, noIP: noIP, into: &found)
+                scanComponent(text, segment..<index, .path, kinds: kinds, noIP: noIP, hints: hints, into: &found)
                 segment = index + 1
             }
             index += 1
         }
-        scanComponent(text, segment..<index, .path, kinds: kinds, noIP: noIP, into: &found)
+        scanComponent(text, segment..<index, .path, kinds: kinds, noIP: noIP, hints: hints, into: &found)
         // The query and the fragment: `name=value` pairs between `&`.
         while index < range.upperBound {
             index += 1  // the `?` or `#`
@@ -363,7 +407,7 @@ extension Detectors {
                     while equals < index, text[equals] != UInt8(ascii: "=") { equals += 1 }
                     let named = equals < index
                     let versioned = named && isVersionWord(UnsafeRawBufferPointer(rebasing: text[pair..<equals]))
-                    scanComponent(text, (named ? equals + 1 : pair)..<index, .query, kinds: kinds, noIP: noIP || versioned, into: &found)
+                    scanComponent(text, (named ? equals + 1 : pair)..<index, .query, kinds: kinds, noIP: noIP || versioned, hints: hints, into: &found)
                     pair = index + 1
                     if atEnd { break }
                 }
@@ -375,17 +419,17 @@ extension Detectors {
     /// A URL component: scanned as it is, or percent-decoded when it holds an escape (or, in a
     /// query, a `+`), its matches mapped back to the escaped bytes.
     private static func scanComponent(_ text: UnsafeRawBufferPointer, _ range: Range<Int>, _ encoding: URLEncoding, kinds: KindSet,
-                                      noIP: Bool, into found: inout [Match]) {
+                                      noIP: Bool, hints: Hints, into found: inout [Match]) {
         guard range.count >= 2 else { return }
         let part = UnsafeRawBufferPointer(rebasing: text[range])
         let escaped = part.contains { $0 == UInt8(ascii: "%") || (encoding == .query && $0 == UInt8(ascii: "+")) }
         guard escaped else {
-            scanPlain(text, range, kinds: kinds, noIP: noIP, into: &found)
+            scanPlain(text, range, kinds: kinds, noIP: noIP, hints: hints, into: &found)
             return
         }
         let (decoded, offsets) = percentDecoded(part, plusIsSpace: encoding == .query)
         decoded.withUnsafeBytes { buffer in
-            scanBuffer(buffer, kinds: kinds, noIP: noIP) { start, end, kind in
+            scanBuffer(buffer, kinds: kinds, noIP: noIP, hints: .all) { start, end, kind in
                 found.append(Match(start: range.lowerBound + offsets[start], end: range.lowerBound + offsets[end], kind: kind, encoding: encoding))
             }
         }

@@ -39,12 +39,11 @@ public struct Redactor: Sendable {
         @inline(__always)
         func detection(_ text: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer?, prefiltered: Bool) -> Detection? {
             guard !detectorKinds.isEmpty else { return nil }
-            if let kind = Detectors.classify(text, kinds: detectorKinds, key: key, prefiltered: prefiltered), let action = action(for: kind) {
-                return .whole(kind, action)
+            switch Detectors.find(text, kinds: detectorKinds, key: key, prefiltered: prefiltered, inText: true) {
+            case .whole(let kind)?: return action(for: kind).map { .whole(kind, $0) }
+            case .parts(let parts)?: return .parts(parts)
+            case nil: return nil
             }
-            guard text.count >= 2, prefiltered || Detectors.mayBePersonal(text) else { return nil }
-            let parts = Detectors.matches(in: text, kinds: detectorKinds, noIP: Detectors.isVersionKey(key))
-            return parts.isEmpty ? nil : .parts(parts)
         }
 
         /// The text that replaces `text` after `detection` (without quotes), or nil to drop the
