@@ -1,6 +1,7 @@
 /// Recognises personal values in a string (the `detect` kinds) and masks them keeping their
-/// shape. Whole values only: a string that *is* an address, a number …, not one that contains
-/// one inside free text (docs/QUALITY.md says why).
+/// shape. ``classify(_:kinds:key:prefiltered:)`` judges a whole value (a string that *is* an
+/// address, a number …); DetectorsInText.swift finds the same kinds inside text, with the same
+/// shape tests (docs/QUALITY.md, "Detectors").
 enum Detectors {
     /// The kinds a value could be, from one cheap look at it: a string without a digit, `@` or
     /// `:` is none (most strings; tested eight bytes at a time).
@@ -23,37 +24,68 @@ enum Detectors {
         return false
     }
 
-    /// The first of `kinds` that `text` is, or nil. `key` is the member name the value is under
-    /// (the ip detector skips `version` and `build`: `1.2.3.4` there is a version).
-    /// `prefiltered`: the caller knows the text may be personal (the parser's ``JSONNode/candidate``).
+    /// The first of `kinds` that `text` is, as a whole value, or nil. `key` is the member name
+    /// the value is under (the ip detector skips `version` and `build`: `1.2.3.4` there is a
+    /// version). `prefiltered`: the caller knows the text may be personal (the parser's
+    /// ``JSONNode/candidate``).
     static func classify(_ text: UnsafeRawBufferPointer, kinds: KindSet, key: UnsafeRawBufferPointer?, prefiltered: Bool = false) -> DetectorKind? {
-        guard text.count >= 2, text.count <= 320, prefiltered || mayBePersonal(text) else { return nil }
+        if case .whole(let kind) = find(text, kinds: kinds, key: key, prefiltered: prefiltered, inText: false) { return kind }
+        return nil
+    }
+
+    /// What the detectors find in a string.
+    enum Finding {
+        /// The whole value is of a kind.
+        case whole(DetectorKind)
+        /// Parts of the text are (``matches(in:kinds:noIP:hints:)``), in order.
+        case parts([Match])
+    }
+
+    /// What `kinds` find in `text`: the whole value (``classify(_:kinds:key:prefiltered:)``), else,
+    /// when `inText`, its parts; nil for nothing. One pass counts what each kind needs, so that
+    /// neither a whole-value test nor the search inside text runs where it cannot match.
+    static func find(_ text: UnsafeRawBufferPointer, kinds: KindSet, key: UnsafeRawBufferPointer?, prefiltered: Bool, inText: Bool) -> Finding? {
+        guard text.count >= 2, inText || text.count <= 320, prefiltered || mayBePersonal(text) else { return nil }
         // Values Ferry wrote itself.
         if text.count > 5 && text[0] == UInt8(ascii: "h") && text.starts(with: "hmac:".utf8) { return nil }
         // What every kind needs, counted in one pass, so that a detector that cannot match is not
-        // run: an `@` (email), 13 digits (card), 8 (phone), 4 (IPv4), a `:` (IPv6), a capital
-        // first (IBAN).
-        var digits = 0, at = false, colon = false
+        // run: an `@` (email), 13 digits (card), 8 (phone), 4 and three dots (IPv4), a `:` (IPv6,
+        // a URL), a capital first (IBAN).
+        var digits = 0, dots = 0, at = false, colon = false
         for byte in text {
             if byte &- UInt8(ascii: "0") < 10 {
                 digits &+= 1
+            } else if byte == UInt8(ascii: ".") {
+                dots &+= 1
             } else if byte == UInt8(ascii: "@") {
                 at = true
             } else if byte == UInt8(ascii: ":") {
                 colon = true
             }
         }
-        if at, kinds.contains(.email), Formats.isEmail(text) { return .email }
-        if text[0] &- UInt8(ascii: "A") < 26, kinds.contains(.iban), isIBAN(text) { return .iban }
-        if digits >= 13, kinds.contains(.card), isCard(text) { return .card }
-        if digits >= 8, kinds.contains(.phone), isPhone(text) { return .phone }
-        if digits >= 4 || colon, kinds.contains(.ip), !isVersionKey(key), (digits >= 4 && isIPv4(text)) || (colon && isIPv6(text)) {
-            return .ip
+        let noIP = isVersionKey(key)
+        if text.count <= 320 {
+            if at, kinds.contains(.email), Formats.isEmail(text) { return .whole(.email) }
+            if text[0] &- UInt8(ascii: "A") < 26, kinds.contains(.iban), isIBAN(text) { return .whole(.iban) }
+            if digits >= 13, kinds.contains(.card), isCard(text) { return .whole(.card) }
+            if digits >= 8, kinds.contains(.phone), isPhone(text) { return .whole(.phone) }
+            if digits >= 4 || colon, kinds.contains(.ip), !noIP, (digits >= 4 && isIPv4(text)) || (colon && isIPv6(text)) {
+                return .whole(.ip)
+            }
         }
-        return nil
+        // Inside text: only when some kind could be there (a URL needs a `:`, and only a URL's
+        // components are percent-decoded).
+        let hints = Hints(at: at, colon: colon, numbers: digits >= 8 || (digits >= 4 && dots >= 3), iban: digits >= 2 && text.count >= 15)
+        guard inText, at || colon || hints.numbers || hints.iban else { return nil }
+        // The commonest strings with digits hold no part: a UUID (its groups are dashed hex) and
+        // an RFC 3339 timestamp (dashed and timed numbers).
+        if text.count == 36, text[8] == UInt8(ascii: "-"), Formats.isUUID(text) { return nil }
+        if text.count >= 20, text[4] == UInt8(ascii: "-"), text[10] | 0x20 == UInt8(ascii: "t"), Formats.isDateTime(text) { return nil }
+        let parts = matches(in: text, kinds: kinds, noIP: noIP, hints: hints)
+        return parts.isEmpty ? nil : .parts(parts)
     }
 
-    private static func isVersionKey(_ key: UnsafeRawBufferPointer?) -> Bool {
+    static func isVersionKey(_ key: UnsafeRawBufferPointer?) -> Bool {
         guard let key else { return false }
         return equals(key, "version") || equals(key, "build")
     }

@@ -3,7 +3,7 @@ import FerryProtocol
 /// The `format` checks (and the shape tests the detectors share), over UTF-8 bytes.
 enum Formats {
     static func isDigit(_ byte: UInt8) -> Bool { byte &- UInt8(ascii: "0") < 10 }
-    static func isHex(_ byte: UInt8) -> Bool { JSONScan.hexValue(byte) != nil }
+    static func isHex(_ byte: UInt8) -> Bool { isDigit(byte) || (byte | 0x20) &- UInt8(ascii: "a") < 6 }
     static func isAlpha(_ byte: UInt8) -> Bool { (byte | 0x20) &- UInt8(ascii: "a") < 26 }
 
     static func check(_ format: Schema.Format, _ text: UnsafeRawBufferPointer) -> Bool {

@@ -33,19 +33,49 @@ public struct Redactor: Sendable {
             detectorActions[kind.index]
         }
 
-        /// The detector kind that recognises `text` (under the member named `key`) and the
-        /// action configured for it; nil when the detectors leave it as it is. The one decision
-        /// the walk and the identifiers make.
+        /// What the detectors find in `text` (under the member named `key`): the whole value of a
+        /// kind, or parts of it (docs/QUALITY.md, "Inside text"), with the configured actions; nil
+        /// when they leave it as it is. The one decision the walk and the identifiers make.
         @inline(__always)
-        func detection(_ text: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer?, prefiltered: Bool) -> (kind: DetectorKind, action: RedactionAction)? {
-            guard !detectorKinds.isEmpty, let kind = Detectors.classify(text, kinds: detectorKinds, key: key, prefiltered: prefiltered),
-                  let action = action(for: kind) else { return nil }
-            return (kind, action)
+        func detection(_ text: UnsafeRawBufferPointer, key: UnsafeRawBufferPointer?, prefiltered: Bool) -> Detection? {
+            guard !detectorKinds.isEmpty else { return nil }
+            switch Detectors.find(text, kinds: detectorKinds, key: key, prefiltered: prefiltered, inText: true) {
+            case .whole(let kind)?: return action(for: kind).map { .whole(kind, $0) }
+            case .parts(let parts)?: return .parts(parts)
+            case nil: return nil
+            }
+        }
+
+        /// The text that replaces `text` after `detection` (without quotes), or nil to drop the
+        /// value: a whole value hashed or masked by its kind; each part of a text by its kind's
+        /// action (one part whose kind drops drops the value).
+        func replacement(_ detection: Detection, text: UnsafeRawBufferPointer) -> [UInt8]? {
+            switch detection {
+            case .whole(let kind, let action):
+                switch action {
+                case .drop: return nil
+                case .hash: return hmac!.tag(text)
+                case .mask: return Detectors.mask(text, kind: kind)
+                }
+            case .parts(let parts):
+                if parts.contains(where: { action(for: $0.kind) == .drop }) { return nil }
+                return Detectors.rewrite(text, parts) { part, kind in
+                    action(for: kind) == .hash ? hmac!.tag(part) : Detectors.mask(part, kind: kind)
+                }
+            }
         }
 
         func rootMask(_ root: RedactionPath.Root) -> UInt64 {
             rootMasks[root.index]
         }
+    }
+
+    /// What the detectors found in a string.
+    fileprivate enum Detection {
+        /// The whole value is of a kind, with that kind's action.
+        case whole(DetectorKind, RedactionAction)
+        /// Parts of the text are (``Detectors/matches(in:kinds:noIP:)``).
+        case parts([Detectors.Match])
     }
 
     fileprivate struct Compiled: Sendable {
@@ -150,26 +180,32 @@ public struct Redactor: Sendable {
     private func redactIdentifier(_ value: inout String, _ root: RedactionPath.Root) -> Bool {
         guard !value.isEmpty else { return false }
         var copy = value
-        let replacement: [UInt8]? = copy.withUTF8 { utf8 in
+        let replacement: [UInt8]?? = copy.withUTF8 { utf8 in
             let text = UnsafeRawBufferPointer(utf8)
-            guard let (action, kind) = identifierAction(text, root) else { return nil }
-            switch action {
-            case .drop: return []
-            case .hash: return core.hmac!.tag(text)
-            case .mask: return Detectors.mask(text, kind: kind ?? Detectors.classify(text, kinds: .all, key: nil))
+            switch identifierAction(text, root) {
+            case nil: return .none
+            case .rule(.drop): return .some(nil)
+            case .rule(.hash): return core.hmac!.tag(text)
+            case .rule(.mask): return Detectors.mask(text, kind: Detectors.classify(text, kinds: .all, key: nil))
+            case .detected(let detection): return .some(core.replacement(detection, text: text))
             }
         }
         guard let replacement else { return false }
-        value = String(decoding: replacement, as: UTF8.self)
+        value = String(decoding: replacement ?? [], as: UTF8.self)
         return true
     }
 
+    /// What redaction does to an identifier: a rule's action, or what the detectors found.
+    private enum IdentifierAction {
+        case rule(RedactionAction)
+        case detected(Detection)
+    }
+
     /// What redaction does to the identifier `text` (UTF-8) under `root`: the strongest action of
-    /// the rules that name the root, else the action of the detector kind that recognises it (and
-    /// that kind); nil to leave it as it is. The decision of ``redact(_:parsed:violations:)`` and
-    /// ``leavesIdentifierUnchanged(_:_:)``.
+    /// the rules that name the root, else what the detectors find in it; nil to leave it as it
+    /// is. The decision of ``redact(_:parsed:violations:)`` and ``leavesIdentifierUnchanged(_:_:)``.
     @inline(__always)
-    private func identifierAction(_ text: UnsafeRawBufferPointer, _ root: RedactionPath.Root) -> (RedactionAction, DetectorKind?)? {
+    private func identifierAction(_ text: UnsafeRawBufferPointer, _ root: RedactionPath.Root) -> IdentifierAction? {
         var chosen: RedactionAction?
         var mask = core.rootMask(root)
         while mask != 0 {
@@ -177,9 +213,8 @@ public struct Redactor: Sendable {
             mask &= mask - 1
             chosen = Self.stronger(chosen, core.rules[index].action)
         }
-        if let chosen { return (chosen, nil) }
-        guard let detected = core.detection(text, key: nil, prefiltered: false) else { return nil }
-        return (detected.action, detected.kind)
+        if let chosen { return .rule(chosen) }
+        return core.detection(text, key: nil, prefiltered: false).map { .detected($0) }
     }
 
     /// drop over hash over mask.
@@ -287,9 +322,8 @@ public struct Redactor: Sendable {
 
         private mutating func detect(_ node: Int, _ text: UnsafeRawBufferPointer, key: Int) {
             let keyText = key < 0 ? nil : UnsafeRawBufferPointer(rebasing: bytes[Int(nodes[key].start)..<Int(nodes[key].end)])
-            guard let (kind, action) = core.detection(text, key: keyText, prefiltered: true) else { return }
-            let replaced = replacement(action, text: text, kind: kind)
-            edits.append((node, replaced.isEmpty ? nil : replaced))
+            guard let detection = core.detection(text, key: keyText, prefiltered: true) else { return }
+            edits.append((node, core.replacement(detection, text: text).map(quoted)))
         }
 
         /// A member or element: a rule ends here (its action), or the walk goes on below.
@@ -334,15 +368,6 @@ public struct Redactor: Sendable {
         private func withText<Result>(_ value: JSONNode, _ body: (UnsafeRawBufferPointer) -> Result) -> Result {
             if value.escaped { return JSONTape.decodedString(value, in: bytes).withUnsafeBytes(body) }
             return body(UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
-        }
-
-        /// The JSON that replaces a string under `action` (empty: drop).
-        private func replacement(_ action: RedactionAction, text: UnsafeRawBufferPointer, kind: DetectorKind?) -> [UInt8] {
-            switch action {
-            case .drop: return []
-            case .hash: return quoted(core.hmac!.tag(text))
-            case .mask: return quoted(Detectors.mask(text, kind: kind))
-            }
         }
 
         private func quoted(_ text: [UInt8]) -> [UInt8] {

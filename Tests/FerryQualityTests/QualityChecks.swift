@@ -36,6 +36,9 @@ enum QualityChecks {
             event(.identify, "", #"{"plan": "pro", "phone": "(415) 555-2671"}"#),
             event(.page, "Home", "", #"{"a": [null, true, false, -0.0, "x"]}"#),
             event(.group, "", "[1, 2]"),
+            // Personal values inside text (docs/QUALITY.md, "Inside text").
+            event(.track, "Viewed", #"{"memo": "paid with 4111 1111 1111 1111", "error": "from 203.0.113.42:80 (v1.2.3.4)"}"#,
+                  #"{"page": {"url": "https://x.example/r?email=jane%40example.com&p=%2B14155552671#a=b"}}"#, user: "auth0:jane@example.com"),
         ]
         if let text = String(validating: input, as: UTF8.self), !text.isEmpty {
             let name = String(text.prefix(64))

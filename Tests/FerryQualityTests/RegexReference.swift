@@ -371,9 +371,11 @@ final class PythonReference {
     private let input = Pipe(), output = Pipe()
     private var pending: [UInt8] = []
 
-    init() throws {
+    /// Python running `arguments` (the regex reference by default; DetectorDifferentialTests
+    /// runs `scripts/detector-oracle` through the same harness).
+    init(arguments: [String] = ["-c", script]) throws {
         process.executableURL = URL(fileURLWithPath: Self.python)
-        process.arguments = ["-c", Self.script]
+        process.arguments = arguments
         process.standardInput = input
         process.standardOutput = output
         try process.run()
@@ -405,12 +407,18 @@ final class PythonReference {
     /// written all at once (by a thread of their own, while the answers are read), so no answer
     /// waits for a round trip to be scheduled. Blocking: call off the cooperative pool.
     static func answers(_ cases: [RegexReference.Case]) throws -> [String] {
+        try answers(cases.map { try JSONSerialization.data(withJSONObject: ["p": $0.python, "t": $0.texts]) })
+    }
+
+    /// Python's answer to each request (a JSON document on one line) from `arguments`, in order,
+    /// as ``answers(_:)`` asks them. Blocking: call off the cooperative pool.
+    static func answers(_ requests: [Data], arguments: [String] = ["-c", script]) throws -> [String] {
         var lines = Data()
-        for reference in cases {
-            lines += try JSONSerialization.data(withJSONObject: ["p": reference.python, "t": reference.texts])
+        for request in requests {
+            lines += request
             lines.append(0x0A)
         }
-        let python = try PythonReference()
+        let python = try PythonReference(arguments: arguments)
         let input = python.input.fileHandleForWriting, all = lines
         let writer = Thread {
             input.write(all)

@@ -12,8 +12,10 @@ import Testing
 /// --all` must deliver each event exactly once and leave the quarantine empty. The first run
 /// also walks the CLI: `list`, `show`, `replay` while still violating (exit 1), `drop`. CI kills
 /// at each point's first reach; `FERRY_SOAK=1` at every reach. Every event carries a raw email
-/// the `redact` table masks: after each run, crashed or not, no file under the run's directory
-/// (data, quarantine, replay marker, sink, runtime) and no line of ferryd's log holds it.
+/// the `redact` table masks, and personal values inside text (a card in a memo, an e-mail
+/// percent-encoded in a page URL's query, an address in an error message: docs/QUALITY.md,
+/// "Inside text"): after each run, crashed or not, no file under the run's directory (data,
+/// quarantine, replay marker, sink, runtime) and no line of ferryd's log holds any of them.
 @Suite("Faults: crash in the quarantine")
 struct QuarantineCrashTests {
     static let plan = #"{"events":[{"type":"track","name":"Good","properties":{"type":"object"}}]}"#
@@ -21,12 +23,21 @@ struct QuarantineCrashTests {
 
     /// The personal value every event carries; redaction masks it before anything is written.
     static let rawEmail = "crash.victim@example.com"
+    /// Personal values inside text, as the events carry them (the e-mail as its URL writes it).
+    static let rawCard = "4111 1111 1111 1111", rawEncodedEmail = "crash.victim%40example.com", rawAddress = "198.51.100.23"
+    /// Every raw value the events carry.
+    static let rawValues = [rawEmail, rawCard, rawEncodedEmail, rawAddress]
+    /// The properties of event `sequence`: the raw values, whole and inside text.
+    static func properties(_ sequence: UInt64) -> String {
+        #"{"i":\#(sequence),"email":"\#(rawEmail)","memo":"paid with \#(rawCard), thanks","#
+            + #""url":"https://shop.example/reset?email=\#(rawEncodedEmail)&step=2","error":"timeout from \#(rawAddress) after 3 tries"}"#
+    }
 
     static func frames() -> (good: [UInt8], bad: [[UInt8]]) {
         let ids = EventIDGenerator()
         func event(_ name: String, _ sequence: UInt64) -> [UInt8] {
             WireEvent(id: ids.next(), timestamp: WallClock.unixMilliseconds(), sequence: sequence, pid: 1, type: .track,
-                      source: "quarantine-crash", name: name, properties: Array(#"{"i":\#(sequence),"email":"\#(rawEmail)"}"#.utf8)).encoded()
+                      source: "quarantine-crash", name: name, properties: Array(properties(sequence).utf8)).encoded()
         }
         return (event("Good", 1), [event("Bad", 2), event("Bad", 3)])
     }
@@ -55,7 +66,7 @@ struct QuarantineCrashTests {
             let config = dir.appending("ferryd.json")
             var object: [String: Any] = [
                 "quality": ["plan": planPath, "onViolation": "quarantine", "allowUnplanned": false],
-                "redact": ["detect": [["kind": "email", "action": "mask"]]],
+                "redact": ["detect": [["kind": "email", "action": "mask"], ["kind": "card", "action": "mask"], ["kind": "ip", "action": "mask"]]],
             ]
             if shortWindow { object["dedup"] = ["maxAgeSeconds": 1] }
             try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: config))
@@ -90,6 +101,11 @@ struct QuarantineCrashTests {
         return reply
     }
 
+    /// Every file under `directory` and `logs` that holds one of ``rawValues``, with the value.
+    static func rawValuesFound(under directory: String, logs: String) -> [String] {
+        rawValues.flatMap { raw in rawValueFound(under: directory, logs: logs, raw: raw).map { "\($0): \(raw)" } }
+    }
+
     /// Every file under `directory` and `logs` that holds `rawValue` (default ``rawEmail``).
     static func rawValueFound(under directory: String, logs: String, raw rawValue: String = rawEmail) -> [String] {
         let raw = Data(rawValue.utf8)
@@ -112,7 +128,8 @@ struct QuarantineCrashTests {
         #expect(report.duplicateIDs.isEmpty, "\(label): delivered twice: \(report.duplicateIDs)")
         #expect(report.uniqueIDs == ids, "\(label): \(report)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: quarantine)) ?? []).isEmpty, "\(label): quarantine not empty")
-        #expect(rawValueFound(under: directory, logs: agent.logs).isEmpty, "\(label): the raw value in \(rawValueFound(under: directory, logs: agent.logs))")
+        let found = rawValuesFound(under: directory, logs: agent.logs)
+        #expect(found.isEmpty, "\(label): a raw value in \(found)")
     }
 
     @Test("kill -9 at each quarantine crash point: nothing half-written, each event delivered once after the plan is fixed; the CLI")
@@ -257,7 +274,8 @@ struct QuarantineCrashTests {
             let names = (try? FileManager.default.contentsOfDirectory(atPath: agent.dataDirectory + "/quarantine")) ?? []
             #expect(names.allSatisfy { ($0.hasSuffix(".q") && !$0.hasPrefix(".")) || $0 == ".replay" }, "\(label): \(names)")
             #expect(!agent.logs.contains("quarantine entry skipped"), "\(label): a damaged entry after the crash")
-            #expect(Self.rawValueFound(under: run.dir.path, logs: agent.logs).isEmpty, "\(label): the raw value after the kill")
+            let found = Self.rawValuesFound(under: run.dir.path, logs: agent.logs)
+            #expect(found.isEmpty, "\(label): a raw value after the kill: \(found)")
             if acked == nil {
                 // The client sends again what was not acked.
                 acked = await Self.send([good] + bad, to: agent)
