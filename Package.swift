@@ -234,7 +234,7 @@ let package = Package(
             name: "FerryAgentTestKit",
             dependencies: [
                 "FerryAgent", "FerryFileSink", "FerryZeroMQIngest", "FerryHTTPIngest", "FerryMetrics", "FerryProtocol",
-                "FerryStorage", "FerryTestKit", "FerryIntegrationKit", "ZeroMQ",
+                "FerryStorage", "FerryTestKit", "FerryIntegrationKit", "FerryThreads", "ZeroMQ",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

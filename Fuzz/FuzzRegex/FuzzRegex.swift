@@ -3,8 +3,17 @@
 // The generator and the comparison live in RegexReference.swift (a link to
 // Tests/FerryQualityTests/RegexReference.swift), so RegexDifferentialTests runs the same code.
 
-/// The reference, started once: one Python process answers every input.
-nonisolated(unsafe) let python = try! PythonReference()
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The reference, started once: one Python process answers every input (started again once if
+/// it ends; what it said goes to this process's stderr, the run's fuzz.log). A write to a
+/// reference that has ended then fails with EPIPE instead of killing the fuzzer.
+nonisolated(unsafe) let python: PythonReference = {
+    signal(SIGPIPE, SIG_IGN)
+    return try! PythonReference()
+}()
 
 /// Called by libFuzzer with each input: the bytes choose a pattern of the supported subset and
 /// texts (``RegexReference/Bytes``). A disagreement with `re.search` stops the run (libFuzzer

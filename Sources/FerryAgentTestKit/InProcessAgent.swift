@@ -1,6 +1,7 @@
 import FerryAgent
 import FerryMetrics
 import FerryTestKit
+import FerryThreads
 import FerryZeroMQIngest
 
 /// An agent running in this process, in a task: it serves the ZeroMQ ingest path (as `ferryd`
@@ -41,8 +42,17 @@ package final class InProcessAgent: Sendable {
     }
 
     /// Starts `agent` and waits until it serves (or fails to start: its error is thrown).
+    ///
+    /// The agent runs on a thread of its own (`ferry-in-process`: its start-up and its code
+    /// between blocking steps), not on the cooperative pool: a test process's pool is shared by
+    /// every test, and tests block it with their own file work, which held up agents' start-ups
+    /// under load (docs/FAULTS.md, §9). `ferryd`'s agent has its process's pool to itself.
     package init(agent: FerryAgent, timeout: Duration = .seconds(30)) async throws {
-        let task = Task { try await agent.run() }
+        let thread = BlockingExecutor(name: "ferry-in-process")
+        let task = Task(executorPreference: thread) {
+            defer { thread.shutdown() }
+            try await agent.run()
+        }
         self.agent = agent
         self.task = task
         do {

@@ -126,11 +126,9 @@ package enum IngestPathContract {
     package static func observe(over path: Path) async throws -> Observation {
         let directory = try TemporaryDirectory(prefix: "fy-contract-")
         defer { directory.remove() }
-        try Data(plan.utf8).write(to: URL(fileURLWithPath: directory.appending("plan.json")))
+        try writeText(plan, to: directory.appending("plan.json"))
         let keyPath = directory.appending("redact.key")
-        guard FileManager.default.createFile(atPath: keyPath, contents: Data(key), attributes: [.posixPermissions: 0o600]) else {
-            throw FerryTestKitError("cannot write \(keyPath)")
-        }
+        try writeBytes(key, to: keyPath, mode: 0o600)
         let base = AgentConfiguration(runtimeDirectory: directory.appending("run"), dataDirectory: directory.appending("data"))
         let configuration = try AgentConfiguration.load(
             json: Array(configurationJSON.replacingOccurrences(of: "$DIR", with: directory.path).utf8), path: "contract.json",

@@ -78,7 +78,7 @@ public final class AgentProcess: Sendable {
     /// for ``init(in:sinkDirectory:extraArguments:start:)``'s `extraArguments`.
     public static func configurationArguments(_ json: String, in directory: TemporaryDirectory) throws -> [String] {
         let path = directory.appending("ferryd.json")
-        try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+        try writeText(json, to: path)
         return ["--config", path]
     }
 

@@ -109,7 +109,7 @@ public final class ChildProcess: Sendable, CustomStringConvertible {
         case .null: break
         case .bytes(let bytes):
             stdinPath = base + ".stdin"
-            try Data(bytes).write(to: URL(fileURLWithPath: stdinPath))
+            try writeBytes(bytes, to: stdinPath)
         case .pipe:
             // Close-on-exec on both ends: other children must not inherit the write end, or the
             // reader would never see end-of-file (closefrom below covers the window between

@@ -106,7 +106,7 @@ public final class NATSServerProcess: Sendable {
 
                     """
             }
-            try Data(config.utf8).write(to: URL(fileURLWithPath: node.configPath))
+            try writeText(config, to: node.configPath)
         }
         self.nodes = nodes
         processes = Mutex(Array(repeating: nil, count: count))

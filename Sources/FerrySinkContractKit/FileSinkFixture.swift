@@ -50,7 +50,7 @@ public struct FileSinkFixture: SinkFixture {
         func inject(_ fault: SinkFault) async throws {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
             try FileManager.default.moveItem(atPath: directory, toPath: aside)
-            try Data("not a directory\n".utf8).write(to: URL(fileURLWithPath: directory))
+            try writeText("not a directory\n", to: directory)
         }
 
         func clear(_ fault: SinkFault) async throws {

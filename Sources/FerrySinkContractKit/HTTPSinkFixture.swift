@@ -55,7 +55,7 @@ public struct HTTPSinkFixture: SinkFixture {
         let upstream = Upstream(format: format, writeKey: "wk_contract_" + UUID().uuidString, api: api)
         do {
             let keyPath = directory.appending("write.key")
-            try Data((upstream.writeKey + "\n").utf8).write(to: URL(fileURLWithPath: keyPath))
+            try writeText(upstream.writeKey + "\n", to: keyPath)
             let server = try await HTTPTestServer.start(handler: upstream.handler)
             upstream.state.withLock { $0.server = server }
             let credential = format == .segment ? #""writeKeyFile": "\#(keyPath)""# : #""tokenFile": "\#(keyPath)""#
@@ -63,7 +63,7 @@ public struct HTTPSinkFixture: SinkFixture {
                 + #""requestTimeoutMilliseconds": 5000, \#(credential)"#
             if let api {
                 let tokenPath = directory.appending("api.token")
-                try Data("sp_contract\n".utf8).write(to: URL(fileURLWithPath: tokenPath))
+                try writeText("sp_contract\n", to: tokenPath)
                 chmod(tokenPath, 0o600)
                 upstream.erasure = #""erasure": {"apiURL": "\#(api.url)", "tokenFile": "\#(tokenPath)"}"#
             } else {

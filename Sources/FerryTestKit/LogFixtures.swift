@@ -129,8 +129,21 @@ package func readBytes(_ path: String) throws -> [UInt8] {
     return Array(data)
 }
 
-package func writeBytes(_ bytes: [UInt8], to path: String) throws {
-    try Data(bytes).write(to: URL(fileURLWithPath: path))
+/// Writes `bytes` to `path` (created with `mode`, or emptied first), with no fsync. Tests write
+/// their fixtures (configuration, plans, keys, logs) with it rather than with Foundation's
+/// `Data.write(to:)`, which fsyncs: called from a test body, that holds a thread of Swift's
+/// cooperative pool for as long as the file system's journal takes behind other processes'
+/// syncs, and on 2 cores the pool has 2 threads (docs/FAULTS.md, §9). A fixture needs no
+/// durability.
+package func writeBytes(_ bytes: [UInt8], to path: String, mode: mode_t = 0o644) throws {
+    let fd = try FileIO.open(path, O_WRONLY | O_CREAT | O_TRUNC, mode: mode, followSymlinks: true)
+    defer { close(fd) }
+    try bytes.withUnsafeBytes { try FileIO.pwriteAll(fd, $0, at: 0, path: path) }
+}
+
+/// ``writeBytes(_:to:)`` of `text`'s UTF-8.
+package func writeText(_ text: String, to path: String) throws {
+    try writeBytes(Array(text.utf8), to: path)
 }
 
 package func appendBytes(_ bytes: [UInt8], to path: String) throws {

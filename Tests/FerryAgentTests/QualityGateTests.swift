@@ -36,7 +36,7 @@ struct QualityGateTests {
     static func setup(_ action: ViolationAction, quarantineMaxBytes: Int = 64 << 20) throws -> Setup {
         let scratch = try ScratchDirectory(short: true)
         let planPath = scratch.appending("plan.json")
-        try Data(plan.utf8).write(to: URL(fileURLWithPath: planPath))
+        try writeText(plan, to: planPath)
         var configuration = agentConfiguration(scratch)
         configuration.quality = AgentConfiguration.Quality(
             configuration: QualityConfiguration(planPath: planPath, onViolation: action, allowUnplanned: false),
@@ -118,7 +118,7 @@ struct QualityGateTests {
         #expect((early["results"] as? [[String: Any]])?.map { $0["outcome"] as? String } == ["violating", "violating", "violating"])
 
         // A plan that does not parse: the reload is refused, naming the key; the gate stays.
-        try Data("{not json".utf8).write(to: URL(fileURLWithPath: setup.planPath))
+        try writeText("{not json", to: setup.planPath)
         await #expect { try await running.agent.reload(setup.configuration) } throws: { error in
             "\(error)".contains("quality.plan") && "\(error)".contains("kept")
         }
@@ -127,7 +127,7 @@ struct QualityGateTests {
                 == [AckEntry(id: Events.id(of: stillBad), status: .accepted, reason: .quarantined)])
 
         // The fixed plan, reloaded with no key changed: replay stores each event once.
-        try Data(Self.fixedPlan.utf8).write(to: URL(fileURLWithPath: setup.planPath))
+        try writeText(Self.fixedPlan, to: setup.planPath)
         try await running.agent.reload(setup.configuration)
         let dropped = try await controlJSON(runtime, ["op": "quarantine_drop", "id": Events.id(of: stillBad).description])
         #expect((dropped["results"] as? [[String: Any]])?.first?["outcome"] as? String == "dropped")
@@ -183,7 +183,7 @@ struct QualityGateTests {
         let damaged = Events.make(9, name: "Unplanned Thing")
         try FileManager.default.createDirectory(atPath: store.directory, withIntermediateDirectories: true,
                                                 attributes: [.posixPermissions: 0o700])
-        try Data("FERRYQ1\ntruncated".utf8).write(to: URL(fileURLWithPath: store.path(damaged.id)))
+        try writeText("FERRYQ1\ntruncated", to: store.path(damaged.id))
         let gateway = GatewayPath()
         let running = try await InProcessAgent(setup.configuration, paths: [gateway])
         let runtime = setup.configuration.runtimeDirectory
@@ -211,7 +211,7 @@ extension QualityGateTests {
         var setup = try Self.setup(.quarantine)
         defer { setup.scratch.remove() }
         let keyPath = setup.scratch.appending("hmac.key")
-        try Data((0..<32).map { UInt8($0) }).write(to: URL(fileURLWithPath: keyPath))
+        try writeBytes((0..<32).map { UInt8($0) }, to: keyPath)
         chmod(keyPath, 0o600)
         var configuration = setup.configuration
         configuration.redact = .init(RedactionConfiguration(keyFile: keyPath, rules: [RedactionRule(path: "properties.email", action: .hash)]))
@@ -234,7 +234,7 @@ extension QualityGateTests {
         let samples = MetricSamples(parsing: running.agent.metricsExposition())
         #expect(samples.value("ferry_events_redacted_total") == 3)
         // The plan fixed: the quarantined event is released with the same hash, not a hash of it.
-        try Data(Self.fixedPlan.utf8).write(to: URL(fileURLWithPath: setup.planPath))
+        try writeText(Self.fixedPlan, to: setup.planPath)
         try await running.agent.reload(configuration)
         let replay = try await controlJSON(runtime, ["op": "quarantine_replay", "all": true])
         #expect((replay["results"] as? [[String: Any]])?.first?["outcome"] as? String == "stored", "\(replay)")

@@ -29,7 +29,14 @@ final class PipelineHarness: Sendable {
     let droppedOnBus = Locked<[EventID]>([])
     private let nextRequest = Atomic<UInt32>(1)
 
-    init(log logConfiguration: LogConfiguration, dedup: DedupWindow = DedupWindow(maxEntries: 100_000, maxAgeMilliseconds: 3_600_000)) throws {
+    /// A harness over a fresh log. Its set-up creates the log, the consent files and the commit
+    /// thread's segment and fsyncs them, so it runs off the cooperative pool, as the agent's
+    /// start-up does on its I/O thread (docs/FAULTS.md, §9).
+    static func start(log logConfiguration: LogConfiguration) async throws -> PipelineHarness {
+        try await offPool { try PipelineHarness(log: logConfiguration) }
+    }
+
+    private init(log logConfiguration: LogConfiguration, dedup: DedupWindow = DedupWindow(maxEntries: 100_000, maxAgeMilliseconds: 3_600_000)) throws {
         scratch = try ScratchDirectory()
         configuration = AgentConfiguration(runtimeDirectory: scratch.appending("run"), dataDirectory: scratch.path,
                                            log: logConfiguration)
@@ -106,7 +113,7 @@ struct RetentionTests {
     @Test("reject: once the cap is reached new events are rejected `full`; nothing accepted is lost",
           arguments: [60, 150, 333])
     func rejectWhenFull(padding: Int) async throws {
-        let harness = try PipelineHarness(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
+        let harness = try await PipelineHarness.start(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
                                                                 fullPolicy: .reject))
         var accepted: [[UInt8]] = []
         var rejected: [[UInt8]] = []
@@ -153,7 +160,7 @@ struct RetentionTests {
     @Test("drop-oldest: the queue never exceeds the cap, the oldest events go and are counted",
           arguments: [60, 150, 333])
     func dropOldest(padding: Int) async throws {
-        let harness = try PipelineHarness(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
+        let harness = try await PipelineHarness.start(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
                                                                 fullPolicy: .dropOldest))
         var sent: [[UInt8]] = []
         for i in 1...40 {
@@ -186,7 +193,7 @@ struct RetentionTests {
     @Test("the cap also holds when the next event opens a new segment",
           arguments: [LogConfiguration.FullPolicy.reject, .dropOldest], [88, 191])
     func capIncludesNewSegmentHeader(policy: LogConfiguration.FullPolicy, padding: Int) async throws {
-        let harness = try PipelineHarness(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
+        let harness = try await PipelineHarness.start(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
                                                                 fullPolicy: policy))
         var worst: Int64 = 0
         for i in 1...80 {
@@ -200,7 +207,7 @@ struct RetentionTests {
 
     @Test("an event that alone exceeds what the queue may hold is rejected `full` even under drop-oldest")
     func tooBigForTheQueue() async throws {
-        let harness = try PipelineHarness(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
+        let harness = try await PipelineHarness.start(log: LogConfiguration(segmentMaxBytes: Self.segment, retentionMaxBytes: Self.cap,
                                                                 fullPolicy: .dropOldest))
         let small = Events.make(1).encoded()
         #expect(try await harness.submit([small]).map(\.status) == [.accepted])
@@ -214,7 +221,7 @@ struct RetentionTests {
 
     @Test("within one message: duplicates of earlier events and of each other are answered `duplicate`")
     func dedupWithinAndAcrossMessages() async throws {
-        let harness = try PipelineHarness(log: LogConfiguration())
+        let harness = try await PipelineHarness.start(log: LogConfiguration())
         let a = Events.make(1).encoded(), b = Events.make(2).encoded()
         #expect(try await harness.submit([a]).map(\.status) == [.accepted])
         #expect(try await harness.submit([b, a, b]).map(\.status) == [.accepted, .duplicate, .duplicate])
@@ -230,7 +237,7 @@ struct RetentionTests {
     @Test("a failed group commit rejects the whole group and forgets its ids; a re-send is accepted",
           .enabled(if: FileManager.default.fileExists(atPath: "/dev/full")))
     func failedCommitRejectsGroup() async throws {
-        let harness = try PipelineHarness(log: LogConfiguration())
+        let harness = try await PipelineHarness.start(log: LogConfiguration())
         let first = Events.frames(2)
         #expect(try await harness.submit(first).map(\.status) == [.accepted, .accepted])
         let path = harness.scratch.appending("segments") + "/" + SegmentedLog.fileName(for: 1)

@@ -70,7 +70,7 @@ final class MemorySink: Sink {
 struct SinkRegistryTests {
     static func write(_ json: String, in scratch: ScratchDirectory) throws -> String {
         let path = scratch.appending("ferryd.json")
-        try Data(json.utf8).write(to: URL(fileURLWithPath: path))
+        try writeText(json, to: path)
         return path
     }
 

@@ -278,7 +278,9 @@ struct HTTPSinkTests {
 
     @Test("429 with Retry-After seconds and 503 with an HTTP-date retry no earlier than asked; garbage means backoff")
     func retryAfter() async throws {
-        let inTenMinutes = Self.httpDate(Date().addingTimeInterval(600))
+        // A whole second (what an HTTP-date can say), ten minutes ahead.
+        let dateMilliseconds = (WallClock.unixMilliseconds() / 1000 + 600) * 1000
+        let inTenMinutes = Self.httpDate(Date(timeIntervalSince1970: Double(dateMilliseconds / 1000)))
         try await Self.withServer { server in
             server.enqueue(.status(429, headers: ["Retry-After": "7"], body: "slow down"),
                            .status(503, headers: ["Retry-After": inTenMinutes]),
@@ -291,13 +293,17 @@ struct HTTPSinkTests {
                 #expect(tooMany?.disposition == .retry(after: .seconds(7)))
                 #expect(tooMany?.upstreamStatus == 429)
                 #expect(tooMany?.upstreamBody == "slow down")
+                let asked = WallClock.unixMilliseconds()
                 let unavailable = await Self.sinkError { _ = try await sink.deliver(batch) }
+                let answered = WallClock.unixMilliseconds()
                 guard case .retry(let after?) = unavailable?.disposition else {
                     Issue.record("expected a retry with a delay, got \(String(describing: unavailable))")
                     return
                 }
-                // Seconds resolution and the time the test took make it a bit less than ten minutes.
-                #expect(after > .seconds(540) && after <= .seconds(600), "\(after)")
+                // The delay ends at the date: counted from when the sink read the answer (between
+                // the call and its return), no earlier and no later.
+                #expect(after >= .milliseconds(Int64(dateMilliseconds) - Int64(answered)), "\(after)")
+                #expect(after <= .milliseconds(Int64(dateMilliseconds) - Int64(asked)), "\(after)")
                 #expect(await Self.sinkError { _ = try await sink.deliver(batch) }?.disposition == .retry(after: nil))
                 #expect(await Self.sinkError { _ = try await sink.deliver(batch) }?.disposition == .retry(after: .zero))
                 #expect(await Self.sinkError { _ = try await sink.deliver(batch) }?.disposition == .retry(after: RetryAfter.maximum))

@@ -1,5 +1,8 @@
 @testable import FerryQuality
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 
 /// ``Regex`` (the Pike VM tracking plans' `pattern` runs on) against an independent engine,
@@ -29,6 +32,34 @@ struct RegexDifferentialTests {
         #expect(answers.count - answers.filter { $0 != "T" }.count < Self.patterns / 100)
         let matched = answered.filter { $0 == "1" }.count
         #expect(matched > Self.patterns && answered.count - matched > Self.patterns, "\(matched) of \(answered.count) texts matched")
+    }
+
+    @Test("a reference that ends is started again once, with how it ended kept; a second ending fails",
+          .enabled(if: PythonReference.isAvailable, "needs /usr/bin/python3"))
+    func restartOnce() async throws {
+        var choices = RegexReference.Seeded(seed: 7)
+        let reference = RegexReference.generate(&choices)
+        let (expected, afterRestart, endings, second): (String, String, [String], String) = try await withCheckedThrowingContinuation { continuation in
+            Thread {
+                continuation.resume(with: Result {
+                    // A write to the ended process must fail with EPIPE, not end this one.
+                    signal(SIGPIPE, SIG_IGN)
+                    let python = try PythonReference()
+                    defer { python.close() }
+                    let expected = try python.answer(reference)
+                    python.end(signal: SIGKILL)
+                    let afterRestart = try python.answer(reference)
+                    let endings = python.endings
+                    python.end(signal: SIGKILL)
+                    var second = ""
+                    do { _ = try python.answer(reference) } catch let error as PythonReferenceError { second = error.message }
+                    return (expected, afterRestart, endings, second)
+                })
+            }.start()
+        }
+        #expect(afterRestart == expected)
+        #expect(endings.count == 1 && endings[0].contains("killed by signal \(SIGKILL)"), "\(endings)")
+        #expect(second.contains("stopped answering again"), "\(second)")
     }
 
     @Test("the regex fuzzer's seed corpus (Fuzz/corpus-regex) agrees too",

@@ -341,10 +341,16 @@ enum RegexReference {
 /// "t": [texts]}`), a line out — a `0` or `1` per text (`re.search`), `T` when `re` took longer
 /// than 0.2 s on the case (its backtracking can take exponential time; the Pike VM cannot), or
 /// `E <message>` when `re` refuses the pattern.
+///
+/// The process's standard error goes to a file of its own: when the process ends (its output
+/// closes before an answer), what it wrote there and how it ended are reported, and it is
+/// started again once and asked the same case (``answer(_:)``).
 final class PythonReference {
     static let python = "/usr/bin/python3"
     static var isAvailable: Bool { FileManager.default.isExecutableFile(atPath: python) }
 
+    /// Every case in one `try`: the 0.2 s timer can fire as `re` returns, before it is disarmed,
+    /// and its exception must not end the process (it did once, silently: FAULTS.md, "regex").
     static let script = #"""
         import json, re, signal, sys
         class Slow(Exception): pass
@@ -355,47 +361,114 @@ final class PythonReference {
             case = json.loads(line)
             try:
                 pattern = re.compile(case["p"], re.ASCII)
-            except re.error as error:
-                print("E", error, flush=True)
+            except (re.error, OverflowError, RecursionError, ValueError) as error:
+                print("E", str(error).replace("\n", " "), flush=True)
                 continue
-            signal.setitimer(signal.ITIMER_REAL, 0.2)
             try:
-                answer = "".join("1" if pattern.search(text) else "0" for text in case["t"])
+                signal.setitimer(signal.ITIMER_REAL, 0.2)
+                try:
+                    answer = "".join("1" if pattern.search(text) else "0" for text in case["t"])
+                finally:
+                    signal.setitimer(signal.ITIMER_REAL, 0)
             except Slow:
                 answer = "T"
-            signal.setitimer(signal.ITIMER_REAL, 0)
             print(answer, flush=True)
         """#
 
-    private let process = Process()
-    private let input = Pipe(), output = Pipe()
+    /// The running child and its pipes (replaced by a restart).
+    private var process = Process()
+    private var input = Pipe(), output = Pipe()
+    /// The child's standard error.
+    private let errors: URL
     private var pending: [UInt8] = []
+    /// Restarts left (``answer(_:)`` restarts an ended process once).
+    private var restarts = 1
+    /// What each ended process said (its standard error) and how it ended, oldest first.
+    private(set) var endings: [String] = []
+
+    /// What the child runs (restarted with the same).
+    private let arguments: [String]
 
     /// Python running `arguments` (the regex reference by default; DetectorDifferentialTests
     /// runs `scripts/detector-oracle` through the same harness).
     init(arguments: [String] = ["-c", script]) throws {
+        self.arguments = arguments
+        errors = FileManager.default.temporaryDirectory.appendingPathComponent("ferry-regex-reference-\(UUID().uuidString).stderr")
+        try start()
+    }
+
+    deinit {
+        try? FileManager.default.removeItem(at: errors)
+    }
+
+    private func start() throws {
+        process = Process()
+        input = Pipe()
+        output = Pipe()
+        pending = []
+        guard FileManager.default.createFile(atPath: errors.path, contents: nil) else {
+            throw PythonReferenceError(message: "cannot create \(errors.path)")
+        }
         process.executableURL = URL(fileURLWithPath: Self.python)
         process.arguments = arguments
         process.standardInput = input
         process.standardOutput = output
+        process.standardError = try FileHandle(forWritingTo: errors)
         try process.run()
     }
 
-    /// Python's answer for `reference` (blocking: call off the cooperative pool).
+    /// How the ended child ended and what it wrote to its standard error. Its output closed, so
+    /// it is exiting; one still running after 5 s is ended (and said to be).
+    private func ending() -> String {
+        let deadline = ContinuousClock.now + .seconds(5)
+        while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
+        let hung = process.isRunning
+        if hung { process.terminate() }
+        process.waitUntilExit()
+        let how = hung ? "closed its output but kept running (ended)" : process.terminationReason == .uncaughtSignal
+            ? "killed by signal \(process.terminationStatus)" : "exited with status \(process.terminationStatus)"
+        let said = (try? String(contentsOf: errors, encoding: .utf8)) ?? ""
+        return said.isEmpty ? "\(how), nothing on stderr" : "\(how), stderr: \(said)"
+    }
+
+    /// Python's answer for `reference` (blocking: call off the cooperative pool). A process that
+    /// ends before answering is reported on this process's standard error (``endings``) and
+    /// started again once, then asked the same case; a second ending throws.
     func answer(_ reference: RegexReference.Case) throws -> String {
         var line = Array(try JSONSerialization.data(withJSONObject: ["p": reference.python, "t": reference.texts]))
         line.append(0x0A)
+        while true {
+            if let answer = try ask(line) { return answer }
+            let ended = ending()
+            endings.append(ended)
+            try? input.fileHandleForWriting.close()
+            guard restarts > 0 else {
+                throw PythonReferenceError(message: "python stopped answering again (\(ended)); before: \(endings.dropLast().joined(separator: "; "))")
+            }
+            restarts -= 1
+            FileHandle.standardError.write(Data("regex reference: python stopped answering (\(ended)); started again\n".utf8))
+            try start()
+        }
+    }
+
+    /// Writes `line` and reads one answer line; nil when the process ended first.
+    private func ask(_ line: [UInt8]) throws -> String? {
         let writeEnd = input.fileHandleForWriting.fileDescriptor, readEnd = output.fileHandleForReading.fileDescriptor
         var written = 0
         while written < line.count {
             let count = line[written...].withUnsafeBytes { write(writeEnd, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            if count < 0 && errno == EPIPE { return nil }
             guard count > 0 else { throw PythonReferenceError(message: "cannot write to python (errno \(errno))") }
             written += count
         }
         var buffer = [UInt8](repeating: 0, count: 4096)
         while !pending.contains(0x0A) {
             let count = read(readEnd, &buffer, buffer.count)
-            guard count > 0 else { throw PythonReferenceError(message: "python stopped answering") }
+            // A signal handler of this process (libFuzzer's SIGALRM timer, every few seconds)
+            // interrupts a read that waits: not an answer, and not the end of the process.
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return nil }
             pending += buffer[..<count]
         }
         let end = pending.firstIndex(of: 0x0A)!
@@ -427,10 +500,16 @@ final class PythonReference {
         writer.start()
         let output = python.output.fileHandleForReading.readDataToEndOfFile()
         python.process.waitUntilExit()
-        guard python.process.terminationStatus == 0 else {
-            throw PythonReferenceError(message: "python exited with status \(python.process.terminationStatus)")
+        guard python.process.terminationReason == .exit && python.process.terminationStatus == 0 else {
+            throw PythonReferenceError(message: "python ended early: \(python.ending())")
         }
         return String(decoding: output, as: UTF8.self).split(separator: "\n", omittingEmptySubsequences: false).dropLast().map(String.init)
+    }
+
+    /// Ends the running child with `signal` and waits for it (tests of the restart).
+    func end(signal: Int32) {
+        kill(process.processIdentifier, signal)
+        process.waitUntilExit()
     }
 
     /// Ends the child process.
