@@ -22,6 +22,9 @@ struct InlineCommitTests {
         #expect(Placement.decide(Self.inputs(queued: 1)) == .handOff(.queued))
         #expect(Placement.decide(Self.inputs(delay: 500)) == .handOff(.commitDelay))
         #expect(Placement.decide(Self.inputs(closed: true)) == .handOff(.stopping))
+        var planted = Self.inputs()
+        planted.acksBeforeSync = true
+        #expect(Placement.decide(planted) == .handOff(.plantedAcksBeforeSync))
         // Stopping first (nothing is committed once the pipeline stops), then the configuration.
         #expect(Placement.decide(Self.inputs(taken: true, queued: 3, closed: true, delay: 500)) == .handOff(.stopping))
         #expect(Placement.decide(Self.inputs(taken: true, queued: 3, delay: 500)) == .handOff(.commitDelay))

@@ -30,6 +30,9 @@ extension CommitPipeline {
             case commitDelay
             /// The pipeline is stopping (the commit thread refuses it too).
             case stopping
+            /// The planted ack-before-fdatasync bug is on (``CommitFaults/acksBeforeSync``): its
+            /// acks must leave on the path's thread while another thread syncs, as they would.
+            case plantedAcksBeforeSync
         }
 
         /// What the placement reads: whether the token was free (the arriving thread then holds
@@ -39,11 +42,14 @@ extension CommitPipeline {
             var queued: Int
             var closed: Bool
             var commitDelayMicroseconds: Int
+            /// ``CommitFaults/acksBeforeSync`` (the power-cut explorer's planted bug).
+            var acksBeforeSync = false
         }
 
         /// The placement of an arriving group.
         static func decide(_ inputs: Inputs) -> Placement {
             if inputs.closed { return .handOff(.stopping) }
+            if inputs.acksBeforeSync { return .handOff(.plantedAcksBeforeSync) }
             if inputs.commitDelayMicroseconds > 0 { return .handOff(.commitDelay) }
             if inputs.tokenTaken { return .handOff(.committing) }
             if inputs.queued > 0 { return .handOff(.queued) }
@@ -63,7 +69,7 @@ extension CommitPipeline {
         let committed: Bool? = committer.withLockIfAvailable { committer -> Bool in
             let (queued, closed) = inbox.state
             let placement = Placement.decide(.init(tokenTaken: false, queued: queued, closed: closed || committer == nil,
-                                                   commitDelayMicroseconds: delay))
+                                                   commitDelayMicroseconds: delay, acksBeforeSync: faults.acksBeforeSync))
             guard placement == .here, var state = committer else { return false }
             committer = nil
             commitGroup(batches.map { .events($0) }, state: &state, points: .inline, queued: false)

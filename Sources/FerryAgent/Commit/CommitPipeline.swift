@@ -132,7 +132,7 @@ final class CommitPipeline: Sendable {
     let logger: Logger
     let configuration: AgentConfiguration
     /// Test-only deviations (planted bugs), fixed at construction.
-    private let faults: CommitFaults
+    let faults: CommitFaults
 
     /// Where bus publications (`lost`, `dropped`) go; acks go to each batch's destination.
     let bus: EventBus
