@@ -43,6 +43,38 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
         return items.count
     }
 
+    /// Items waiting and whether the inbox is closed, read under one lock.
+    package var state: (count: Int, closed: Bool) {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return (items.count, closed)
+    }
+
+    /// Waits up to `timeout` for at least one item without taking any (the consumer takes them
+    /// later, e.g. once it holds a lock that orders it with other takers). Returns false when the
+    /// inbox is closed and empty, true otherwise (items waiting, or the timeout passed).
+    package func wait(timeout: Duration) -> Bool {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        waitForItems(timeout: timeout)
+        return !(items.isEmpty && closed)
+    }
+
+    /// Waits with `mutex` held until an item is queued, the inbox is closed or `timeout` passed.
+    private func waitForItems(timeout: Duration) {
+        guard items.isEmpty && !closed && timeout > .zero else { return }
+        var deadline = timespec()
+        clock_gettime(CLOCK_REALTIME, &deadline)
+        let (seconds, attoseconds) = timeout.components
+        var nanoseconds = Int(deadline.tv_nsec) + Int(attoseconds / 1_000_000_000)
+        deadline.tv_sec += Int(seconds) + nanoseconds / 1_000_000_000
+        nanoseconds %= 1_000_000_000
+        deadline.tv_nsec = nanoseconds
+        while items.isEmpty && !closed {
+            if pthread_cond_timedwait(&condition, &mutex, &deadline) == ETIMEDOUT { break }
+        }
+    }
+
     /// Closes the inbox: later puts are refused; the consumer drains what is left.
     package func close() {
         pthread_mutex_lock(&mutex)
@@ -62,18 +94,7 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     package func take(timeout: Duration, budget: Int, weight: (Element) -> Int) -> [Element]? {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
-        if items.isEmpty && !closed {
-            var deadline = timespec()
-            clock_gettime(CLOCK_REALTIME, &deadline)
-            let (seconds, attoseconds) = timeout.components
-            var nanoseconds = Int(deadline.tv_nsec) + Int(attoseconds / 1_000_000_000)
-            deadline.tv_sec += Int(seconds) + nanoseconds / 1_000_000_000
-            nanoseconds %= 1_000_000_000
-            deadline.tv_nsec = nanoseconds
-            while items.isEmpty && !closed {
-                if pthread_cond_timedwait(&condition, &mutex, &deadline) == ETIMEDOUT { break }
-            }
-        }
+        waitForItems(timeout: timeout)
         if items.isEmpty && closed { return nil }
         var count = 0, total = 0
         while count < items.count && (count == 0 || total < budget) {

@@ -1,18 +1,34 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import FerryAgent
 import FerryProtocol
+import Synchronization
 
 /// The ZeroMQ path's ``AckDestination``: the commit thread queues each group's answers here, and
 /// the path's socket thread sends each to the peer and request its ``AckRoute`` names.
+///
+/// The socket thread commits a round itself when no commit is in flight (``IngestGateway/commit(_:)``):
+/// its answers are then queued here on the socket thread, without a wake-up, and sent as soon as
+/// the commit returns.
 final class AckQueue: AckDestination {
     private let queue: SocketQueue<[CommittedBatch]>
+    /// The socket thread (`pthread_t`; 0 until it calls ``ownedByCurrentThread()``).
+    private let socketThread = Atomic<UInt>(0)
 
     init(wakeup: SocketWakeup) {
         queue = SocketQueue(wakeup: wakeup)
     }
 
-    /// Queues the answers of one group (called on the commit thread).
+    /// Records the calling thread as the socket thread (once, when it starts).
+    func ownedByCurrentThread() {
+        socketThread.store(UInt(pthread_self()), ordering: .releasing)
+    }
+
+    /// Queues the answers of one group (on the thread that committed it); wakes the socket thread
+    /// unless it is the caller.
     func deliver(_ answers: [CommittedBatch]) {
-        queue.post(answers)
+        queue.post(answers, wake: socketThread.load(ordering: .acquiring) != UInt(pthread_self()))
     }
 
     /// Takes the answers queued (on the socket thread), oldest group first.

@@ -18,9 +18,11 @@ import ZeroMQ
 /// every message's event frames to the agent through its ``IngestGateway``, the door every path
 /// goes through (admission, the stages of each event, the commit, the bus). It reads at its own
 /// pace: while the commit stage is busy, or once intake stops, it stops reading (clients' unacked
-/// batches wait in libzmq, the kernel and their outboxes) instead of refusing. The commit thread
-/// queues the answers in its ``AckQueue`` and wakes it; it sends each ack, then the gateway
-/// publishes the outcomes on the bus.
+/// batches wait in libzmq, the kernel and their outboxes) instead of refusing. What it reads in
+/// one round it commits itself when no commit is in flight (appends, one `fdatasync`, then the
+/// acks, no other thread woken); otherwise the commit thread takes it, queues the answers in its
+/// ``AckQueue`` and wakes it. It sends each ack, then the gateway publishes the outcomes on the
+/// bus.
 final class ZeroMQIngestPath: IngestPath {
     /// The most event frames in one message.
     static let maxEventsPerMessage = 4096
@@ -83,6 +85,7 @@ final class ZeroMQIngestPath: IngestPath {
                     ready.resume(throwing: error)
                     return
                 }
+                acks.ownedByCurrentThread()
                 ready.resume()
                 serve(sockets, gateway: gateway, acks: acks, wakeup: wakeup)
                 sockets.close()
@@ -191,7 +194,11 @@ final class ZeroMQIngestPath: IngestPath {
             if ready[0].contains(.readable) { wakeup.pipe.drain() }
             sendAcks(sockets, acks: acks, gateway: gateway)
             if ready[1].contains(.readable) { readMonitor(sockets.monitor, gateway: gateway) }
-            if acceptInput && ready[2].contains(.readable) { readIngest(sockets.ingest, gateway: gateway, acks: acks) }
+            if acceptInput && ready[2].contains(.readable) {
+                readIngest(sockets.ingest, gateway: gateway, acks: acks)
+                // What this thread committed itself is queued (no wake-up): out at once.
+                sendAcks(sockets, acks: acks, gateway: gateway)
+            }
             if stopping.load(ordering: .acquiring) {
                 if stoppingSeen {
                     sendAcks(sockets, acks: acks, gateway: gateway)
@@ -256,28 +263,37 @@ final class ZeroMQIngestPath: IngestPath {
         if changed { gateway.recordClientsConnected(connections.load(ordering: .relaxed)) }
     }
 
+    /// Reads what is waiting (one round) and commits it as one group: on this thread when no
+    /// commit is in flight (appends, one `fdatasync`, the answers queued for ``sendAcks``), else
+    /// handed to the commit thread (``IngestGateway/commit(_:)``).
     private func readIngest(_ socket: ZMQSocket, gateway: IngestGateway, acks: AckQueue) {
         // Bounded per round, in messages and in event frames (one message may carry 4096), so
         // the acks are never starved: a flood of full batches must not hold back other clients'
         // acks until they re-send.
         var frames = 0
+        var round = IngestRound()
         for _ in 0..<256 where frames < Self.maxFramesPerRound {
             let received: (frames: [[UInt8]], peer: PeerCredentials?)?
             do {
                 received = try socket.receiveWithPeer(dontWait: true)
             } catch {
                 logger.debug("receive failed", metadata: ["error": "\(error)"])
-                return
+                break
             }
-            guard let (message, credentials) = received else { return }
+            guard let (message, credentials) = received else { break }
             frames += message.count
-            handle(message, from: credentials, socket, gateway: gateway, acks: acks)
-            if gateway.isBusy || intakeStopped.load(ordering: .acquiring) { return }
+            handle(message, from: credentials, socket, gateway: gateway, acks: acks, round: &round)
+            if round.isFull || gateway.isBusy || intakeStopped.load(ordering: .acquiring) { break }
+        }
+        guard !round.isEmpty else { return }
+        for route in gateway.commit(round) {
+            refuse(peer: route.peer, requestID: route.requestID, .shuttingDown, "the agent is shutting down", socket,
+                   version: route.version, gateway: gateway)
         }
     }
 
     private func handle(_ message: [[UInt8]], from credentials: PeerCredentials?, _ socket: ZMQSocket, gateway: IngestGateway,
-                        acks: AckQueue) {
+                        acks: AckQueue, round: inout IngestRound) {
         let receivedAt = MonotonicClock.nanoseconds()
         let peer = message[0]
         guard message.count >= 2 else {
@@ -314,7 +330,7 @@ final class ZeroMQIngestPath: IngestPath {
         var refusal: (ErrorCode, String)?
         let admission = gateway.submit(
             peer: credentials, receivedAt: receivedAt, version: header.version, replyTo: acks,
-            route: AckRoute(peer: peer, requestID: header.requestID, version: header.version)
+            route: AckRoute(peer: peer, requestID: header.requestID, version: header.version), into: &round
         ) {
             let count = message.count - 2
             guard count > 0 else {

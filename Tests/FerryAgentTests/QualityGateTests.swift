@@ -257,15 +257,19 @@ final class GatewayPath: IngestPath {
     func stopIntake() {}
     func stop() async {}
 
-    /// Submits `frames` as one request of this process and waits for their ack entries.
+    /// Submits `frames` as one request of this process and waits for their ack entries. Off the
+    /// cooperative pool, as the HTTP API submits from its thread pool: with no commit in flight
+    /// the submitting thread commits the request itself and blocks for its `fdatasync`.
     func submit(_ frames: [[UInt8]]) async throws -> [AckEntry] {
         guard let gateway = gateway.withLock({ $0 }) else { throw TestFailure("the path was not started") }
         let peer = PeerCredentials(pid: getpid(), uid: getuid(), gid: getgid())
         return try await withCheckedThrowingContinuation { continuation in
-            let admission = gateway.submit(peer: peer, origin: [], receivedAt: 0, prepare: { frames.map { .event($0) } }) { answer in
-                continuation.resume(returning: answer.entries)
+            Thread.detachNewThread {
+                let admission = gateway.submit(peer: peer, origin: [], receivedAt: 0, prepare: { frames.map { .event($0) } }) { answer in
+                    continuation.resume(returning: answer.entries)
+                }
+                if admission != .submitted { continuation.resume(throwing: TestFailure("not admitted: \(admission)")) }
             }
-            if admission != .submitted { continuation.resume(throwing: TestFailure("not admitted: \(admission)")) }
         }
     }
 }

@@ -97,6 +97,16 @@ final class PipelineHarness: Sendable {
         return batch.entries
     }
 
+    /// Commits one message of `frames` as an arriving thread does (``CommitPipeline/commit(_:)``,
+    /// on this thread); returns how many batches it took and the answers queued for the socket
+    /// thread by the time it returned (none when it handed the message to the commit thread).
+    func commitHere(_ frames: [[UInt8]]) throws -> (taken: Int, answered: [CommittedBatch]) {
+        let request = nextRequest.add(1, ordering: .relaxed).oldValue
+        let items: [IngestBatch.Item] = try frames.map { .event(try EventHeader($0), frame: $0) }
+        let taken = pipeline.commit([IngestBatch(replyTo: acks, route: AckRoute(peer: [1, 2, 3], requestID: request), items: items)])
+        return (taken, acks.take().flatMap { $0 })
+    }
+
     func stop() async {
         await pipeline.stop()
         scratch.remove()

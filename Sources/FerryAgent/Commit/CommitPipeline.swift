@@ -122,12 +122,17 @@ enum CommitWork: Sendable {
 final class CommitPipeline: Sendable {
     let inbox = ThreadInbox<CommitWork>()
     private let thread: Mutex<DedicatedThread?> = Mutex(nil)
+    /// The committer token and what it guards (nil before ``start(dedup:sessions:consent:)`` and
+    /// once the commit thread has ended): one owner of the log writer at a time. The commit
+    /// thread waits for it; an arriving thread only tries it (``commit(_:)``) and hands off when
+    /// it is taken.
+    let committer = Mutex<Committer?>(nil)
     let log: SegmentedLog
     let counters: AgentMetrics
     let logger: Logger
     let configuration: AgentConfiguration
     /// Test-only deviations (planted bugs), fixed at construction.
-    private let faults: CommitFaults
+    let faults: CommitFaults
 
     /// Where bus publications (`lost`, `dropped`) go; acks go to each batch's destination.
     let bus: EventBus
@@ -189,17 +194,29 @@ final class CommitPipeline: Sendable {
         var snapshotSegment: UInt64 = 0
     }
 
-    /// Starts the thread, which becomes the only owner of the log writer, the dedup window and
-    /// the consent worker.
+    /// Everything a group commit touches, behind the committer token (``committer``): the log
+    /// writer, the dedup state, the consent worker, the decision's machine and the commit delay's
+    /// record of senders. Not `Sendable`; only the token's holder reaches it.
+    struct Committer {
+        var book: Book
+        var machine: StateMachine
+        var delay: CommitDelay
+        /// When the session table was last asked for losses (agent ms).
+        var lastLossCheck: UInt64 = 0
+    }
+
+    /// Starts the thread; the log writer, the dedup window and the consent worker go behind the
+    /// committer token, whose holder (the commit thread, or an arriving thread committing its own
+    /// group, ``commit(_:)``) is their only owner while it holds it.
     func start(dedup window: DedupWindow, sessions: SessionTable, consent: ConsentWorker) throws {
         let writer = try LogWriter(log: log)
         let book = Book(dedup: Dedup(window: window, sessions: sessions, snapshotSegment: writer.activeIndex),
                         consent: consent, log: log, writer: writer)
-        let state = UncheckedBox(book)
-        let thread = DedicatedThread(name: "ferry-commit") { [self] in
-            var book = state.take()
-            run(&book)
-        }
+        let state = UncheckedBox(Committer(
+            book: book, machine: StateMachine(limits: limits),
+            delay: CommitDelay(delayMicroseconds: configuration.log.commitDelayMicroseconds, siblings: configuration.log.commitSiblings)))
+        committer.withLock { $0 = state.take() }
+        let thread = DedicatedThread(name: "ferry-commit") { [self] in run() }
         self.thread.withLock { $0 = thread }
     }
 
@@ -249,71 +266,104 @@ final class CommitPipeline: Sendable {
         return configuration.log.retentionMaxBytes / 100 * Int64(percent)
     }
 
-    private func run(_ book: inout Book) {
-        let writer = book.writer, consent = book.consent
-        var machine = StateMachine(limits: limits)
-        var lastLossCheck: UInt64 = 0
-        var delay = CommitDelay(delayMicroseconds: configuration.log.commitDelayMicroseconds, siblings: configuration.log.commitSiblings)
-        while let first = inbox.take(timeout: .milliseconds(500), budget: Self.maxGroupBytes, weight: Self.weight(of:)) {
-            let work = gatherSiblings(first, delay: &delay)
-            let taken = work.count { if case .events = $0 { true } else { false } }
-            if taken > 0 { pendingBatches.subtract(taken, ordering: .relaxed) }
-            let now = WallClock.unixMilliseconds()
-            book.dedup.window.expire(now: now)
-            if now >= lastLossCheck + 1000 {
-                lastLossCheck = now
-                reportLosses(book.dedup.sessions.collectLosses(now: now), at: now)
+    /// The commit thread: waits for work, then takes it and commits it holding the token (so an
+    /// arriving thread never commits ahead of work queued before it, see ``commit(_:)``); every
+    /// 500 ms without work it does the housekeeping alone. Once the inbox is closed and drained,
+    /// it persists the snapshots and retires the token's state (later arrivals are refused).
+    private func run() {
+        while inbox.wait(timeout: .milliseconds(500)) {
+            committer.withLock { committer in
+                guard var state = committer else { return }
+                committer = nil
+                let first = inbox.take(timeout: .zero, budget: Self.maxGroupBytes, weight: Self.weight(of:)) ?? []
+                let work = gatherSiblings(first, delay: &state.delay)
+                let taken = work.count { if case .events = $0 { true } else { false } }
+                if taken > 0 { pendingBatches.subtract(taken, ordering: .relaxed) }
+                commitGroup(work, state: &state, points: .thread, queued: true)
+                committer = consume state
             }
-            // An unfinished consent change looks for what it appended after a recorded position:
-            // keep every segment until it is done.
-            if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: book.dedup) }
-            consent.tick(now: now, writer: writer)
-            // Keep arrival order: a consent change applies after the events that came before it
-            // and before those that came after it.
-            var batches: [IngestBatch] = []
-            func flush() {
-                guard !batches.isEmpty else { return }
-                let (results, answered) = commit(batches, book: &book, machine: &machine, now: WallClock.unixMilliseconds())
-                snapshotSessionsAfterRotation(writer: writer, dedup: &book.dedup)
-                pendingBytes.subtract(batches.reduce(0) { $0 + Self.weight(of: $1) }, ordering: .relaxed)
-                batches.removeAll()
-                if !answered { answer(results) }
-                if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { signalDeliveryLoops() }
+        }
+        committer.withLock { committer in
+            guard let state = committer else { return }
+            committer = nil
+            let writer = state.book.writer
+            if state.book.consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: state.book.dedup) }
+            // Both snapshots cover the whole log now: the next start reads no record for them.
+            do {
+                try persistSnapshots(state.book.dedup, covering: writer.committedEnd)
+            } catch {
+                logger.error("could not persist the session table and dedup window", metadata: ["error": "\(error)"])
             }
-            for item in work {
-                switch item {
-                case .events(let batch):
-                    batches.append(batch)
-                case .consent(let command, let actor, let reply):
-                    flush()
-                    do {
-                        reply(.success(try consent.apply(command, by: actor, writer: writer)))
-                    } catch let error as AgentError {
-                        reply(.failure(error))
-                    } catch {
-                        reply(.failure(AgentError(code: .io, message: "\(error)")))
-                    }
-                    // The change may unpause delivery or have queued a consent_updated event.
-                    signalDeliveryLoops()
-                    for signal in consentSignals { signal.signal() }
+        }
+    }
+
+    /// The crash points of a group's writes, by who commits it (``CrashPoints``): the appends
+    /// buffered and about to be written and synced, then synced with the answers not yet out.
+    struct GroupPoints {
+        var appended: StaticString
+        var synced: StaticString
+        /// The commit thread's.
+        static let thread = GroupPoints(appended: "commit.appended", synced: "commit.synced")
+        /// An arriving thread's (``commit(_:)``).
+        static let inline = GroupPoints(appended: "ingest.inline.appended", synced: "ingest.inline.synced")
+    }
+
+    /// Commits one group, in arrival order, by the token's holder: the housekeeping first (the
+    /// id window's expiry, loss reports, delivered segments, the consent worker's tick), then the
+    /// batches (one sync for all of them) and consent changes in order, each batch's answer to
+    /// its destination after the writes settled. `queued`: the batches were counted in the
+    /// backlog (they came through the inbox).
+    func commitGroup(_ work: [CommitWork], state: inout Committer, points: GroupPoints, queued: Bool) {
+        let writer = state.book.writer, consent = state.book.consent
+        let now = WallClock.unixMilliseconds()
+        state.book.dedup.window.expire(now: now)
+        if now >= state.lastLossCheck + 1000 {
+            state.lastLossCheck = now
+            reportLosses(state.book.dedup.sessions.collectLosses(now: now), at: now)
+        }
+        // An unfinished consent change looks for what it appended after a recorded position:
+        // keep every segment until it is done.
+        if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: state.book.dedup) }
+        consent.tick(now: now, writer: writer)
+        // Keep arrival order: a consent change applies after the events that came before it
+        // and before those that came after it.
+        var batches: [IngestBatch] = []
+        func flush() {
+            guard !batches.isEmpty else { return }
+            let (results, answered) = commit(batches, book: &state.book, machine: &state.machine,
+                                             now: WallClock.unixMilliseconds(), points: points)
+            snapshotSessionsAfterRotation(writer: writer, dedup: &state.book.dedup)
+            if queued { pendingBytes.subtract(batches.reduce(0) { $0 + Self.weight(of: $1) }, ordering: .relaxed) }
+            batches.removeAll()
+            if !answered { answer(results) }
+            if results.contains(where: { $0.entries.contains { $0.status == .accepted } }) { signalDeliveryLoops() }
+        }
+        for item in work {
+            switch item {
+            case .events(let batch):
+                batches.append(batch)
+            case .consent(let command, let actor, let reply):
+                flush()
+                do {
+                    reply(.success(try consent.apply(command, by: actor, writer: writer)))
+                } catch let error as AgentError {
+                    reply(.failure(error))
+                } catch {
+                    reply(.failure(AgentError(code: .io, message: "\(error)")))
                 }
+                // The change may unpause delivery or have queued a consent_updated event.
+                signalDeliveryLoops()
+                for signal in consentSignals { signal.signal() }
             }
-            flush()
         }
-        if consent.pending == nil { deleteDeliveredSegments(writer: writer, dedup: book.dedup) }
-        // Both snapshots cover the whole log now: the next start reads no record for them.
-        do {
-            try persistSnapshots(book.dedup, covering: writer.committedEnd)
-        } catch {
-            logger.error("could not persist the session table and dedup window", metadata: ["error": "\(error)"])
-        }
+        flush()
     }
 
     /// Judges, stores and writes one group and settles what it decided into `book`. Returns the
     /// answers, and whether they were already handed to their destinations (only with the planted
     /// ack-before-fdatasync bug).
     private func commit(
-        _ batches: [IngestBatch], book: inout Book, machine: inout StateMachine, now: UInt64
+        _ batches: [IngestBatch], book: inout Book, machine: inout StateMachine, now: UInt64, points: GroupPoints
     ) -> (results: [CommittedBatch], answered: Bool) {
         var results: [CommittedBatch] = []
         results.reserveCapacity(batches.count)
@@ -337,7 +387,7 @@ final class CommitPipeline: Sendable {
             results.append(consume answer)
         }
         if !quarantined.isEmpty { storeQuarantined(quarantined, in: &results) }
-        let (failed, reason, answered) = writeGroup(book: book, machine: machine, results: results)
+        let (failed, reason, answered) = writeGroup(book: book, machine: machine, results: results, points: points)
         if !failed.isEmpty { Self.reject(machine.ids(waitingOn: failed), in: &results, reason: reason) }
         machine.settle(failed: failed, at: now, into: &book)
         do {
@@ -417,7 +467,7 @@ final class CommitPipeline: Sendable {
     /// failed, what their events are answered (`full` on ENOSPC, else `storage`), and whether
     /// `results` were already handed to their destinations.
     private func writeGroup(
-        book: Book, machine: StateMachine, results: [CommittedBatch]
+        book: Book, machine: StateMachine, results: [CommittedBatch], points: GroupPoints
     ) -> (failed: StateMachine.Writes, reason: RejectReason, answered: Bool) {
         var failed: StateMachine.Writes = []
         var answered = false
@@ -438,7 +488,16 @@ final class CommitPipeline: Sendable {
                 answered = true
             }
             do {
+                do {
+                    // Appended (in the writer's buffer, maybe partly written), nothing synced.
+                    try CrashPoints.reach(points.appended)
+                } catch {
+                    book.writer.discardGroup()
+                    throw error
+                }
                 try book.writer.commit()
+                // Synced; no answer has left yet.
+                try? CrashPoints.reach(points.synced)
                 counters.commitEvents.record(machine.written.log)
                 counters.fsync.recordNanoseconds(Int64(clamping: book.writer.lastSyncNanoseconds))
                 log.recordUsage(machine.usage)

@@ -15,7 +15,7 @@ import Synchronization
 /// stages (``IngestStage``: the limits, the quality gate) and the batch into the group commit; the
 /// answer comes back once the group's writes settled — to the completion of
 /// ``submit(peer:origin:receivedAt:prepare:completion:)``, its outcomes already published on the
-/// bus, or to the path's own ``AckDestination`` (``submit(peer:receivedAt:version:replyTo:route:prepare:origin:)``),
+/// bus, or to the path's own ``AckDestination`` (``submit(peer:receivedAt:version:replyTo:route:into:prepare:origin:)``),
 /// which publishes them with ``answered(_:)`` once it has answered the sender.
 package final class IngestGateway: Sendable {
     /// The ingest path's name (the listener's).
@@ -85,9 +85,12 @@ package final class IngestGateway: Sendable {
     /// Submits one request sent by `peer` (nil when unknown) with encoded `origin` metadata,
     /// received at `receivedAt` (``MonotonicClock`` ns). Once it is admitted (stopping,
     /// back-pressure, the access policy), `prepare` runs (on the caller's thread) and returns its
-    /// event frames, or nil to refuse the request itself. `completion` is called once, on the
-    /// commit thread, with one ``AckEntry`` per frame in order, after the group's writes settled
-    /// and its outcomes were published; it must not block. It is never called unless this
+    /// event frames, or nil to refuse the request itself. `completion` is called once with one
+    /// ``AckEntry`` per frame in order, after the group's writes settled and its outcomes were
+    /// published; it must not block. When no commit is in flight the caller's thread commits the
+    /// request itself (it blocks for the `fdatasync`: call this where blocking is allowed, never
+    /// on an event loop) and `completion` runs on it before this returns; else on the commit
+    /// thread. It is never called unless this
     /// returns ``Admission/submitted``.
     package func submit(
         peer: PeerCredentials?, origin: [UInt8], receivedAt: UInt64, prepare: () -> [Frame]?,
@@ -122,7 +125,7 @@ package final class IngestGateway: Sendable {
         let tag = destination.register(completion)
         let batch = IngestBatch(replyTo: destination, route: AckRoute(address: [], tag: tag), origin: origin, uid: peer?.uid,
                                 items: items, receivedAt: receivedAt, weight: weight)
-        guard stages.submit(batch) else {
+        guard stages.submit([batch]) == 1 else {
             destination.cancel(tag)
             return .stopping
         }
@@ -130,17 +133,18 @@ package final class IngestGateway: Sendable {
     }
 
     /// Submits one message of a path that reads at its own pace and answers on a thread of its
-    /// own (the ZeroMQ socket): sent by `peer` (nil when unknown) in protocol `version`,
-    /// received at `receivedAt` (``MonotonicClock`` ns). It is admitted unless the agent is
-    /// stopping or the access policy refuses `peer` — never answered ``Admission/busy``: the path
-    /// stops reading while ``isBusy`` holds instead. Then `prepare` returns the message's event
-    /// frames (nil refuses the message itself: the path answers it), each goes through the
-    /// stages, and `origin` gives the sender's encoded origin metadata. The answer goes to
-    /// `replyTo` with `route` (on the commit thread; it must not block), whose path answers the
-    /// sender and then calls ``answered(_:)``.
+    /// own (the ZeroMQ socket) into the `round` it is reading: sent by `peer` (nil when unknown)
+    /// in protocol `version`, received at `receivedAt` (``MonotonicClock`` ns). It is admitted
+    /// unless the agent is stopping or the access policy refuses `peer` — never answered
+    /// ``Admission/busy``: the path stops reading while ``isBusy`` holds instead. Then `prepare`
+    /// returns the message's event frames (nil refuses the message itself: the path answers it),
+    /// each goes through the stages, and `origin` gives the sender's encoded origin metadata.
+    /// ``commit(_:)`` then commits the round; the answer goes to `replyTo` with `route` (on the
+    /// thread that committed it; it must not block), whose path answers the sender and then calls
+    /// ``answered(_:)``.
     package func submit(
         peer: PeerCredentials?, receivedAt: UInt64, version: UInt8, replyTo: any AckDestination, route: AckRoute,
-        prepare: () -> ArraySlice<[UInt8]>?, origin: () -> [UInt8]
+        into round: inout IngestRound, prepare: () -> ArraySlice<[UInt8]>?, origin: () -> [UInt8]
     ) -> Admission {
         if stages.isStopping { return .stopping }
         if case .denied(let reason) = stages.checkAccess(peer) { return .denied(reason) }
@@ -153,9 +157,21 @@ package final class IngestGateway: Sendable {
             weight &+= frame.count &+ IngestBatch.itemOverhead
             items.append(stages.item(frame, version: version, chain: chain))
         }
-        let batch = IngestBatch(replyTo: replyTo, route: route, origin: origin(), uid: peer?.uid, items: items,
-                                receivedAt: receivedAt, weight: weight)
-        return stages.submit(batch) ? .submitted : .stopping
+        round.append(IngestBatch(replyTo: replyTo, route: route, origin: origin(), uid: peer?.uid, items: items,
+                                 receivedAt: receivedAt, weight: weight))
+        return .submitted
+    }
+
+    /// Commits the messages of one read `round` as one group (``IngestRound``): on the calling
+    /// thread when no commit is in flight and nothing waits for the commit thread — it blocks for
+    /// the `fdatasync`, and the answers reach their ``AckDestination`` on this thread before it
+    /// returns — else queued for the commit thread, which shares the next sync among everything
+    /// that arrived meanwhile. Returns the routes of the messages not taken because the agent is
+    /// stopping (the path answers them so).
+    package func commit(_ round: consuming IngestRound) -> [AckRoute] {
+        let batches = round.batches
+        let taken = stages.submit(batches)
+        return batches[taken...].map(\.route)
     }
 
     /// A batch submitted with a destination of the path's own was answered (any thread; the
@@ -174,6 +190,30 @@ package final class IngestGateway: Sendable {
     /// "code":…,"reason":…,"uid":…,"at":…}`) on the bus `rejected` topic, for subscribers only.
     package func publishRefusal(status: Int, code: String, message: String, uid: UInt32?) {
         stages.bus.publishRefusal(path: path, status: status, code: code, reason: message, uid: uid)
+    }
+}
+
+/// The messages a path that reads at its own pace admitted in one read round, in arrival order,
+/// committed together by ``IngestGateway/commit(_:)`` (one group, one sync).
+package struct IngestRound: ~Copyable {
+    fileprivate(set) var batches: [IngestBatch] = []
+    /// What its batches weigh (``IngestBatch/weight``).
+    private(set) var weight = 0
+
+    /// An empty round.
+    package init() {}
+
+    /// Whether no message was admitted into it.
+    package var isEmpty: Bool { batches.isEmpty }
+
+    /// Whether it holds as much as one group commit takes (``CommitPipeline/maxGroupBytes``): the
+    /// path stops reading and commits it (memory stays bounded, and so does the sync every ack
+    /// of the round waits on).
+    package var isFull: Bool { weight >= CommitPipeline.maxGroupBytes }
+
+    fileprivate mutating func append(_ batch: IngestBatch) {
+        weight += batch.weight
+        batches.append(batch)
     }
 }
 

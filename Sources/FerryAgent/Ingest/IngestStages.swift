@@ -17,7 +17,8 @@ import Synchronization
 ///    redaction is configured: redaction, then the tracking plan; an event that breaks it is
 ///    refused, quarantined or tagged). The chain in effect is read once per batch, so a reload
 ///    applies from the next batch.
-/// 3. **The decision**: the ``CommitPipeline`` (dedup, consent, retention, the group commit).
+/// 3. **The decision**: the ``CommitPipeline`` (dedup, consent, retention, the group commit), on
+///    the submitting thread when no commit is in flight, else on the commit thread.
 /// 4. **The bus and the ack** (``answered(_:)``): once a batch's answer is back, its outcomes go
 ///    to the ``EventBus`` and its ack latency is recorded; the path's ``AckDestination`` writes
 ///    the answer.
@@ -143,8 +144,11 @@ final class IngestStages: Sendable {
 
     // MARK: The decision
 
-    /// Hands an admitted batch to the commit stage; false when it stopped taking batches.
-    func submit(_ batch: IngestBatch) -> Bool { commit.submit(batch) }
+    /// Hands admitted batches (one path's, in arrival order) to the commit stage: committed on
+    /// the calling thread when no commit is in flight and nothing waits (it blocks for the sync),
+    /// else queued for the commit thread (``CommitPipeline/commit(_:)``). Returns how many it
+    /// took, in order (fewer once it stopped taking batches).
+    func submit(_ batches: [IngestBatch]) -> Int { commit.commit(batches) }
 
     // MARK: The bus and the ack
 

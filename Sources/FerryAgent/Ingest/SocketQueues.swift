@@ -45,10 +45,11 @@ package final class SocketQueue<Item: Sendable>: Sendable {
         self.wakeup = wakeup
     }
 
-    /// Queues `item` and wakes the socket thread (any thread).
-    package func post(_ item: Item) {
+    /// Queues `item` and wakes the socket thread (any thread); `wake` false when the socket thread
+    /// itself posts, and takes it before it polls again.
+    package func post(_ item: Item, wake: Bool = true) {
         items.withLock { $0.append(item) }
-        wakeup.wake()
+        if wake { wakeup.wake() }
     }
 
     /// Takes everything queued (on the socket thread).
