@@ -15,13 +15,18 @@ struct InlineCommitTests {
         Placement.Inputs(tokenTaken: taken, queued: queued, closed: closed, commitDelayMicroseconds: delay)
     }
 
-    @Test("the arriving thread commits only with the token free, nothing queued, no commit delay, not stopping")
+    @Test("the arriving thread commits only with the token free, nothing queued, no commit delay, one message, not stopping")
     func placement() {
         #expect(Placement.decide(Self.inputs()) == .here)
         #expect(Placement.decide(Self.inputs(taken: true)) == .handOff(.committing))
         #expect(Placement.decide(Self.inputs(queued: 1)) == .handOff(.queued))
         #expect(Placement.decide(Self.inputs(delay: 500)) == .handOff(.commitDelay))
         #expect(Placement.decide(Self.inputs(closed: true)) == .handOff(.stopping))
+        // A round of several messages is a backlog: the path goes back to reading while the commit
+        // thread syncs it.
+        var backlog = Self.inputs()
+        backlog.messages = 2
+        #expect(Placement.decide(backlog) == .handOff(.backlog))
         var planted = Self.inputs()
         planted.acksBeforeSync = true
         #expect(Placement.decide(planted) == .handOff(.plantedAcksBeforeSync))
@@ -33,7 +38,7 @@ struct InlineCommitTests {
 
     @Test("an idle pipeline commits on the calling thread: stored and answered before commit returns; a duplicate too")
     func commitsOnTheCallingThread() async throws {
-        let harness = try PipelineHarness(log: LogConfiguration())
+        let harness = try await PipelineHarness.start(log: LogConfiguration())
         let frame = Events.make(1).encoded()
         let first = try harness.commitHere([frame])
         #expect(first.taken == 1)
@@ -49,7 +54,7 @@ struct InlineCommitTests {
 
     @Test("once the pipeline stopped, an arriving message is neither committed nor queued")
     func refusedOnceStopped() async throws {
-        let harness = try PipelineHarness(log: LogConfiguration())
+        let harness = try await PipelineHarness.start(log: LogConfiguration())
         await harness.pipeline.stop()
         let result = try harness.commitHere([Events.make(1).encoded()])
         #expect(result.taken == 0 && result.answered.isEmpty)

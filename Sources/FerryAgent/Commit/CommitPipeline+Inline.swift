@@ -11,7 +11,10 @@ extension CommitPipeline {
     /// HTTP request's thread-pool thread) commits the group itself — appends, one `fdatasync`,
     /// answers — when it got the committer token, nothing is queued for the commit thread (so it
     /// never overtakes work that came before it: a batch, a consent change) and no commit delay is
-    /// configured (the delay waits for other senders on purpose: the commit thread's job).
+    /// configured (the delay waits for other senders on purpose: the commit thread's job), and the
+    /// group is one message (one request). A round of several messages is a backlog that built up
+    /// while the path was busy: the commit thread takes it, so the path goes back to reading while
+    /// the sync runs (what it did before the inline commit, and what keeps a burst's groups large).
     /// Otherwise it hands the group to the commit thread, which takes it after the commit in
     /// flight together with everything else that arrived meanwhile: one sync for all of it.
     enum Placement: Equatable, Sendable {
@@ -28,6 +31,9 @@ extension CommitPipeline {
             case queued
             /// `log.commitDelayMicroseconds` is set: the commit thread gathers siblings.
             case commitDelay
+            /// The group is several messages read in one round: a backlog, so the path keeps
+            /// reading while the commit thread syncs.
+            case backlog
             /// The pipeline is stopping (the commit thread refuses it too).
             case stopping
             /// The planted ack-before-fdatasync bug is on (``CommitFaults/acksBeforeSync``): its
@@ -36,12 +42,15 @@ extension CommitPipeline {
         }
 
         /// What the placement reads: whether the token was free (the arriving thread then holds
-        /// it), the work queued in the inbox and whether it is closed, and the commit delay.
+        /// it), the work queued in the inbox and whether it is closed, the commit delay and how
+        /// many messages the group holds.
         struct Inputs: Equatable, Sendable {
             var tokenTaken: Bool
             var queued: Int
             var closed: Bool
             var commitDelayMicroseconds: Int
+            /// The messages (requests) of the arriving group.
+            var messages = 1
             /// ``CommitFaults/acksBeforeSync`` (the power-cut explorer's planted bug).
             var acksBeforeSync = false
         }
@@ -53,6 +62,7 @@ extension CommitPipeline {
             if inputs.commitDelayMicroseconds > 0 { return .handOff(.commitDelay) }
             if inputs.tokenTaken { return .handOff(.committing) }
             if inputs.queued > 0 { return .handOff(.queued) }
+            if inputs.messages > 1 { return .handOff(.backlog) }
             return .here
         }
     }
@@ -69,7 +79,8 @@ extension CommitPipeline {
         let committed: Bool? = committer.withLockIfAvailable { committer -> Bool in
             let (queued, closed) = inbox.state
             let placement = Placement.decide(.init(tokenTaken: false, queued: queued, closed: closed || committer == nil,
-                                                   commitDelayMicroseconds: delay, acksBeforeSync: faults.acksBeforeSync))
+                                                   commitDelayMicroseconds: delay, messages: batches.count,
+                                                   acksBeforeSync: faults.acksBeforeSync))
             guard placement == .here, var state = committer else { return false }
             committer = nil
             commitGroup(batches.map { .events($0) }, state: &state, points: .inline, queued: false)
