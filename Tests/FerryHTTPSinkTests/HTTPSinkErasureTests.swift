@@ -111,7 +111,8 @@ struct HTTPSinkErasureTests {
         let object = try #require(try JSONSerialization.jsonObject(with: Data(json.utf8)) as? [String: Any])
         do {
             var reader = FieldReader(path: "ferryd.json")
-            _ = try HTTPSinkConfiguration.parse(object, reader: &reader, at: "sink")
+            // The keys are read at parse, their values checked with the rest of the file.
+            try HTTPSinkConfiguration.parse(object, reader: &reader, at: "sink").validate()
             #expect(expected == nil)
         } catch {
             #expect(expected != nil && "\(error)".contains(expected ?? "-"), "\(error)")
