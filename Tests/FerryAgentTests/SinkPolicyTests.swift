@@ -159,7 +159,11 @@ struct SinkPolicyTests {
                               context: Array(#"{"consent":{"categoryPreferences":{"advertising":false}}}"#.utf8)).encoded()
         let header = try EventHeader(frame)
         let facts = SinkPolicyEvent(header, frame: frame, category: "analytics")
-        #expect(facts.name == "Order Completed" && facts.source == "shop" && facts.type == .track)
+        #expect(Array(facts.name) == Array("Order Completed".utf8) && Array(facts.source) == Array("shop".utf8) && facts.type == .track)
+        #expect(SinkPolicyEvent.mayHavePreferences(frame))
+        let plain = WireEvent(id: EventIDGenerator().next(), timestamp: 1, sequence: 0, pid: 1, type: .track, source: "shop",
+                              name: "categoryPreference", context: Array(#"{"consent":{}}"#.utf8)).encoded()
+        #expect(!SinkPolicyEvent.mayHavePreferences(plain), "no categoryPreferences member: no parse")
         #expect(SinkPolicy.categoryPreferences(context: SinkPolicyEvent.context(header, frame: frame)) == ["advertising": false])
     }
 

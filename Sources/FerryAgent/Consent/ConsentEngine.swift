@@ -196,7 +196,8 @@ final class ConsentEngine: DeliveryGate, Sendable {
             var reasons = Set<String>()
             admitted.reserveCapacity(batch.events.count)
             // The no-policy path is the one every sink without a requirement or route takes.
-            let consent = policy.map { _ in sinkConsent(persisted) }
+            // The host's part of the sink's requirement is the same for every event: once a batch.
+            let host = policy.map { $0.requirement(sinkConsent(persisted)) }
             for event in batch.events {
                 if event.isErased {
                     refused.append(event)  // purged: nothing left to send or to report
@@ -211,11 +212,12 @@ final class ConsentEngine: DeliveryGate, Sendable {
                 if let reason = refusal(event, header: header, category: category, state: state) {
                     refused.append(event)
                     reasons.insert(reason)
-                } else if let policy, let consent {
+                } else if let policy, let host {
                     var preferences: [String: Bool]?
-                    let decision = policy.admit(SinkPolicyEvent(header, frame: event.frame, category: category), consent: consent) { name in
+                    let decision = policy.admit(SinkPolicyEvent(header, frame: event.frame, category: category), host: host) { name in
                         if preferences == nil {
-                            preferences = SinkPolicy.categoryPreferences(context: SinkPolicyEvent.context(header, frame: event.frame))
+                            preferences = SinkPolicyEvent.mayHavePreferences(event.frame)
+                                ? SinkPolicy.categoryPreferences(context: SinkPolicyEvent.context(header, frame: event.frame)) : [:]
                         }
                         return preferences?[name]
                     }

@@ -138,32 +138,55 @@ package enum SinkAdmission: Sendable, Hashable {
     case wait
 }
 
-/// The facts of an event a sink's policy reads.
+/// The facts of an event a sink's policy reads. The name and source are the frame's own bytes
+/// (no copy, no string made per event).
 package struct SinkPolicyEvent: Sendable {
     /// The event's type.
     package var type: EventType
-    /// The event's name (empty for a type without one).
-    package var name: String
+    /// The event's name, UTF-8 (empty for a type without one).
+    package var name: ArraySlice<UInt8>
     /// The event's consent category name, `nil` when unknown.
     package var category: String?
-    /// The event's source.
-    package var source: String
+    /// The event's source, UTF-8.
+    package var source: ArraySlice<UInt8>
     /// A policy event.
     package init(type: EventType, name: String, category: String?, source: String) {
         self.type = type
-        self.name = name
+        self.name = ArraySlice(name.utf8)
         self.category = category
-        self.source = source
+        self.source = ArraySlice(source.utf8)
     }
 }
 
 extension SinkPolicyEvent {
     /// The facts of the event `header` was read from (`frame`), of consent category `category`.
     package init(_ header: EventHeader, frame: [UInt8], category: String?) {
-        let start = WireEvent.fixedHeaderSize + header.sourceLength
-        let end = start + header.nameLength
-        let name = header.nameLength > 0 && end <= frame.count ? String(decoding: frame[start..<end], as: UTF8.self) : ""
-        self.init(type: header.type, name: name, category: category, source: header.source(in: frame))
+        let sourceStart = WireEvent.fixedHeaderSize, nameStart = sourceStart + header.sourceLength
+        let nameEnd = min(nameStart + header.nameLength, frame.count)
+        type = header.type
+        self.category = category
+        source = frame[min(sourceStart, frame.count)..<min(nameStart, frame.count)]
+        name = frame[min(nameStart, nameEnd)..<nameEnd]
+    }
+
+    /// Whether the event's frame may hold a `categoryPreferences` member: the bytes are searched
+    /// before its context is parsed, so an event without one costs a scan, not a parse.
+    package static func mayHavePreferences(_ frame: [UInt8]) -> Bool {
+        let needle = Array("categoryPreferences".utf8)
+        guard frame.count >= needle.count else { return false }
+        return frame.withUnsafeBufferPointer { bytes in
+            var index = 0
+            let last = bytes.count - needle.count
+            while index <= last {
+                if bytes[index] == needle[0] && bytes[index + 1] == needle[1] {
+                    var matched = 2
+                    while matched < needle.count && bytes[index + matched] == needle[matched] { matched += 1 }
+                    if matched == needle.count { return true }
+                }
+                index += 1
+            }
+            return false
+        }
     }
 
     /// The context JSON of the event `header` was read from (empty when it has none).
@@ -220,9 +243,21 @@ package struct SinkPolicy: Sendable, Hashable {
     /// the sink requires consent and the route takes the event.
     package func admit(_ event: SinkPolicyEvent, consent: SinkPolicyConsent,
                        preferences: (String) -> Bool? = { _ in nil }) -> SinkAdmission {
+        admit(event, host: requirement(consent), preferences: preferences)
+    }
+
+    /// The decision for `event` when the host's state alone gives `host` (``requirement(_:preferences:)``
+    /// without preferences, worked out once per batch): the route, then the host's answer, then
+    /// the event's own preferences.
+    package func admit(_ event: SinkPolicyEvent, host: SinkAdmission, preferences: (String) -> Bool? = { _ in nil }) -> SinkAdmission {
         if event.category == ConsentCategories.consentName { return .deliver }
         if let compiled, !compiled.takes(event) { return .skip(.route) }
-        return requirement(consent, preferences: preferences)
+        switch host {
+        case .skip: return host
+        case .deliver, .wait:
+            for category in requiresConsent where preferences(category) == false { return .skip(.categoryPreferences) }
+            return host
+        }
     }
 
     /// The requirement alone: a skip when a required category is disabled, denied, undetermined
@@ -280,7 +315,12 @@ package struct SinkPolicy: Sendable, Hashable {
 
     /// Whether `name` matches `pattern`, where `*` stands for any run of characters.
     package static func glob(_ pattern: String, matches name: String) -> Bool {
-        let pattern = Array(pattern.utf8), name = Array(name.utf8)
+        glob(Array(pattern.utf8), matches: ArraySlice(name.utf8))
+    }
+
+    /// ``glob(_:matches:)`` on UTF-8 bytes (`*` is one byte, never part of another character).
+    static func glob(_ pattern: [UInt8], matches name: ArraySlice<UInt8>) -> Bool {
+        let name = Array(name)
         let star = UInt8(ascii: "*")
         // Greedy with one backtrack point (the last `*`): linear for the patterns routes use.
         var p = 0, n = 0
@@ -312,19 +352,26 @@ package struct SinkPolicy: Sendable, Hashable {
             var names: [String]?
             var categories: Set<String>?
             var sources: Set<String>?
+            /// The names and sources as UTF-8, matched against the frame's bytes.
+            var nameBytes: [[UInt8]]?
+            var sourceBytes: [[UInt8]]?
 
             init(_ match: AgentConfiguration.SinkConfiguration.Match) {
                 types = match.types.map { Set($0.compactMap(EventType.init(name:))) }
                 names = match.names
                 categories = match.categories.map(Set.init)
                 sources = match.sources.map(Set.init)
+                nameBytes = match.names?.map { Array($0.utf8) }
+                sourceBytes = match.sources?.map { Array($0.utf8) }
             }
 
             func takes(_ event: SinkPolicyEvent) -> Bool {
                 if let types, !types.contains(event.type) { return false }
                 if let categories, !(event.category.map(categories.contains) ?? false) { return false }
-                if let sources, !sources.contains(event.source) { return false }
-                if let names, !names.contains(where: { SinkPolicy.glob($0, matches: event.name) }) { return false }
+                if let sourceBytes, !sourceBytes.contains(where: { $0.elementsEqual(event.source) }) { return false }
+                if let nameBytes, !nameBytes.contains(where: { pattern in
+                    pattern.contains(UInt8(ascii: "*")) ? SinkPolicy.glob(pattern, matches: event.name) : pattern.elementsEqual(event.name)
+                }) { return false }
                 return true
             }
         }
