@@ -160,10 +160,10 @@ struct SinkPolicyTests {
         let header = try EventHeader(frame)
         let facts = SinkPolicyEvent(header, frame: frame, category: "analytics")
         #expect(Array(facts.name) == Array("Order Completed".utf8) && Array(facts.source) == Array("shop".utf8) && facts.type == .track)
-        #expect(SinkPolicyEvent.mayHavePreferences(frame))
+        #expect(SinkPolicyEvent.mayHavePreferences(header, frame: frame))
         let plain = WireEvent(id: EventIDGenerator().next(), timestamp: 1, sequence: 0, pid: 1, type: .track, source: "shop",
                               name: "categoryPreference", context: Array(#"{"consent":{}}"#.utf8)).encoded()
-        #expect(!SinkPolicyEvent.mayHavePreferences(plain), "no categoryPreferences member: no parse")
+        #expect(!SinkPolicyEvent.mayHavePreferences(try EventHeader(plain), frame: plain), "no categoryPreferences member: no parse")
         #expect(SinkPolicy.categoryPreferences(context: SinkPolicyEvent.context(header, frame: frame)) == ["advertising": false])
     }
 

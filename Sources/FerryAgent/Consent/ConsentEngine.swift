@@ -216,7 +216,7 @@ final class ConsentEngine: DeliveryGate, Sendable {
                     var preferences: [String: Bool]?
                     let decision = policy.admit(SinkPolicyEvent(header, frame: event.frame, category: category), host: host) { name in
                         if preferences == nil {
-                            preferences = SinkPolicyEvent.mayHavePreferences(event.frame)
+                            preferences = SinkPolicyEvent.mayHavePreferences(header, frame: event.frame)
                                 ? SinkPolicy.categoryPreferences(context: SinkPolicyEvent.context(header, frame: event.frame)) : [:]
                         }
                         return preferences?[name]

@@ -1,3 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
 import FerryProtocol
 import FerryStorage
 
@@ -169,21 +174,21 @@ extension SinkPolicyEvent {
         name = frame[min(nameStart, nameEnd)..<nameEnd]
     }
 
-    /// Whether the event's frame may hold a `categoryPreferences` member: the bytes are searched
-    /// before its context is parsed, so an event without one costs a scan, not a parse.
-    package static func mayHavePreferences(_ frame: [UInt8]) -> Bool {
-        let needle = Array("categoryPreferences".utf8)
-        guard frame.count >= needle.count else { return false }
-        return frame.withUnsafeBufferPointer { bytes in
-            var index = 0
-            let last = bytes.count - needle.count
-            while index <= last {
-                if bytes[index] == needle[0] && bytes[index + 1] == needle[1] {
-                    var matched = 2
-                    while matched < needle.count && bytes[index + matched] == needle[matched] { matched += 1 }
-                    if matched == needle.count { return true }
-                }
-                index += 1
+    /// Whether the event's extensions (its context) may hold a `categoryPreferences` member:
+    /// the bytes are searched (`memmem`) before the context is parsed, so an event without one
+    /// costs a scan, not a parse.
+    package static func mayHavePreferences(_ header: EventHeader, frame: [UInt8]) -> Bool {
+        guard header.flags.contains(.extended), header.extensionsOffset < frame.count else { return false }
+        // `memchr` for its one capital (`P`, 8 bytes in), then `memcmp` of the whole word there.
+        let needle: StaticString = "categoryPreferences", capital = 8
+        return frame.withUnsafeBytes { bytes in
+            let base = bytes.baseAddress!, end = bytes.count
+            var from = header.extensionsOffset + capital
+            while from < end, let found = memchr(base + from, Int32(UInt8(ascii: "P")), end - from) {
+                let at = base.distance(to: UnsafeRawPointer(found))
+                if at + needle.utf8CodeUnitCount - capital <= end,
+                   memcmp(base + at - capital, needle.utf8Start, needle.utf8CodeUnitCount) == 0 { return true }
+                from = at + 1
             }
             return false
         }
@@ -320,12 +325,11 @@ package struct SinkPolicy: Sendable, Hashable {
 
     /// ``glob(_:matches:)`` on UTF-8 bytes (`*` is one byte, never part of another character).
     static func glob(_ pattern: [UInt8], matches name: ArraySlice<UInt8>) -> Bool {
-        let name = Array(name)
         let star = UInt8(ascii: "*")
         // Greedy with one backtrack point (the last `*`): linear for the patterns routes use.
-        var p = 0, n = 0
-        var lastStar: Int?, resume = 0
-        while n < name.count {
+        var p = 0, n = name.startIndex
+        var lastStar: Int?, resume = n
+        while n < name.endIndex {
             if p < pattern.count, pattern[p] == star {
                 lastStar = p
                 resume = n
