@@ -60,6 +60,12 @@ struct Status: ParsableCommand {
             print("  \(sink.name) (\(sink.type)): \(sink.state), circuit \(sink.circuit)")
             print("    backlog     \(sink.backlogEvents) events")
             print("    delivered   \(sink.delivered), retried \(sink.retried), dead-lettered \(sink.deadLettered)")
+            if let required = sink.requiresConsent, !required.isEmpty { print("    requires    consent to \(required.joined(separator: ", "))") }
+            if let route = sink.route { print("    route       \(route)") }
+            if let skipped = sink.skipped, !skipped.isEmpty {
+                let reasons = skipped.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")
+                print("    skipped     \(skipped.values.reduce(0, +)) (\(reasons))")
+            }
             print("    failures    \(sink.consecutiveFailures) consecutive")
             if let at = sink.lastSuccessAt { print("    last ok     \(Self.time(at))") }
             if let at = sink.retryAt { print("    next try    \(Self.time(at))") }

@@ -66,6 +66,8 @@ struct TopSample {
         var backlog: Int
         var delivered: Int
         var deadLettered: Int
+        /// Events the sink passed by (its route or consent requirement), every reason.
+        var skipped: Int = 0
         var oldestMilliseconds: Int?
     }
 
@@ -101,7 +103,9 @@ struct TopSample {
                 name: sink["name"] as? String ?? "?", type: sink["type"] as? String ?? "?",
                 state: sink["state"] as? String ?? "?", circuit: sink["circuit"] as? String ?? "?",
                 backlog: Self.int(sink["backlog_events"]) ?? 0, delivered: Self.int(sink["delivered"]) ?? 0,
-                deadLettered: Self.int(sink["dead_lettered"]) ?? 0, oldestMilliseconds: Self.int(sink["oldest_age_ms"])
+                deadLettered: Self.int(sink["dead_lettered"]) ?? 0,
+                skipped: (sink["skipped"] as? [String: Any] ?? [:]).values.reduce(0) { $0 + (Self.int($1) ?? 0) },
+                oldestMilliseconds: Self.int(sink["oldest_age_ms"])
             )
         }
     }
@@ -157,12 +161,12 @@ enum TopView {
         let fsyncMean = fsync.flatMap { $0.count > 0 ? $0.sum / $0.count * 1000 : nil } ?? current.fsyncMilliseconds
         lines.append("ack      p50 \(millis(p50))  p99 \(millis(p99))  fsync \(millis(fsyncMean))")
         lines.append("")
-        lines.append(row(["SINK", "TYPE", "STATE", "CIRCUIT", "DELIV/S", "BACKLOG", "OLDEST", "DEAD"]))
+        lines.append(row(["SINK", "TYPE", "STATE", "CIRCUIT", "DELIV/S", "BACKLOG", "OLDEST", "DEAD", "SKIP"]))
         for sink in current.sinks {
             let before = previous?.sinks.first { $0.name == sink.name }
             lines.append(row([
                 sink.name, sink.type, sink.state, sink.circuit, rate(sink.delivered, before?.delivered),
-                String(sink.backlog), age(sink.oldestMilliseconds), String(sink.deadLettered),
+                String(sink.backlog), age(sink.oldestMilliseconds), String(sink.deadLettered), String(sink.skipped),
             ]))
         }
         if current.sinks.isEmpty { lines.append("(no sinks)") }
@@ -177,7 +181,7 @@ enum TopView {
     }
 
     /// Columns of `ferry top`'s sink table: widths that fit 80 columns.
-    static let columns = [14, 10, 11, 10, 9, 9, 8, 6]
+    static let columns = [14, 10, 11, 10, 8, 8, 7, 5, 6]
 
     static func row(_ cells: [String]) -> String {
         zip(cells, columns).enumerated().map { index, pair in

@@ -293,6 +293,7 @@ struct ValidateCommand: ParsableCommand {
             line += " circuit=\(sink.circuit.failureThreshold)/\(sink.circuit.openMilliseconds)ms"
             lines.append(line)
             lines.append("    " + Self.disclosureLine(sink))
+            lines.append("    " + sink.routingSummary)
         }
         let consent = c.consent
         lines.append("consent: defaultConsent=\(consent.defaultConsent.rawValue) undetermined.policy=\(consent.undetermined.policy.rawValue) trackingInitial=\(consent.trackingInitial) autoStart=\(consent.autoStart)")

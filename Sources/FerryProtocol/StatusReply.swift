@@ -150,6 +150,14 @@ public struct StatusReply: Sendable, Hashable, Codable {
         public var lastError: String?
         /// When the next attempt is due (Unix ms), while retrying.
         public var retryAt: Int?
+        /// Events the sink passed by since start because its route or consent requirement does
+        /// not let it have them, by reason (`route`, `consent_denied`, …; reasons with none left
+        /// out; nil from agents before it was reported).
+        public var skipped: [String: Int]?
+        /// The consent categories the sink requires (`requiresConsent`; empty: none).
+        public var requiresConsent: [String]?
+        /// The sink's route, as `ferryd validate` prints it (nil, absent from the JSON: every event).
+        public var route: String?
 
         /// Creates a sink entry.
         public init(
@@ -177,6 +185,7 @@ public struct StatusReply: Sendable, Hashable, Codable {
             case name, type, state, circuit, consecutiveFailures = "consecutive_failures", backlogEvents = "backlog_events"
             case delivered, retried, deadLettered = "dead_lettered", cursor, lastSuccessAt = "last_success_at"
             case lastError = "last_error", retryAt = "retry_at", deadLetters = "dead_letters"
+            case skipped, requiresConsent = "requires_consent", route
         }
 
         public init(from decoder: any Decoder) throws {
@@ -195,6 +204,9 @@ public struct StatusReply: Sendable, Hashable, Codable {
             lastSuccessAt = try object.decodeIfPresent(Int.self, forKey: .lastSuccessAt)
             lastError = try object.decodeIfPresent(String.self, forKey: .lastError)
             retryAt = try object.decodeIfPresent(Int.self, forKey: .retryAt)
+            skipped = try object.decodeIfPresent([String: Int].self, forKey: .skipped)
+            requiresConsent = try object.decodeIfPresent([String].self, forKey: .requiresConsent)
+            route = try object.decodeIfPresent(String.self, forKey: .route)
         }
 
         /// Encodes the entry; fields without a value are `null`, not absent.
@@ -213,6 +225,9 @@ public struct StatusReply: Sendable, Hashable, Codable {
             try object.encode(lastSuccessAt, forKey: .lastSuccessAt)
             try object.encode(lastError, forKey: .lastError)
             try object.encode(retryAt, forKey: .retryAt)
+            try object.encodeIfPresent(skipped, forKey: .skipped)
+            try object.encodeIfPresent(requiresConsent, forKey: .requiresConsent)
+            try object.encodeIfPresent(route, forKey: .route)
             try object.encodeIfPresent(deadLetters, forKey: .deadLetters)
         }
     }

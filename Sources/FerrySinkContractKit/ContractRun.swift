@@ -48,6 +48,8 @@ final class ContractRun: Sendable {
         var batchEvents = 10
         /// Whether the sink gets the upstream's ``SinkUpstream/erasureKeys``.
         var erasure = false
+        /// More keys of the sink object (`"requiresConsent": […], "route": {…}`), or empty.
+        var routing = ""
 
         /// Withholds everything: origin, process details and the context key holding the secret.
         static let withholding = #"{"origin": false, "process": false, "dropContext": ["contract_secret"]}"#
@@ -94,7 +96,7 @@ final class ContractRun: Sendable {
                     "batch": {"maxEvents": \(settings.batchEvents), "maxWaitMilliseconds": 20},
                     "retry": {"initialMilliseconds": 20, "maxMilliseconds": 200\(elapsed)},
                     "circuit": {"failureThreshold": 5, "openMilliseconds": 200},
-                    "disclose": \(settings.disclose)}]}
+                    "disclose": \(settings.disclose)\(settings.routing.isEmpty ? "" : ", " + settings.routing)}]}
         """
     }
 
@@ -125,6 +127,21 @@ final class ContractRun: Sendable {
         }
     }
 
+    /// Emits one event `name` (user `u-1`) whose context is `context` (a JSON object's text).
+    func emit(_ name: String, context: String) async throws {
+        let line = #"{"name":"\#(name)","userId":"u-1","properties":{"note":"\#(visible)"},"context":\#(context)}"# + "\n"
+        let result = try await runCLI(["emit", "--stdin", "--wait", "--source", "contract"], stdin: line, environment: agent.environment)
+        guard result.status == .exited(0), result.stdout == "accepted=1 duplicate=0 rejected=0\n" else {
+            throw ContractViolation("\(fixture.name): ferry emit of \(name): \(result)")
+        }
+    }
+
+    /// `ferry consent set <category> <status>`.
+    func setConsent(_ category: String, _ status: String) async throws {
+        let result = try await runCLI(["consent", "set", category, status], environment: agent.environment)
+        guard result.status == .exited(0) else { throw ContractViolation("\(fixture.name): ferry consent set: \(result)") }
+    }
+
     /// `ferry start` (delivery of an agent configured with `autoStart: false`).
     func startDelivery() async throws {
         let result = try await runCLI(["start"], environment: agent.environment)
@@ -138,9 +155,10 @@ final class ContractRun: Sendable {
     }
 
     /// Waits until the upstream holds every one of `names` and the agent's queue is empty, then
-    /// checks that it holds each exactly once and nothing else. Returns the records by name.
+    /// checks that it holds each exactly once and nothing else (but the names in `besides`, such
+    /// as the agent's own `consent_updated`, in any number). Returns the records by name.
     @discardableResult
-    func expectExactlyOnce(_ names: [String], timeout: Duration = .seconds(30)) async throws -> [String: DeliveredRecord] {
+    func expectExactlyOnce(_ names: [String], besides: Set<String> = [], timeout: Duration = .seconds(30)) async throws -> [String: DeliveredRecord] {
         let wanted = Set(names)
         do {
             try await eventually("\(fixture.name): \(names.count) events delivered", timeout: timeout, pollInterval: .milliseconds(100)) {
@@ -152,7 +170,7 @@ final class ContractRun: Sendable {
             let held = (try? await upstream.delivered().map(\.name)) ?? []
             throw ContractViolation("\(fixture.name): \(error); the upstream holds \(held.count) events, missing \(wanted.subtracting(held).sorted().prefix(10))\n--- ferryd ---\n\(agent.logs.suffix(3000))")
         }
-        let records = try await upstream.delivered()
+        let records = try await upstream.delivered().filter { !besides.contains($0.name) }
         let counts = Dictionary(grouping: records, by: \.name).mapValues(\.count)
         let twice = counts.filter { $0.value > 1 }.keys.sorted()
         guard twice.isEmpty else {

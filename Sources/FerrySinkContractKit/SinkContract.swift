@@ -276,6 +276,70 @@ public enum SinkContract {
         }
     }
 
+    /// Consent and routes per sink (docs/DELIVERY.md, "Routes and consent per sink"): the sink
+    /// requires `advertising` and its route excludes the names `n-*`. While advertising is
+    /// granted every event on the route arrives exactly once; the route's and the event's own
+    /// `categoryPreferences` refusals are skipped and counted (`sinks[].skipped`). A revocation
+    /// made while a batch is failing in memory (the upstream down) stops it at the sink's next
+    /// attempt, before the upstream is back: none of its events reaches the upstream, the
+    /// revocation's `consent_updated` does, and later events are skipped as `consent_denied`,
+    /// counted, not dead-lettered.
+    public static func consentAndRoutePerSink(_ fixture: any SinkFixture) async throws {
+        guard let fault = fixture.faults.first(where: { $0.outcome == .retried }) else {
+            throw ContractViolation("\(fixture.name): the fixture has no transient fault to hold a batch in memory")
+        }
+        let routing = #""requiresConsent": ["advertising"], "route": {"exclude": {"names": ["n-*"]}}"#
+        try await withRun(fixture, ContractRun.Settings(batchEvents: 5, routing: routing)) { run in
+            let name = fixture.name
+            let consent: Set<String> = ["consent_updated"]
+            func skipped() async throws -> [String: Int] {
+                (try await run.sinkStatus()["skipped"] as? [String: Any] ?? [:]).compactMapValues { ($0 as? NSNumber)?.intValue }
+            }
+            func expectSkipped(_ expected: [String: Int]) async throws {
+                do {
+                    try await eventually("\(name): skipped \(expected)", timeout: .seconds(30)) { try await skipped() == expected }
+                } catch {
+                    throw ContractViolation("\(name): the sink's skips are \(String(describing: try? await skipped())), not \(expected)")
+                }
+            }
+            try await run.emit("g", 1...6)
+            try await run.emit("n", 1...4)
+            try await run.emit("c-1", context: #"{"consent":{"categoryPreferences":{"advertising":false}}}"#)
+            try await run.emit("c-2", context: #"{"consent":{"categoryPreferences":{"advertising":true}}}"#)
+            try await run.expectExactlyOnce(ContractRun.names("g", 1...6) + ["c-2"], besides: consent)
+            try await expectSkipped(["route": 4, "category_preferences": 1])
+
+            // A batch failing in memory, then the revocation: the next attempt skips it.
+            try await run.upstream.inject(fault)
+            try await run.emit("r", 1...5)
+            try await eventually("\(name): the batch retried under \(fault)") {
+                (try await run.sinkStatus()["retried"] as? NSNumber)?.intValue ?? 0 >= 2
+            }
+            try await run.setConsent("advertising", "denied")
+            // Skipped at the next attempt, with the upstream still down: nothing of the batch is
+            // sent once the upstream is back (an attempt already under way when the revocation
+            // came fails with the upstream down, so nothing is on the wire here).
+            try await expectSkipped(["route": 4, "category_preferences": 1, "consent_denied": 5])
+            try await run.upstream.clear(fault)
+            try await run.emit("h", 1...3)
+            try await expectSkipped(["route": 4, "category_preferences": 1, "consent_denied": 8])
+            // With a sink whose failed attempts may still arrive (JetStream: the client's
+            // reconnect buffer), the failed batch was on the wire before the revocation: it may
+            // be there, once; nothing sent after the revocation is.
+            let onTheWire = fixture.failedAttemptsMayArrive ? Set(ContractRun.names("r", 1...5)) : []
+            try await run.expectExactlyOnce(ContractRun.names("g", 1...6) + ["c-2", "consent_updated"], besides: onTheWire)
+            if fixture.failedAttemptsMayArrive {
+                let arrived = try await run.upstream.delivered().filter { onTheWire.contains($0.name) }.map(\.name)
+                guard arrived.isEmpty || arrived.sorted() == onTheWire.sorted() else {
+                    throw ContractViolation("\(name): of the batch on the wire at the revocation, \(arrived) arrived: all once or none")
+                }
+                print("[contract] \(name): the batch failing at the revocation arrived from the client's buffer: \(arrived.count) of 5")
+            }
+            let letters = try await run.deadLetters()
+            guard letters.isEmpty else { throw ContractViolation("\(name): skipped events were dead-lettered: \(letters)") }
+        }
+    }
+
     private static func expectWithheld(_ record: DeliveredRecord, _ run: ContractRun) throws {
         let name = run.fixture.name
         guard !record.text.contains(run.secret), !record.hasKey("contract_secret") else {

@@ -100,7 +100,7 @@ struct SinkRegistryTests {
         #expect(config.sinks.first?.batch.maxEvents == 7)
         let typo = try Self.write(#"{"sinks": [{"name": "m", "type": "memory", "stor": "s"}]}"#, in: scratch)
         let error = #expect(throws: AgentError.self) { try AgentConfiguration.load(fromFile: typo, sinkKinds: kinds) }
-        #expect(error?.message.contains("sinks[0].stor: unknown key; valid keys here: batch, circuit, disclose, name, retry, store, type") == true,
+        #expect(error?.message.contains("sinks[0].stor: unknown key; valid keys here: batch, circuit, disclose, name, requiresConsent, retry, route, store, type") == true,
                 "\(error?.message ?? "")")
         let empty = try Self.write(#"{"sinks": [{"name": "m", "type": "memory"}]}"#, in: scratch)
         let invalid = #expect(throws: AgentError.self) { try AgentConfiguration.load(fromFile: empty, sinkKinds: kinds) }

@@ -130,6 +130,24 @@ struct HostServiceTests {
         #expect(segment.stdout.contains("origin: no (default); process (pid, seq, session): no (default)"), "\(segment)")
         #expect(segment.stdout.contains("url=https://api.segment.io/v1/batch format=segment gzip=true"), "\(segment)")
         #expect(good.stdout.contains("reloadable on SIGHUP: logLevel"), "\(good)")
+        // What each sink receives: its consent requirement and route (docs/DELIVERY.md, "Routes and consent per sink").
+        #expect(good.stdout.contains("    receives: requiresConsent: none; route: every event\n"), "\(good)")
+        let routed = dir.appending("routed.json")
+        try Data(#"""
+            {"dataDirectory": "\#(dir.appending("data"))", "runtimeDirectory": "\#(dir.appending("rt"))",
+             "sinks": [{"name": "ads", "type": "file", "requiresConsent": ["advertising"],
+                        "route": {"include": {"types": ["track"], "names": ["Order *"]}, "exclude": {"sources": ["cli"]}}}]}
+            """#.utf8).write(to: URL(fileURLWithPath: routed))
+        let routedResult = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", routed])
+        #expect(routedResult.status == .exited(0), "\(routedResult)")
+        #expect(routedResult.stdout.contains(#"    receives: requiresConsent: advertising; route: include types=track names="Order *"; exclude sources=cli"#),
+                "\(routedResult)")
+        let unknown = dir.appending("unknown-category.json")
+        try Data(String(decoding: try Data(contentsOf: URL(fileURLWithPath: routed)), as: UTF8.self)
+            .replacingOccurrences(of: #"["advertising"]"#, with: #"["adverts"]"#).utf8).write(to: URL(fileURLWithPath: unknown))
+        let refused = try await runProcess(try FerryBinaries.ferryd(), ["validate", "--config", unknown])
+        #expect(refused.status == .exited(1), "\(refused)")
+        #expect(refused.stderr.contains(#"sinks[0]: sink "ads": requiresConsent: unknown category "adverts""#), "\(refused)")
 
         let bad = dir.appending("bad.json")
         try Data(#"""

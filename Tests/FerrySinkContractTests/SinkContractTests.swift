@@ -73,6 +73,12 @@ struct SinkContractTests {
 }
 
 extension SinkContractTests {
+    @Test("consent and routes per sink: the route and the event's own preferences skip, a revocation stops a batch in memory at its next attempt; skips counted, not dead-lettered",
+          arguments: contractSinks.map(ContractFixture.init))
+    func consentAndRoute(_ sink: ContractFixture) async throws {
+        try await SinkContract.consentAndRoutePerSink(sink.fixture)
+    }
+
     @Test("ferry forget --user reaches the upstream with the sink's documented effect, retried after a failure, not sent again after a restart",
           arguments: contractSinks.map(ContractFixture.init))
     func erasure(_ sink: ContractFixture) async throws {

@@ -35,7 +35,8 @@ struct AgentStatusReport: Sendable {
             let state = delivery.state.withLock { $0 }
             let circuit = delivery.circuitStatus
             let counts = metrics.sinkCounts(state.sink)
-            return StatusReply.Sink(
+            let routing = delivery.routing
+            var entry = StatusReply.Sink(
                 name: state.sink, type: configured.type, state: state.phase.rawValue,
                 circuit: circuit.state.rawValue, consecutiveFailures: circuit.consecutiveFailures,
                 backlogEvents: log.backlog[state.sink] ?? 0, delivered: counts.delivered,
@@ -44,6 +45,10 @@ struct AgentStatusReport: Sendable {
                 lastSuccessAt: state.lastSuccessAt.map { Int($0) }, lastError: state.lastError,
                 retryAt: state.phase == .retrying ? state.retryAt.map { Int($0) } : nil,
                 deadLetters: (try? letters.ids(sink: state.sink).count) ?? 0)
+            entry.skipped = metrics.sinkSkipped(state.sink)
+            entry.requiresConsent = routing.requiresConsent
+            entry.route = routing.route?.summary
+            return entry
         }
         return StatusReply(
             pid: Int(getpid()),

@@ -178,7 +178,8 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let deliveries = running.withLock { $0?.deliveries } ?? []
         for update in plan.sinks {
             if let delivery = deliveries.first(where: { $0.name == update.name }) {
-                delivery.reconfigure(batch: update.batch, retry: update.retry, circuit: update.circuit, disclose: update.disclose)
+                delivery.reconfigure(batch: update.batch, retry: update.retry, circuit: update.circuit, disclose: update.disclose,
+                                     requiresConsent: update.requiresConsent, route: update.route)
                 running.withLock { $0?.erasureSenders }?.first { $0.name == update.name }?
                     .reconfigure(retry: update.retry, circuit: update.circuit)
                 await delivery.sink.reloadCredentials()
@@ -323,6 +324,11 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
                     let live = events.filter { !$0.isErased }
                     counters.blockedAtSend.increment(by: live.count)
                     bus.publishEvents(.blocked, live, at: WallClock.unixMilliseconds(), reason: reason, sink: sinkName)
+                },
+                // This sink's own consent skips (its `requiresConsent`): on the bus with its name,
+                // counted by the sink (`ferry_sink_skipped_total`), not as blocked for every sink.
+                skippedForConsent: { events, reason in
+                    bus.publishEvents(.blocked, events, at: WallClock.unixMilliseconds(), reason: reason, sink: sinkName)
                 },
                 circuitChanged: { change in bus.publishCircuit(change) }
             ) { batch in

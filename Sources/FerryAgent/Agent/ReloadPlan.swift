@@ -4,7 +4,7 @@
 struct ReloadPlan: Sendable, Hashable {
     /// The keys a reload applies without a restart (``FerryAgent/reloadableKeys``).
     static let reloadableKeys = [
-        "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit", "sinks[].disclose", "access.ingest", "access.control",
+        "logLevel", "delivery", "sinks[].batch", "sinks[].retry", "sinks[].circuit", "sinks[].disclose", "sinks[].requiresConsent", "sinks[].route", "access.ingest", "access.control",
         "quality.plan", "quality.onViolation", "quality.allowUnplanned", "redact",
     ]
 
@@ -21,6 +21,10 @@ struct ReloadPlan: Sendable, Hashable {
         var circuit: AgentConfiguration.SinkConfiguration.Circuit
         /// What its bodies say about the host and the process (from its next attempt on).
         var disclose: AgentConfiguration.SinkConfiguration.Disclose
+        /// The consent categories it requires (from its next attempt on).
+        var requiresConsent: [String] = []
+        /// Its route (from its next attempt on).
+        var route: AgentConfiguration.SinkConfiguration.Route?
     }
 
     /// The changed keys that need a restart; when there is one the reload is refused whole.
@@ -51,8 +55,10 @@ struct ReloadPlan: Sendable, Hashable {
             if before.retry != after.retry { changed.append("sinks[\(index)].retry") }
             if before.circuit != after.circuit { changed.append("sinks[\(index)].circuit") }
             if before.disclose != after.disclose { changed.append("sinks[\(index)].disclose") }
+            if before.requiresConsent != after.requiresConsent { changed.append("sinks[\(index)].requiresConsent") }
+            if before.route != after.route { changed.append("sinks[\(index)].route") }
             sinks.append(SinkUpdate(name: after.name, batch: after.batch, retry: after.retry, circuit: after.circuit,
-                                    disclose: after.disclose))
+                                    disclose: after.disclose, requiresConsent: after.requiresConsent, route: after.route))
         }
     }
 

@@ -270,7 +270,7 @@ extension AgentConfiguration {
 }
 
 /// The keys every sink object has, whatever its type.
-private let sharedSinkKeys = ["name", "type", "batch", "retry", "circuit", "disclose"]
+private let sharedSinkKeys = ["name", "type", "batch", "retry", "circuit", "disclose", "requiresConsent", "route"]
 
 extension FieldReader {
     /// One sink object. `name`: `nil` for the single `sink` form (named after its type), `""`
@@ -316,7 +316,22 @@ extension FieldReader {
                 "dropContext": .strings { draft.value.disclose.dropContext = $0 },
                 "anonymousId": .bool { draft.value.disclose.anonymousID = $0 },
             ]),
+            "requiresConsent": .strings { draft.value.requiresConsent = $0 },
+            "route": .object([
+                "include": .object(Self.routeMatch { change in
+                    if var match = draft.value.route?.include { change(&match); draft.value.route?.include = match }
+                }),
+                "exclude": .object(Self.routeMatch { change in
+                    if var match = draft.value.route?.exclude { change(&match); draft.value.route?.exclude = match }
+                }),
+            ]),
         ]
+        // A `route` (or a side of it) given is there even when empty: the check refuses `{}`.
+        if let route = object["route"] as? [String: Any] {
+            typealias Match = AgentConfiguration.SinkConfiguration.Match
+            draft.value.route = .init(include: route["include"] is [String: Any] ? Match() : nil,
+                                      exclude: route["exclude"] is [String: Any] ? Match() : nil)
+        }
         if name != nil { fields["name"] = .string { given = $0 } }
         try apply(object.filter { sharedSinkKeys.contains($0.key) }, fields, at: prefix)
         if name == nil {
@@ -329,6 +344,20 @@ extension FieldReader {
             draft.value.name = given
         }
         return draft.value
+    }
+}
+
+extension FieldReader {
+    /// The keys of one side of a sink's `route`; `update` changes that side.
+    fileprivate static func routeMatch(
+        _ update: @escaping ((inout AgentConfiguration.SinkConfiguration.Match) -> Void) -> Void
+    ) -> [String: Field] {
+        [
+            "types": .strings { list in update { $0.types = list } },
+            "names": .strings { list in update { $0.names = list } },
+            "categories": .strings { list in update { $0.categories = list } },
+            "sources": .strings { list in update { $0.sources = list } },
+        ]
     }
 }
 

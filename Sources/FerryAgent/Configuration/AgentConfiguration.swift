@@ -224,6 +224,7 @@ public struct AgentConfiguration: Sendable, Hashable {
         var names: Set<String> = [], fileDirectories: [String: String] = [:]
         for (index, sink) in sinks.enumerated() {
             problems += sink.problems(keyPath: "sinks[\(index)]")
+            problems += sink.policyProblems(label: "sinks[\(index)]: sink \"\(sink.name)\"", categories: Set(consent.categories.keys))
             check(names.insert(sink.name).inserted, "two sinks are named \"\(sink.name)\"; names must be unique")
             if let directory = sink.fileDirectory(dataDirectory: dataDirectory) {
                 if let other = fileDirectories[directory] {

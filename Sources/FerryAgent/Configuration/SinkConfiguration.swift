@@ -25,6 +25,11 @@ extension AgentConfiguration {
         /// What the sink's bodies say about the host and the emitting process (`disclose`), as
         /// configured; ``disclosure`` is the effective choice.
         public var disclose: Disclose = Disclose()
+        /// The consent categories the sink's purpose needs (`requiresConsent`): an event goes to
+        /// it only while every one is granted (docs/DELIVERY.md, "Routes and consent per sink").
+        public var requiresConsent: [String] = []
+        /// Which events the sink takes (`route`); `nil`: every event.
+        public var route: Route?
 
         /// The effective ``Disclosure``: each choice the configuration leaves out takes the sink
         /// type's default (``SinkSettings/defaultDisclosure``).
@@ -133,6 +138,7 @@ extension AgentConfiguration {
         public static func == (lhs: SinkConfiguration, rhs: SinkConfiguration) -> Bool {
             lhs.name == rhs.name && lhs.settings.anyHashable == rhs.settings.anyHashable && lhs.batch == rhs.batch
                 && lhs.retry == rhs.retry && lhs.circuit == rhs.circuit && lhs.disclose == rhs.disclose
+                && lhs.requiresConsent == rhs.requiresConsent && lhs.route == rhs.route
         }
 
         public func hash(into hasher: inout Hasher) {
@@ -142,6 +148,8 @@ extension AgentConfiguration {
             hasher.combine(retry)
             hasher.combine(circuit)
             hasher.combine(disclose)
+            hasher.combine(requiresConsent)
+            hasher.combine(route)
         }
 
         /// Whether `name` is a valid sink name (it names the cursor file and dead-letter directory).

@@ -161,11 +161,22 @@ final class ConsentEngine: DeliveryGate, Sendable {
 
     // MARK: The send-time gate
 
-    func isPaused(sink: String) -> Bool {
-        state.withLock { !$0.deliveryStarted || $0.persisted.enabledFeatures.isEmpty }
+    func isPaused(sink: String, policy: SinkPolicy?) -> Bool {
+        state.withLock { state in
+            if !state.deliveryStarted || state.persisted.enabledFeatures.isEmpty { return true }
+            // A required category undetermined under `hold`: the sink waits for the decision.
+            guard let policy else { return false }
+            return policy.waits(sinkConsent(state.persisted))
+        }
     }
 
-    func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision {
+    /// The host's state as a sink's policy reads it.
+    private func sinkConsent(_ persisted: PersistedConsent) -> SinkPolicyConsent {
+        SinkPolicyConsent(consent: persisted.consent, defaultStatus: configuration.defaultConsent,
+                          enabledFeatures: Set(persisted.enabledFeatures), undetermined: configuration.undetermined.policy)
+    }
+
+    func admit(_ batch: DeliveryBatch, sink: String, policy: SinkPolicy?) -> GateDecision {
         state.withLock { state in
             let persisted = state.persisted
             guard state.deliveryStarted, !persisted.enabledFeatures.isEmpty else { return .paused }
@@ -181,28 +192,52 @@ final class ConsentEngine: DeliveryGate, Sendable {
             }
             var admitted: [StoredEvent] = []
             var refused: [StoredEvent] = []
+            var skipped: [SinkSkip] = []
             var reasons = Set<String>()
             admitted.reserveCapacity(batch.events.count)
+            // The no-policy path is the one every sink without a requirement or route takes.
+            // The host's part of the sink's requirement is the same for every event: once a batch.
+            let host = policy.map { $0.requirement(sinkConsent(persisted)) }
             for event in batch.events {
                 if event.isErased {
                     refused.append(event)  // purged: nothing left to send or to report
-                } else if let reason = refusal(event, state: state) {
+                    continue
+                }
+                guard let header = try? event.header() else {
+                    refused.append(event)
+                    reasons.insert("unreadable")
+                    continue
+                }
+                let category = category(of: header)
+                if let reason = refusal(event, header: header, category: category, state: state) {
                     refused.append(event)
                     reasons.insert(reason)
+                } else if let policy, let host {
+                    var preferences: [String: Bool]?
+                    let decision = policy.admit(SinkPolicyEvent(header, frame: event.frame, category: category), host: host) { name in
+                        if preferences == nil {
+                            preferences = SinkPolicyEvent.mayHavePreferences(header, frame: event.frame)
+                                ? SinkPolicy.categoryPreferences(context: SinkPolicyEvent.context(header, frame: event.frame)) : [:]
+                        }
+                        return preferences?[name]
+                    }
+                    switch decision {
+                    case .deliver: admitted.append(event)
+                    case .skip(let reason): skipped.append(SinkSkip(event: event, reason: reason))
+                    case .wait: return .paused
+                    }
                 } else {
                     admitted.append(event)
                 }
             }
             return .deliver(DeliveryBatch(events: admitted, consent: stamp), blocked: refused,
-                            reason: reasons.sorted().joined(separator: ","))
+                            reason: reasons.sorted().joined(separator: ","), skipped: skipped)
         }
     }
 
-    /// Why `event` may not be sent under `state`, or `nil` if it may. (Tracking off does not
-    /// stop events queued before: they keep draining.)
-    private func refusal(_ event: StoredEvent, state: State) -> String? {
-        guard let header = try? event.header() else { return "unreadable" }
-        let category = category(of: header)
+    /// Why `event` (its `header`, of category `category`) may not be sent under `state`, or
+    /// `nil` if it may. (Tracking off does not stop events queued before: they keep draining.)
+    private func refusal(_ event: StoredEvent, header: EventHeader, category: String?, state: State) -> String? {
         for erasure in state.erasures where event.position < erasure.upTo {
             switch erasure.scope {
             case .everything: return "purged"

@@ -74,6 +74,11 @@ final class DeliveryLoop: Sendable {
     private let published: @Sendable (DeliveryBatch) -> Void
     private let gate: any DeliveryGate
     private let blocked: @Sendable ([StoredEvent], String) -> Void
+    /// Told about events this sink passed by for a consent reason of its own (its `requiresConsent`).
+    private let skippedForConsent: @Sendable ([StoredEvent], String) -> Void
+    /// The sink's `requiresConsent` and `route`, compiled; `nil` (the common case) when it names
+    /// neither, so the gate does no per-sink work. Changes on reload.
+    private let policy: Mutex<SinkPolicy?>
     private let circuitChanged: @Sendable (CircuitChange) -> Void
     /// The sink's checkpoint as last stored with the cursor.
     private let checkpoint: Mutex<[UInt8]?>
@@ -100,6 +105,7 @@ final class DeliveryLoop: Sendable {
         cursorStore: CursorStore, deadLetters: DeadLetterStore, counters: AgentMetrics, logger: Logger,
         checkpoint: [UInt8]? = nil, gate: any DeliveryGate = OpenDeliveryGate(), io: BlockingExecutor? = nil,
         blocked: @escaping @Sendable ([StoredEvent], String) -> Void = { _, _ in },
+        skippedForConsent: @escaping @Sendable ([StoredEvent], String) -> Void = { _, _ in },
         circuitChanged: @escaping @Sendable (CircuitChange) -> Void = { _ in },
         published: @escaping @Sendable (DeliveryBatch) -> Void
     ) {
@@ -107,6 +113,8 @@ final class DeliveryLoop: Sendable {
         name = configuration.name
         self.gate = gate
         self.blocked = blocked
+        self.skippedForConsent = skippedForConsent
+        policy = Mutex(configuration.policy)
         self.circuitChanged = circuitChanged
         self.checkpoint = Mutex(checkpoint)
         self.log = log
@@ -123,17 +131,28 @@ final class DeliveryLoop: Sendable {
         state = Mutex(DeliveryState(sink: configuration.name))
     }
 
-    /// Takes new batch, retry, circuit and disclosure settings (a configuration reload); they
-    /// apply from the next batch, attempt, retry pause or breaker decision on.
+    /// The sink's consent requirement and route in effect (they change on reload).
+    var routing: (requiresConsent: [String], route: AgentConfiguration.SinkConfiguration.Route?) {
+        settings.withLock { ($0.requiresConsent, $0.route) }
+    }
+
+    /// Takes new batch, retry, circuit, disclosure, consent requirement and route settings (a
+    /// configuration reload); they apply from the next batch, attempt, retry pause or breaker
+    /// decision on.
     func reconfigure(batch: AgentConfiguration.SinkConfiguration.Batch, retry: AgentConfiguration.SinkConfiguration.Retry,
                      circuit: AgentConfiguration.SinkConfiguration.Circuit,
-                     disclose: AgentConfiguration.SinkConfiguration.Disclose = .init()) {
-        settings.withLock {
+                     disclose: AgentConfiguration.SinkConfiguration.Disclose = .init(),
+                     requiresConsent: [String] = [], route: AgentConfiguration.SinkConfiguration.Route? = nil) {
+        let updated = settings.withLock {
             $0.batch = batch
             $0.retry = retry
             $0.circuit = circuit
             $0.disclose = disclose
+            $0.requiresConsent = requiresConsent
+            $0.route = route
+            return $0.policy
         }
+        policy.withLock { $0 = updated }
         breaker.withLock { $0.reconfigure(circuit) }
         wakeup.signal()
     }
@@ -173,7 +192,7 @@ final class DeliveryLoop: Sendable {
             // Paused (delivery not started, or no feature enabled): wait for the consent change
             // without reading; reading a full batch at every commit made a paused sink's cost grow
             // with its backlog (callgrind: most of ferryd's instructions at one event per message).
-            if gate.isPaused(sink: name) {
+            if gate.isPaused(sink: name, policy: policy.withLock { $0 }) {
                 state.withLock { $0.phase = .paused }
                 await wakeup.wait()
                 continue
@@ -319,11 +338,12 @@ final class DeliveryLoop: Sendable {
             }
             if let change = admission.changed { announce(change) }
             var batch: DeliveryBatch
-            switch gate.admit(pending, sink: name) {
+            switch gate.admit(pending, sink: name, policy: policy.withLock { $0 }) {
             case .paused:
                 return .paused
-            case .deliver(let admitted, let refused, let reason):
+            case .deliver(let admitted, let refused, let reason, let skipped):
                 if !refused.isEmpty { blocked(refused, reason) }
+                if !skipped.isEmpty { skip(skipped) }
                 batch = admitted
                 // What the body may say about the host: the sink's `disclose`, as configured now.
                 batch.disclosure = configuration.disclosure
@@ -390,6 +410,17 @@ final class DeliveryLoop: Sendable {
             }
         }
         return .cancelled
+    }
+
+    /// Counts the events this sink passes by (``SinkPolicy``), and reports its consent skips.
+    /// The cursor moves over them with the rest of the batch: not a dead letter, not retried.
+    private func skip(_ skipped: [SinkSkip]) {
+        var byReason: [SinkSkipReason: [StoredEvent]] = [:]
+        for skip in skipped { byReason[skip.reason, default: []].append(skip.event) }
+        for (reason, events) in byReason.sorted(by: { $0.key.rawValue < $1.key.rawValue }) {
+            metrics.skipped(reason).increment(by: events.count)
+            if reason.isConsent { skippedForConsent(events, reason.rawValue) }
+        }
     }
 
     /// Writes `batch` to the dead-letter directory, retrying the write itself (never dropping the
@@ -471,11 +502,13 @@ final class DeliveryLoop: Sendable {
             throw AgentError(code: .delivery, message: "no dead letter \(id) for sink \(name)")
         }
         var batch = letter.batch
-        switch gate.admit(batch, sink: name) {
+        // The sink's requirement and route as they are now, not as they were when it failed.
+        switch gate.admit(batch, sink: name, policy: policy.withLock { $0 }) {
         case .paused:
             throw AgentError(code: .delivery, message: "delivery to \(name) is paused; the dead letter is kept")
-        case .deliver(let admitted, let refused, let reason):
+        case .deliver(let admitted, let refused, let reason, let skipped):
             if !refused.isEmpty { blocked(refused, reason) }
+            if !skipped.isEmpty { skip(skipped) }
             batch = admitted
             batch.disclosure = configuration.disclosure
         }

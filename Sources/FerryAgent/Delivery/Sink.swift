@@ -146,37 +146,64 @@ public struct SinkRejection: Sendable {
     }
 }
 
+/// An event one sink passes by, and why (its `requiresConsent` or `route`).
+package struct SinkSkip: Sendable {
+    /// The event.
+    package var event: StoredEvent
+    /// Why.
+    package var reason: SinkSkipReason
+    /// A skip.
+    package init(event: StoredEvent, reason: SinkSkipReason) {
+        self.event = event
+        self.reason = reason
+    }
+}
+
 /// What the send-time gate decided for one batch.
 package enum GateDecision: Sendable {
-    /// Nothing may be sent now (delivery paused, or consent forbids all delivery); the loop waits
-    /// for its wake-up signal and asks again. Nothing is skipped.
+    /// Nothing may be sent now (delivery paused, consent forbids all delivery, or a category the
+    /// sink requires is undetermined under `hold`); the loop waits for its wake-up signal and
+    /// asks again. Nothing is skipped.
     case paused
     /// Send `batch` (the admitted events, stamped); `blocked` events are skipped for good because
-    /// the consent state at send time forbids them, with `reason` for the bus.
-    case deliver(DeliveryBatch, blocked: [StoredEvent], reason: String)
+    /// the consent state at send time forbids them, with `reason` for the bus; `skipped` events
+    /// are passed by this sink alone (its requirement or route), each with its reason.
+    case deliver(DeliveryBatch, blocked: [StoredEvent], reason: String, skipped: [SinkSkip] = [])
 }
 
 /// The consent check at send time: asked before every delivery attempt of every batch, so a
 /// revocation stops events already queued (except a batch already on the wire).
 package protocol DeliveryGate: Sendable {
-    /// Decides what of `batch` may go to `sink` now.
-    func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision
-    /// Whether ``admit(_:sink:)`` would answer ``GateDecision/paused`` whatever the batch: the
-    /// loop asks before reading the log, so a paused sink does not re-read its next batch at every
-    /// commit. Must be cheap (a lock and a flag); `false` when unsure (`admit` still decides).
-    func isPaused(sink: String) -> Bool
+    /// Decides what of `batch` may go to `sink` now, under the sink's `policy` (`nil`: it names
+    /// no requirement and no route).
+    func admit(_ batch: DeliveryBatch, sink: String, policy: SinkPolicy?) -> GateDecision
+    /// Whether ``admit(_:sink:policy:)`` would answer ``GateDecision/paused`` whatever the batch:
+    /// the loop asks before reading the log, so a paused sink does not re-read its next batch at
+    /// every commit. Must be cheap (a lock and a flag); `false` when unsure (`admit` still decides).
+    func isPaused(sink: String, policy: SinkPolicy?) -> Bool
 }
 
 extension DeliveryGate {
     /// Never paused (the gate decides per batch).
-    package func isPaused(sink: String) -> Bool { false }
+    package func isPaused(sink: String, policy: SinkPolicy?) -> Bool { false }
 }
 
-/// A gate that admits everything (no consent engine).
+/// A gate that admits everything the sink's route takes (no consent engine: every category
+/// counts as granted).
 package struct OpenDeliveryGate: DeliveryGate {
     /// Creates the gate.
     package init() {}
-    package func admit(_ batch: DeliveryBatch, sink: String) -> GateDecision {
-        .deliver(batch, blocked: [], reason: "")
+    package func admit(_ batch: DeliveryBatch, sink: String, policy: SinkPolicy?) -> GateDecision {
+        guard let policy else { return .deliver(batch, blocked: [], reason: "") }
+        var admitted = batch
+        var skipped: [SinkSkip] = []
+        admitted.events = batch.events.filter { event in
+            guard let header = try? event.header() else { return true }
+            let facts = SinkPolicyEvent(header, frame: event.frame, category: nil)
+            if policy.routes(facts) { return true }
+            skipped.append(SinkSkip(event: event, reason: .route))
+            return false
+        }
+        return .deliver(admitted, blocked: [], reason: "", skipped: skipped)
     }
 }

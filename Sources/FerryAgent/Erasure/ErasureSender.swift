@@ -66,7 +66,7 @@ final class ErasureSender: Sendable {
     /// Sends until the task is cancelled.
     func run() async {
         while !Task.isCancelled {
-            guard !gate.isPaused(sink: name), let request = outbox.pending(for: name).first else {
+            guard !gate.isPaused(sink: name, policy: nil), let request = outbox.pending(for: name).first else {
                 await wakeup.wait()
                 continue
             }

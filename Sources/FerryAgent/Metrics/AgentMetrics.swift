@@ -383,6 +383,11 @@ public final class AgentMetrics: Sendable {
         guard let sink = sinks.withLock({ $0[name] }) else { return (0, 0, 0) }
         return (sink.delivered.value, sink.retried.value, sink.deadLettered.value)
     }
+
+    /// What sink `name` passed by, by ``SinkSkipReason`` (reasons with none left out).
+    func sinkSkipped(_ name: String) -> [String: Int] {
+        sinks.withLock { $0[name] }?.skippedCounts ?? [:]
+    }
 }
 
 /// One sink's instruments, labelled `sink`.
@@ -395,6 +400,9 @@ final class SinkMetrics: Sendable {
     let retried: MetricCounter
     /// `ferry_sink_dead_lettered_total`: events written to the dead-letter directory.
     let deadLettered: MetricCounter
+    /// `ferry_sink_skipped_total{sink,reason}`: events the sink passed by (its route or consent
+    /// requirement), one counter per ``SinkSkipReason`` in its `allCases` order.
+    private let skippedByReason: [MetricCounter]
     /// `ferry_sink_backlog_events`: events the sink has still to take (set at rendering).
     let backlog: Gauge
     /// `ferry_sink_circuit_open`: 1 while the circuit is open or half-open, else 0.
@@ -408,11 +416,26 @@ final class SinkMetrics: Sendable {
         failures = MetricCounter(.sinkFailures, [sink], factory: factory)
         retried = MetricCounter(.sinkRetried, [sink], factory: factory)
         deadLettered = MetricCounter(.sinkDeadLettered, [sink], factory: factory)
+        skippedByReason = SinkSkipReason.allCases.map { MetricCounter(.sinkSkipped, [sink, $0.rawValue], factory: factory) }
         backlog = Gauge(label: MetricDescriptor.sinkBacklog.name, dimensions: label, factory: factory)
         circuitOpen = Gauge(label: MetricDescriptor.sinkCircuitOpen.name, dimensions: label, factory: factory)
         deliveryLatency = Timer(label: MetricDescriptor.deliveryLatency.name, dimensions: label, factory: factory)
         backlog.record(0)
         circuitOpen.record(0)
+    }
+
+    /// The counter of events skipped for `reason`.
+    func skipped(_ reason: SinkSkipReason) -> MetricCounter {
+        skippedByReason[SinkSkipReason.allCases.firstIndex(of: reason)!]
+    }
+
+    /// Events skipped so far, by reason (reasons with none left out).
+    var skippedCounts: [String: Int] {
+        var counts: [String: Int] = [:]
+        for (reason, counter) in zip(SinkSkipReason.allCases, skippedByReason) where counter.value > 0 {
+            counts[reason.rawValue] = counter.value
+        }
+        return counts
     }
 }
 

@@ -130,6 +130,10 @@ extension MetricDescriptor {
     /// `ferry_sink_dead_lettered_total{sink}`.
     public static let sinkDeadLettered = MetricDescriptor(
         "ferry_sink_dead_lettered_total", .counter, labels: ["sink"], help: "Events written to the dead-letter directory.")
+    /// `ferry_sink_skipped_total{sink,reason}` (``SinkSkipReason``: `route`, `consent_denied`, …).
+    public static let sinkSkipped = MetricDescriptor(
+        "ferry_sink_skipped_total", .counter, labels: ["sink", "reason"],
+        help: "Events the sink passed by because its route or consent requirement does not let it have them, by reason.")
     /// `ferry_sink_backlog_events{sink}`.
     public static let sinkBacklog = MetricDescriptor(
         "ferry_sink_backlog_events", .gauge, labels: ["sink"], help: "Events the sink has still to take.")
@@ -158,7 +162,7 @@ extension MetricDescriptor {
         eventsAccepted, eventsDuplicate, eventsRejected, eventsBlocked, eventsSuppressed, eventsHeldTotal, eventsQuarantinedTotal, planViolations,
         eventsRedacted, quarantinedEvents, eventsDropped, messagesRefused, messagesDenied, clientEventsLost, eventsHeld, queueEvents, queueBytes, queueOldestAge,
         clientsConnected, ackLatency, commitEvents, fsync, sinkDelivered, sinkFailures, sinkRetried, sinkDeadLettered,
-        sinkBacklog, sinkCircuitOpen, deliveryLatency, erasuresPending, erasureRequests,
+        sinkSkipped, sinkBacklog, sinkCircuitOpen, deliveryLatency, erasuresPending, erasureRequests,
     ] + deprecated
 
     /// The metrics kept one release under an earlier name, removed in the next (METRICS.md says
