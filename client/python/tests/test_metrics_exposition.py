@@ -43,6 +43,7 @@ EXPECTED = {
     "ferry_sink_failures": "counter",
     "ferry_sink_retried": "counter",
     "ferry_sink_dead_lettered": "counter",
+    "ferry_sink_skipped": "counter",
     "ferry_sink_backlog_events": "gauge",
     "ferry_sink_circuit_open": "gauge",
     "ferry_delivery_latency_seconds": "histogram",
