@@ -1,0 +1,92 @@
+import FerryIntegrationKit
+import FerryTestKit
+import Foundation
+import Testing
+
+/// `ferry recipients --user` and `ferry forget --user` on the worked example's three upstreams
+/// (``ThreeUpstreams``), with the real `ferryd`: before and after the user's events, the verdicts
+/// per sink; then a forget sends its erasure to the sinks that may have received the data only,
+/// each upstream checked for what it was asked.
+@Suite("Recipients: who received a user's events, and forget asks only them, end to end")
+struct RecipientsIntegrationTests {
+    @Test("recipients before and after events (delivered, route, consent, then granted); forget skips the sink that never took the user's events")
+    func recipientsAndForget() async throws {
+        let upstreams = try await ThreeUpstreams.start()
+        do {
+            try await run(upstreams)
+        } catch {
+            await upstreams.stop()
+            throw error
+        }
+        await upstreams.stop()
+    }
+
+    /// The `recipients` reply's verdicts, by sink: `verdict` or `verdict reason`.
+    static func verdicts(_ upstreams: ThreeUpstreams, _ user: String) async throws -> [String: String] {
+        let result = try await runCLI(["recipients", "--user", user, "--json"], environment: upstreams.agent.environment)
+        #expect(result.status == .exited(0), "\(result)")
+        let reply = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any] ?? [:]
+        return Dictionary(uniqueKeysWithValues: (reply["sinks"] as? [[String: Any]] ?? []).map { sink in
+            (sink["sink"] as? String ?? "?", [sink["verdict"] as? String, sink["reason"] as? String].compactMap { $0 }.joined(separator: " "))
+        })
+    }
+
+    func run(_ upstreams: ThreeUpstreams) async throws {
+        let environment = upstreams.agent.environment
+        // Before any event: nobody received anything of u-7.
+        #expect(try await Self.verdicts(upstreams, "u-7") == ["archive": "never no_events", "analytics": "never no_events", "ads": "never no_events"])
+
+        // Analytics granted, advertising left undetermined (the partner waits). u-7 is only
+        // identified (off the partner's route), u-8 views a product (a track the partner would
+        // take, but its purpose was never granted).
+        try await upstreams.setConsent("analytics", "granted")
+        try await upstreams.emit(#"{"type":"identify","userId":"u-7","properties":{"plan":"pro"}}"#)
+        try await upstreams.emit(#"{"name":"Product Viewed","userId":"u-8"}"#)
+        try await eventually("the archive and the collector have both events") {
+            try upstreams.archive().contains("Product Viewed") && upstreams.archive().contains("")
+                && upstreams.segment().contains("Product Viewed") && upstreams.segment().contains("(identify)")
+        }
+        #expect(try await Self.verdicts(upstreams, "u-7") == ["archive": "delivered", "analytics": "delivered", "ads": "never route"])
+        #expect(try await Self.verdicts(upstreams, "u-8")
+            == ["archive": "delivered", "analytics": "delivered", "ads": "never consent advertising"])
+        let text = try await runCLI(["recipients", "--user", "u-7"], environment: environment)
+        #expect(text.status == .exited(0), "\(text)")
+        let lines = text.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 3, "\(text)")
+        #expect(lines.first { $0.hasPrefix("archive ") }?.contains("delivered: 1 event, accepted ") == true, "\(text)")
+        #expect(lines.first { $0.hasPrefix("archive ") }?.hasSuffix("(forget sends an erasure)") == true, "\(text)")
+        #expect(lines.first { $0.hasPrefix("ads ") }?.hasSuffix("never: route excludes") == true, "\(text)")
+        let u8 = try await runCLI(["recipients", "--user", "u-8"], environment: environment)
+        #expect(u8.stdout.split(separator: "\n").first { $0.hasPrefix("ads ") }?.contains("never: requires consent advertising not granted since ") == true,
+                "\(u8)")
+
+        // Advertising granted: the partner now takes u-8's view, and says so.
+        try await upstreams.setConsent("advertising", "granted")
+        try await eventually("the partner has the view") { upstreams.ads().contains("Product Viewed") }
+        try await eventually("the partner's cursor is past it") {
+            try await Self.verdicts(upstreams, "u-8") == ["archive": "delivered", "analytics": "delivered", "ads": "delivered"]
+        }
+        #expect(try await Self.verdicts(upstreams, "u-7")["ads"] == "never route", "the identify stays off the partner's route")
+
+        // Forget u-7: the archive and the collector are asked, the partner (never had u-7) is not.
+        let forgot = try await runCLI(["forget", "--user", "u-7"], environment: environment)
+        #expect(forgot.status == .exited(0), "\(forgot)")
+        try await eventually("u-7's erasures sent", timeout: .seconds(30)) {
+            try await upstreams.erasureStates() == ["archive": "sent", "analytics": "sent"]
+        }
+        #expect(upstreams.api.requests().contains { ($0["body"] as? [String: Any])?["subjectIds"] as? [String] == ["u-7"] })
+        #expect(!upstreams.partner.requests.contains { $0.json?["type"] as? String == "erasure" }, "no erasure reached the partner")
+        // Its records are erased now (an erased record keeps its id, not its user): the log no
+        // longer tells whose they were, so every sink that delivered anything may have had anyone's.
+        let history = "may_have_delivered history_unknown"
+        #expect(try await Self.verdicts(upstreams, "u-7") == ["archive": history, "analytics": history, "ads": history])
+
+        // Forget u-8: every upstream received the view, every one is asked.
+        let forgot8 = try await runCLI(["forget", "--user", "u-8"], environment: environment)
+        #expect(forgot8.status == .exited(0), "\(forgot8)")
+        try await eventually("u-8's erasures sent", timeout: .seconds(30)) {
+            try await upstreams.erasureStates() == ["archive": "sent", "analytics": "sent", "ads": "sent"]
+        }
+        #expect(upstreams.partner.requests.contains { $0.json?["type"] as? String == "erasure" && $0.json?["userId"] as? String == "u-8" })
+    }
+}
