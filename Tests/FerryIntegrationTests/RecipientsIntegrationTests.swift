@@ -21,6 +21,46 @@ struct RecipientsIntegrationTests {
         await upstreams.stop()
     }
 
+    @Test("a reload that changes the partner's route since the user's events were written: nothing is proven, forget asks every sink")
+    func reloadedPolicyProvesNothing() async throws {
+        let upstreams = try await ThreeUpstreams.start()
+        do {
+            try await runReload(upstreams)
+        } catch {
+            await upstreams.stop()
+            throw error
+        }
+        await upstreams.stop()
+    }
+
+    func runReload(_ upstreams: ThreeUpstreams) async throws {
+        let environment = upstreams.agent.environment
+        try await upstreams.setConsent("analytics", "granted")
+        try await upstreams.setConsent("advertising", "granted")
+        try await upstreams.emit(#"{"type":"identify","userId":"u-9","properties":{"plan":"pro"}}"#)
+        try await eventually("the partner passed the identify by (route)") {
+            let ads = try await upstreams.status("ads")
+            return (ads["skipped"] as? [String: Any])?["route"] as? Int == 1 && ads["backlog_events"] as? Int == 0
+        }
+        #expect(try await Self.verdicts(upstreams, "u-9") == ["archive": "delivered", "analytics": "delivered", "ads": "never route"])
+
+        // The partner's route now takes pages too: the identify met another policy than today's.
+        let path = upstreams.dir.appending("ferryd.json")
+        let old = try String(contentsOfFile: path, encoding: .utf8)
+        let new = old.replacingOccurrences(of: #""types": ["track"]"#, with: #""types": ["track", "page"]"#)
+        #expect(new != old)
+        try writeText(new, to: path)
+        let reload = try await runCLI(["reload"], environment: environment)
+        #expect(reload.status == .exited(0), "\(reload)")
+        #expect(try await Self.verdicts(upstreams, "u-9") == ["archive": "delivered", "analytics": "delivered", "ads": "delivered"])
+
+        let forgot = try await runCLI(["forget", "--user", "u-9"], environment: environment)
+        #expect(forgot.status == .exited(0), "\(forgot)")
+        try await eventually("u-9's erasures sent", timeout: .seconds(30)) {
+            try await upstreams.erasureStates() == ["archive": "sent", "analytics": "sent", "ads": "sent"]
+        }
+    }
+
     /// The `recipients` reply's verdicts, by sink: `verdict` or `verdict reason`.
     static func verdicts(_ upstreams: ThreeUpstreams, _ user: String) async throws -> [String: String] {
         let result = try await runCLI(["recipients", "--user", user, "--json"], environment: upstreams.agent.environment)
