@@ -11,26 +11,12 @@ import Testing
 struct RecipientsIntegrationTests {
     @Test("recipients before and after events (delivered, route, consent, then granted); forget skips the sink that never took the user's events")
     func recipientsAndForget() async throws {
-        let upstreams = try await ThreeUpstreams.start()
-        do {
-            try await run(upstreams)
-        } catch {
-            await upstreams.stop()
-            throw error
-        }
-        await upstreams.stop()
+        try await ThreeUpstreams.with(run)
     }
 
     @Test("a reload that changes the partner's route since the user's events were written: nothing is proven, forget asks every sink")
     func reloadedPolicyProvesNothing() async throws {
-        let upstreams = try await ThreeUpstreams.start()
-        do {
-            try await runReload(upstreams)
-        } catch {
-            await upstreams.stop()
-            throw error
-        }
-        await upstreams.stop()
+        try await ThreeUpstreams.with(runReload)
     }
 
     func runReload(_ upstreams: ThreeUpstreams) async throws {

@@ -67,6 +67,18 @@ final class ThreeUpstreams: @unchecked Sendable {
         return upstreams
     }
 
+    /// Starts them, runs `body` and stops them, whether `body` throws or not.
+    static func with(_ body: (ThreeUpstreams) async throws -> Void) async throws {
+        let upstreams = try await start()
+        do {
+            try await body(upstreams)
+        } catch {
+            await upstreams.stop()
+            throw error
+        }
+        await upstreams.stop()
+    }
+
     /// Stops the agent and the upstreams and removes the directory.
     func stop() async {
         agent.cleanup()

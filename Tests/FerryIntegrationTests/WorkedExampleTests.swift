@@ -15,14 +15,7 @@ import Testing
 struct WorkedExampleTests {
     @Test("grant analytics, grant advertising, revoke advertising, forget: each upstream receives what its purpose allows, once")
     func workedExample() async throws {
-        let upstreams = try await ThreeUpstreams.start()
-        do {
-            try await run(upstreams)
-        } catch {
-            await upstreams.stop()
-            throw error
-        }
-        await upstreams.stop()
+        try await ThreeUpstreams.with(run)
     }
 
     func run(_ upstreams: ThreeUpstreams) async throws {
