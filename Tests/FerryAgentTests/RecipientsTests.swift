@@ -55,6 +55,10 @@ struct RecipientsTests {
     func notYet() {
         let far = ErasureTargets.verdict(Self.sink(cursor: 100), events: [Self.event(900_000)], knowing: Self.known)
         #expect(far == .notYet(events: 1) && !far.receivesErasure)
+        // Refused by the route so far, but not reached: a reload may change the route before it is.
+        let waiting = ErasureTargets.verdict(Self.sink(cursor: 100, route: Self.tracks), events: [Self.event(300, type: .identify, name: "")],
+                                             knowing: Self.known)
+        #expect(waiting == .notYet(events: 1) && !waiting.receivesErasure)
         let unstarted = ErasureTargets.verdict(Self.sink(cursor: 100), events: [Self.event(300)],
                                                knowing: ErasureTargets.Knowledge(firstSegment: 1, deliveryStarted: false))
         #expect(unstarted == .notYet(events: 1))

@@ -9,7 +9,7 @@ import Testing
 /// each upstream checked for what it was asked.
 @Suite("Recipients: who received a user's events, and forget asks only them, end to end")
 struct RecipientsIntegrationTests {
-    @Test("recipients before and after events (delivered, route, consent, then granted); forget skips the sink that never took the user's events")
+    @Test("recipients before and after events (delivered; never: route, consent denied; then granted, delivered); forget skips the sink that never took the user's events")
     func recipientsAndForget() async throws {
         try await ThreeUpstreams.with(run)
     }
@@ -62,15 +62,20 @@ struct RecipientsIntegrationTests {
         // Before any event: nobody received anything of u-7.
         #expect(try await Self.verdicts(upstreams, "u-7") == ["archive": "never no_events", "analytics": "never no_events", "ads": "never no_events"])
 
-        // Analytics granted, advertising left undetermined (the partner waits). u-7 is only
-        // identified (off the partner's route), u-8 views a product (a track the partner would
-        // take, but its purpose was never granted).
+        // Analytics granted, advertising denied (the partner passes the user's events by). u-7 is
+        // only identified (off the partner's route), u-8 views a product (a track the partner
+        // would take, but its purpose is refused).
         try await upstreams.setConsent("analytics", "granted")
+        try await upstreams.setConsent("advertising", "denied")
         try await upstreams.emit(#"{"type":"identify","userId":"u-7","properties":{"plan":"pro"}}"#)
         try await upstreams.emit(#"{"name":"Product Viewed","userId":"u-8"}"#)
         try await eventually("the archive and the collector have both events") {
             try upstreams.archive().contains("Product Viewed") && upstreams.archive().contains("")
                 && upstreams.segment().contains("Product Viewed") && upstreams.segment().contains("(identify)")
+        }
+        try await eventually("the partner passed both by") {
+            let ads = try await upstreams.status("ads")
+            return ads["skipped"] as? [String: Int] == ["route": 1, "consent_denied": 1] && ads["backlog_events"] as? Int == 0
         }
         #expect(try await Self.verdicts(upstreams, "u-7") == ["archive": "delivered", "analytics": "delivered", "ads": "never route"])
         #expect(try await Self.verdicts(upstreams, "u-8")
@@ -86,12 +91,14 @@ struct RecipientsIntegrationTests {
         #expect(u8.stdout.split(separator: "\n").first { $0.hasPrefix("ads ") }?.contains("never: requires consent advertising not granted since ") == true,
                 "\(u8)")
 
-        // Advertising granted: the partner now takes u-8's view, and says so.
+        // Advertising granted: the partner takes u-8's next purchase, and says so.
         try await upstreams.setConsent("advertising", "granted")
-        try await eventually("the partner has the view") { upstreams.ads().contains("Product Viewed") }
+        try await upstreams.emit(#"{"name":"Order Completed","userId":"u-8"}"#)
+        try await eventually("the partner has the purchase") { upstreams.ads().contains("Order Completed") }
         try await eventually("the partner's cursor is past it") {
             try await Self.verdicts(upstreams, "u-8") == ["archive": "delivered", "analytics": "delivered", "ads": "delivered"]
         }
+        #expect(!upstreams.ads().contains("Product Viewed"), "the view passed by while refused stays unsent")
         #expect(try await Self.verdicts(upstreams, "u-7")["ads"] == "never route", "the identify stays off the partner's route")
 
         // Forget u-7: the archive and the collector are asked, the partner (never had u-7) is not.
@@ -107,7 +114,7 @@ struct RecipientsIntegrationTests {
         let history = "may_have_delivered history_unknown"
         #expect(try await Self.verdicts(upstreams, "u-7") == ["archive": history, "analytics": history, "ads": history])
 
-        // Forget u-8: every upstream received the view, every one is asked.
+        // Forget u-8: every upstream received some of u-8's events, every one is asked.
         let forgot8 = try await runCLI(["forget", "--user", "u-8"], environment: environment)
         #expect(forgot8.status == .exited(0), "\(forgot8)")
         try await eventually("u-8's erasures sent", timeout: .seconds(30)) {

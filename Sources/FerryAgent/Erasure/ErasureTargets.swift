@@ -128,9 +128,11 @@ package enum ErasureTargets {
         case onTheWire
         /// The log no longer tells (segments gone, or records erased before its cursor).
         case historyUnknown
-        /// Some wait after its cursor, none sent yet (`ferry forget` erases them here).
+        /// Some wait after its cursor (refused so far or not), none sent yet (`ferry forget`
+        /// erases them here).
         case notYet(events: Int)
-        /// It never took any: why, per reason found.
+        /// It never took any, and none waits: why, per reason found (each of the user's events
+        /// it passed by was refused by its policy).
         case never([Never])
 
         /// Whether `ferry forget` sends the sink an erasure.
@@ -162,14 +164,20 @@ package enum ErasureTargets {
         var wire = false, pending = 0
         var reasons: [Never] = []
         for event in events {
-            if let reason = never(sink, at: event, knowing: knowledge) {
-                if !reasons.contains(reason) { reasons.append(reason) }
-            } else if event.position < sink.cursor {
-                let first = min(delivered?.first ?? .max, event.acceptedAt), last = max(delivered?.last ?? 0, event.acceptedAt)
-                delivered = (first, last, (delivered?.events ?? 0) + 1)
-            } else if knowledge.deliveryStarted && onTheWire(event.position, after: sink.cursor, bytes: sink.batchMaxBytes) {
+            let refused = never(sink, at: event, knowing: knowledge)
+            if event.position < sink.cursor {
+                // Passed by: settled, delivered unless the policy provably skipped it.
+                if let refused {
+                    if !reasons.contains(refused) { reasons.append(refused) }
+                } else {
+                    let first = min(delivered?.first ?? .max, event.acceptedAt), last = max(delivered?.last ?? 0, event.acceptedAt)
+                    delivered = (first, last, (delivered?.events ?? 0) + 1)
+                }
+            } else if refused == nil && knowledge.deliveryStarted && onTheWire(event.position, after: sink.cursor, bytes: sink.batchMaxBytes) {
                 wire = true
             } else {
+                // Not reached yet (a refused one cannot be on the wire, but a grant or a reload
+                // before the sink reaches it may still let it go).
                 pending += 1
             }
         }
