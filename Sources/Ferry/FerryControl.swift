@@ -178,6 +178,13 @@ public struct FerryControl: Sendable, Hashable {
         try await send(.forgetStatus()).decode(ErasureStatusReply.self)
     }
 
+    /// Whether each sink received the events of `userID` (`recipients`; docs/CONSENT.md, "Which
+    /// sinks"): the sinks marked `receives_erasure` are those ``forget(userID:)``
+    /// asks. Needs the `control` right.
+    public func recipients(userID: String) async throws -> RecipientsReply {
+        try await send(.recipients(userID: userID)).decode(RecipientsReply.self)
+    }
+
     /// Starts delivery (`start`) on an agent configured to wait for it (`autoStart: false`).
     /// Starting an agent already delivering does nothing.
     public func start() async throws {

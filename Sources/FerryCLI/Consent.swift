@@ -364,7 +364,7 @@ struct ForgetUser: AsyncParsableCommand {
         // The subcommand's name is never typed (it is the default): usage errors show the form
         // the docs use.
         usage: "ferry forget --user <user> [--actor <actor>] [--json] [--runtime-dir <runtime-dir>]",
-        discussion: "The request is sent to every sink that delivered the user's events; see `ferry forget status`."
+        discussion: "The request is sent to every sink that delivered (or may have delivered) the user's events, the ones `ferry recipients --user` lists; see `ferry forget status`."
     )
 
     @Option(name: .long, help: "The user id whose events to erase.")

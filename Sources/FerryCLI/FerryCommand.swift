@@ -30,7 +30,7 @@ package struct FerryCommand: AsyncParsableCommand {
         version: FerryVersion.current,
         subcommands: [
             Emit.self, Tail.self, Status.self, Top.self, Metrics.self, Health.self, Queue.self, DeadLetterCommand.self, QuarantineCommand.self, Consent.self, Tracking.self,
-            Features.self, Purge.self, Forget.self, Start.self, Reload.self, WhoAmI.self, PlanCommand.self,
+            Features.self, Purge.self, Forget.self, Recipients.self, Start.self, Reload.self, WhoAmI.self, PlanCommand.self,
         ]
     )
 }

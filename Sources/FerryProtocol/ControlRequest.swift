@@ -72,6 +72,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
         /// `whoami`: the caller as the kernel reports it and what the access policy lets it do
         /// (``WhoAmIReply``). Answered to everyone.
         case whoami
+        /// `recipients` {`user_id`}: whether each sink received the user's events (``RecipientsReply``).
+        case recipients(userID: String)
         /// `reload`: read the configuration again and apply what can change while running, as
         /// SIGHUP does (``ReloadReply``: what was applied, or the key and the problem refused).
         case reload
@@ -98,6 +100,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             case .quarantineDrop: "quarantine_drop"
             case .whoami: "whoami"
             case .reload: "reload"
+            case .recipients: "recipients"
             }
         }
     }
@@ -106,7 +109,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public static let ops = [
         "status", "deadletter_replay", "quarantine_replay", "quarantine_drop", "consent_state", "consent_log", "set_tracking", "set_consent", "set_persistence", "set_gdpr",
         "enable_features", "disable_features", "purge", "forget", "start", "whoami", "metrics", "forget_status",
-        "reload",
+        "reload", "recipients",
     ]
 
     /// The `op` string of ``operation``.
@@ -148,6 +151,8 @@ public struct ControlRequest: Sendable, Hashable, Codable {
     public static func whoami() -> Self { .init(.whoami) }
     /// `reload`.
     public static func reload() -> Self { .init(.reload) }
+    /// `recipients` of `userID`'s events.
+    public static func recipients(userID: String) -> Self { .init(.recipients(userID: userID)) }
     /// `deadletter_replay` of dead letter `id` (of `sink`, needed only when several sinks hold `id`).
     public static func deadLetterReplay(id: String, sink: String? = nil) -> Self { .init(.deadLetterReplay(id: id, sink: sink)) }
     /// `quarantine_replay` of quarantined event `id`, or of every one (nil).
@@ -184,7 +189,7 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             fields["features"] = .strings(names)
         case .purge(let category):
             if let category { fields["category"] = .string(category) }
-        case .forget(let userID):
+        case .forget(let userID), .recipients(let userID):
             fields["user_id"] = .string(userID)
         case .deadLetterReplay(let id, let sink):
             fields["id"] = .string(id)
@@ -356,6 +361,9 @@ public struct ControlRequest: Sendable, Hashable, Codable {
             return .forget(userID: user)
         case "forget_status":
             return .forgetStatus
+        case "recipients":
+            guard let user = string("user_id"), !user.isEmpty else { throw ControlRefusal("\"user_id\" must be a non-empty string") }
+            return .recipients(userID: user)
         case "start":
             return .start
         case "whoami":

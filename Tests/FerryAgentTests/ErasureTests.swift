@@ -69,9 +69,11 @@ struct ErasureTests {
     @Test("ErasureTargets: a sink gets the request when it may have delivered the user's events", arguments: cases)
     func targets(_ test: Case) {
         let sinks = [ErasureTargets.Sink(name: "s", cursor: test.cursor, batchMaxBytes: 64 << 10)]
-        #expect(ErasureTargets.sinks(sinks, covered: test.covered, firstSegment: test.firstSegment, deliveryStarted: test.deliveryStarted,
-                                     firstErased: test.firstErased)
-            == (test.expected ? ["s"] : []))
+        let events = test.covered.map {
+            ErasureTargets.UserEvent(position: $0, acceptedAt: 1, facts: SinkPolicyEvent(type: .track, name: "Viewed", category: "analytics", source: "app"))
+        }
+        let knowledge = ErasureTargets.Knowledge(firstSegment: test.firstSegment, deliveryStarted: test.deliveryStarted, firstErased: test.firstErased)
+        #expect(ErasureTargets.sinks(sinks, events: events, knowing: knowledge) == (test.expected ? ["s"] : []))
     }
 
     @Test("the outbox never keeps a request for no sink")

@@ -54,6 +54,7 @@ struct ControlProtocolTests {
         (.quarantineDrop(id: "0190f5c2-7a3b"), #"{"id":"0190f5c2-7a3b","op":"quarantine_drop"}"#),
         (.quarantineDrop(id: nil), #"{"all":true,"op":"quarantine_drop"}"#),
         (.reload(), #"{"op":"reload"}"#),
+        (.recipients(userID: "u-42"), #"{"op":"recipients","user_id":"u-42"}"#),
     ]
 
     @Test("every op encodes to the documented JSON object (sorted keys, as clients have always sent it)")
@@ -67,7 +68,7 @@ struct ControlProtocolTests {
     func opNames() {
         let names = Set(Self.requests.map(\.0.op))
         #expect(names == Set(ControlRequest.ops))
-        #expect(ControlRequest.ops.count == 19)
+        #expect(ControlRequest.ops.count == 20)
         #expect(ControlRequest.ops.first == "status" && ControlRequest.ops[1] == "deadletter_replay")
     }
 

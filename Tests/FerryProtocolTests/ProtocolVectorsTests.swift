@@ -260,6 +260,7 @@ enum ProtocolVectors {
             ("quarantine_drop", .quarantineDrop(id: "0190f5c2-7a3b-7c4d-8e5f-0123456789ab")),
             ("quarantine_drop-all", .quarantineDrop(id: nil)),
             ("reload", .reload()),
+            ("recipients", .recipients(userID: "u-42")),
         ]
         return requests.map { name, request in
             ["kind": "control_request", "name": "request-\(name)", "op": request.op,
@@ -323,6 +324,12 @@ enum ProtocolVectors {
             ])),
             ("start", "start", ConsentUpdate(consent: consent, deliveryStarted: true)),
             ("reload", "reload", ReloadReply.applied(changed: ["logLevel", "sinks[0].retry"])),
+            ("recipients", "recipients", RecipientsReply(sinks: [
+                RecipientStatus(sink: "archive", verdict: .delivered, events: 5, firstAt: 1_700_000_000_000, lastAt: 1_700_000_060_000),
+                RecipientStatus(sink: "analytics", verdict: .mayHaveDelivered, reason: "on_the_wire"),
+                RecipientStatus(sink: "ads", verdict: .never, reason: "consent advertising", since: 1_700_000_030_000),
+                RecipientStatus(sink: "crm", verdict: .notYet, events: 2),
+            ])),
             ("reload-refused", "reload", ReloadReply.refused([
                 "/etc/ferry/ferryd.json: quality.plan: cannot read /etc/ferry/plan.json; the running configuration and quality gate are kept",
             ])),

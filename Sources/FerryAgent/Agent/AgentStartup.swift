@@ -151,7 +151,7 @@ enum AgentStartup {
     /// recovers the held area (whose events join the dedup window).
     static func loadConsent(
         configuration: AgentConfiguration, log: SegmentedLog, dedup: DedupWindow, bus: EventBus,
-        erasures: ErasureOutbox? = nil, quarantine: QuarantineStore? = nil, logger: Logger
+        erasures: ErasureOutbox? = nil, quarantine: QuarantineStore? = nil, history: RecipientHistory = RecipientHistory(), logger: Logger
     ) throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) {
         let consentConfiguration = configuration.consent
         let directory = configuration.dataDirectory + "/consent"
@@ -208,7 +208,7 @@ enum AgentStartup {
         let worker = try ConsentWorker(
             engine: engine, heldLog: heldLog, onceKeys: onceKeys, mainLog: log, stateFile: stateFile,
             auditLog: auditLog, journalFile: journalFile, deadLetters: DeadLetterStore(dataDirectory: configuration.dataDirectory),
-            pending: pending, bus: bus, erasures: erasures, quarantine: quarantine, logger: logger)
+            pending: pending, bus: bus, erasures: erasures, quarantine: quarantine, history: history, logger: logger)
         if worker.pending != nil {
             // A writer of its own for the queue, closed before the commit thread opens its own.
             try worker.finishPendingAtStart(writer: try LogWriter(log: log))

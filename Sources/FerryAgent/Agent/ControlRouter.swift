@@ -1,6 +1,7 @@
 import FerryPeer
 import FerryProtocol
 import FerryStorage
+import FerryThreads
 
 /// Routes one control request (JSON in, JSON out; the types are FerryProtocol's
 /// ``ControlRequest`` and replies): checks the caller's rights, answers the ops that read
@@ -80,6 +81,22 @@ struct ControlRouter: Sendable {
         case .quarantineDrop(let id):
             let quarantine = self.quarantine
             Task { reply(controlReplyJSON(await quarantine.drop(id: id, running: running))) }
+            return
+        case .recipients(let userID):
+            // Reads the log: off the caller's thread and off the pool.
+            let sinks = running.erasures?.sinks ?? running.sinks.map { ErasureOutbox.SinkInfo(name: $0.name, batchMaxBytes: $0.batch.maxBytes) }
+            let log = running.log, history = running.history
+            Task {
+                do {
+                    let inputs = try await BlockingExecutor.runDetached(name: "ferry-recipients") {
+                        try RecipientInputs.gather(userID: userID, log: log, sinks: sinks, history: history,
+                                                   deliveryStarted: engine.snapshot().deliveryStarted) { engine.category(of: $0) }
+                    }
+                    reply(controlReplyJSON(RecipientsReply(sinks: zip(inputs.sinks, inputs.verdicts).map { $1.status(sink: $0.name) })))
+                } catch {
+                    fail(ControlRefusal("cannot read the log: \(error)"))
+                }
+            }
             return
         case .reload:
             let reload = self.reload

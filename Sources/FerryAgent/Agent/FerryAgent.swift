@@ -180,6 +180,11 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
             if let delivery = deliveries.first(where: { $0.name == update.name }) {
                 delivery.reconfigure(batch: update.batch, retry: update.retry, circuit: update.circuit, disclose: update.disclose,
                                      requiresConsent: update.requiresConsent, route: update.route)
+                // Recorded after the switch: every event written from here on meets the new policy only.
+                if let running = running.withLock({ $0 }) {
+                    running.history.record(sink: update.name, policy: SinkPolicy(requiresConsent: update.requiresConsent, route: update.route),
+                                           from: running.log.endPosition)
+                }
                 running.withLock { $0?.erasureSenders }?.first { $0.name == update.name }?
                     .reconfigure(retry: update.retry, circuit: update.circuit)
                 await delivery.sink.reloadCredentials()
@@ -287,9 +292,13 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         let recoveredDedup = recovered.dedup
         // The upstream erasures `forget` recorded (docs/CONSENT.md, "Erasure upstream").
         let erasures = try await io.run { try AgentStartup.openErasureOutbox(configuration) }
+        // Who may have received what (`forget`, `recipients`): each sink's policy judges every
+        // event from the log's end now on; what came before may have met another.
+        let history = RecipientHistory()
+        for sink in configuredSinks { history.record(sink: sink.name, policy: sink.policy, from: log.endPosition) }
         let (engine, workerBox, dedup) = try await io.run { () throws -> (ConsentEngine, UncheckedBox<ConsentWorker>, DedupWindow) in
             try AgentStartup.loadConsent(configuration: configuration, log: log, dedup: recoveredDedup, bus: bus,
-                                         erasures: erasures, quarantine: quarantine, logger: logger)
+                                         erasures: erasures, quarantine: quarantine, history: history, logger: logger)
         }
         let auditLog = AuditLog(path: configuration.dataDirectory + "/consent/audit.log")
 
@@ -350,7 +359,7 @@ public final class FerryAgent: Service, Sendable, CustomStringConvertible {
         running.withLock {
             $0 = RunningAgent(sinks: configuredSinks, log: log, deliveries: deliveries, recovery: report, pipeline: pipeline,
                          consent: engine, auditLog: auditLog, access: access, erasures: erasures,
-                         erasureSenders: erasureSenders, quality: quality, quarantine: quarantine)
+                         erasureSenders: erasureSenders, quality: quality, quarantine: quarantine, history: history)
         }
 
         // Control requests are answered on a thread of their own: status, the audit log and

@@ -28,4 +28,6 @@ struct RunningAgent: Sendable {
     var quality: QualityStageHolder
     /// The quarantine area.
     var quarantine: QuarantineStore
+    /// Since when each sink's policy and each category's refusal hold (`forget`, `recipients`).
+    var history: RecipientHistory = RecipientHistory()
 }

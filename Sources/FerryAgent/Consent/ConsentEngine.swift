@@ -171,6 +171,9 @@ final class ConsentEngine: DeliveryGate, Sendable {
     }
 
     /// The host's state as a sink's policy reads it.
+    var sinkConsent: SinkPolicyConsent { sinkConsent(persisted) }
+
+    /// `persisted` as a sink's policy reads it.
     private func sinkConsent(_ persisted: PersistedConsent) -> SinkPolicyConsent {
         SinkPolicyConsent(consent: persisted.consent, defaultStatus: configuration.defaultConsent,
                           enabledFeatures: Set(persisted.enabledFeatures), undetermined: configuration.undetermined.policy)

@@ -7,25 +7,24 @@ import FerryStorage
 
 extension ConsentWorker {
     /// Plans the upstream erasure of `userID` into `journal`: a new request for every sink that
-    /// may have delivered the user's events (``ErasureTargets``, from the queue records the
-    /// journal already covers and each sink's cursor). No sink: nothing is recorded.
+    /// may have delivered the user's events (``ErasureTargets``, the rule `ferry recipients`
+    /// reports, from the user's records in the log, each sink's cursor and policy and the consent
+    /// history). No sink: nothing is recorded.
     func planUpstreamErasure(userID: String, into journal: inout ConsentJournal) throws {
         guard let erasures else { return }
-        let sinks = erasures.sinks.map {
-            ErasureTargets.Sink(name: $0.name, cursor: mainLog.cursor(for: $0.name), batchMaxBytes: $0.batchMaxBytes)
-        }
-        // The first record an earlier purge erased: whose it was is no longer known.
-        var firstErased: LogPosition?
-        try mainLog.forEachRecord { event in
-            if event.isErased, firstErased == nil { firstErased = event.position }
-        }
-        let targets = ErasureTargets.sinks(sinks, covered: journal.eraseQueued.map(\.position),
-                                           firstSegment: mainLog.startPosition.segment,
-                                           deliveryStarted: engine.snapshot().deliveryStarted, firstErased: firstErased)
+        let targets = try recipients(userID: userID, sinks: erasures.sinks).targets
         guard !targets.isEmpty else { return }
         let now = journal.entry.map { UInt64($0.at) } ?? WallClock.unixMilliseconds()
         let request = SinkErasure(id: EventIDGenerator().next(unixMilliseconds: now).description, userID: userID, requestedAt: now)
         journal.erasure = ConsentJournal.UpstreamErasure(request: request, sinks: targets)
+    }
+
+    /// The inputs of ``ErasureTargets`` for `userID` as the log holds them now (on the commit
+    /// thread the log is stable between two groups).
+    func recipients(userID: String, sinks: [ErasureOutbox.SinkInfo]) throws -> RecipientInputs {
+        let engine = self.engine
+        return try RecipientInputs.gather(userID: userID, log: mainLog, sinks: sinks, history: history,
+                                          deliveryStarted: engine.snapshot().deliveryStarted) { engine.category(of: $0) }
     }
 
     /// Adds the journal's upstream erasure to the outbox, or settles its outcome there; each at

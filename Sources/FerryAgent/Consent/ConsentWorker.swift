@@ -61,11 +61,16 @@ final class ConsentWorker {
     let erasures: ErasureOutbox?
     /// A change that happened (its journal is on disk) whose effects are not all done yet.
     private(set) var pending: ConsentJournal?
+    /// Since when each category has not been granted (``RecipientHistory``), noted after every
+    /// change of state.
+    let history: RecipientHistory
 
     init(engine: ConsentEngine, heldLog: SegmentedLog, onceKeys: OnceKeyStore, mainLog: SegmentedLog,
          stateFile: ConsentStateFile, auditLog: AuditLog, journalFile: ConsentJournalFile, deadLetters: DeadLetterStore,
-         pending: ConsentJournal?, bus: EventBus, erasures: ErasureOutbox? = nil, quarantine: QuarantineStore? = nil, logger: Logger) throws {
+         pending: ConsentJournal?, bus: EventBus, erasures: ErasureOutbox? = nil, quarantine: QuarantineStore? = nil,
+         history: RecipientHistory = RecipientHistory(), logger: Logger) throws {
         self.quarantine = quarantine
+        self.history = history
         self.bus = bus
         self.erasures = erasures
         self.engine = engine
@@ -82,6 +87,13 @@ final class ConsentWorker {
         let live = try liveHeldEvents()
         engine.setHeldEvents(live.count)
         oldestHeldAt = live.first?.acceptedAt
+        noteConsent()
+    }
+
+    /// Notes the host's consent as it is now, from the log's end on (``RecipientHistory``).
+    private func noteConsent() {
+        history.noteConsent(engine.sinkConsent, categories: engine.configuration.categoryNames, at: mainLog.endPosition,
+                            now: WallClock.unixMilliseconds())
     }
 
     // MARK: Ingest
@@ -237,6 +249,7 @@ final class ConsentWorker {
         try journalFile.write(journal)
         pending = journal
         engine.apply(after)
+        noteConsent()
         engine.setAnonymousID(anonymousID)
         if case .start = command { engine.startDelivery() }
         for scope in purge { engine.recordErasure(ConsentEngine.Erasure(scope: scope, upTo: journal.queueEnd)) }
@@ -349,7 +362,10 @@ final class ConsentWorker {
     /// rewritten as erased (whatever their bytes now), released events and `consent_updated` are
     /// appended only if not found after the recorded end of the queue.
     private func finish(_ journal: ConsentJournal, writer: LogWriter) throws {
-        if let state = journal.state, engine.persisted != state { engine.apply(state) }
+        if let state = journal.state, engine.persisted != state {
+            engine.apply(state)
+            noteConsent()
+        }
         if let entry = journal.entry {
             try auditLog.appendOnce(entry)
             try CrashPoints.reach("consent.audit")

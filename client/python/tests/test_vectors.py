@@ -24,7 +24,7 @@ DOCUMENT: Dict[str, Any] = json.loads(VECTORS.read_text(encoding="utf-8"))
 STATUS_CODES = {name: code for code, name in wire.STATUSES.items()}
 REASON_CODES = {name: code for code, name in wire.REASONS.items()}
 #: Every op a `Control` method sends: each must have a request vector and an `ok` reply vector.
-CONTROL_OPS = set(_READERS) | {"status", "whoami", "deadletter_replay", "quarantine_replay", "quarantine_drop", "reload"}
+CONTROL_OPS = set(_READERS) | {"status", "whoami", "deadletter_replay", "quarantine_replay", "quarantine_drop", "reload", "recipients"}
 
 
 def frames(vector: Dict[str, Any]) -> List[bytes]:
@@ -152,7 +152,7 @@ def check_control_reply(vector: Dict[str, Any]) -> None:
     elif op == "forget_status":
         assert result == reply["erasures"]
         assert all("user_id" not in request for request in result)
-    elif op in ("status", "whoami", "deadletter_replay", "quarantine_replay", "quarantine_drop", "reload"):
+    elif op in ("status", "whoami", "deadletter_replay", "quarantine_replay", "quarantine_drop", "reload", "recipients"):
         assert result == reply
         if "consent" in reply:
             same_fields(ferry.ConsentState.from_json(reply["consent"]), reply["consent"], "status consent")
