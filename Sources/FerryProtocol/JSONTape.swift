@@ -304,7 +304,9 @@ package struct JSONTape: Sendable {
             index += count
         }
 
-        /// A string from its opening quote (``JSONScan/string(_:count:from:)``).
+        /// A string from its opening quote (``JSONScan/string(_:count:from:)``). Inlined into
+        /// the parser's loop: no call, and the scan's constants loaded once per document.
+        @inline(__always)
         mutating func string() throws(Failure) {
             let start = index + 1
             // Not empty: `index` is at the opening quote.
