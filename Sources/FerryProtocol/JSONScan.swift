@@ -86,10 +86,21 @@ package enum JSONScan {
     /// parser (``JSONTape``) reads every string through it.
     @inline(__always)
     package static func string(_ base: UnsafeRawPointer, count: Int, from start: Int) -> ScannedString {
+        let last = count &- 8  // the last offset a whole word can be read from
+        // The short plain string (most member names and enum values): the first byte its first
+        // word flags is the closing quote, so nothing before it is an escape or a candidate.
+        if start <= last {
+            let flags = attention((base + start).loadUnaligned(as: UInt64.self))
+            if flags != 0 {
+                let end = start &+ flags.trailingZeroBitCount &>> 3
+                if base.load(fromByteOffset: end, as: UInt8.self) == UInt8(ascii: "\"") {
+                    return ScannedString(end: end, escaped: false, candidate: false, fault: nil)
+                }
+            }
+        }
         var at = start
         var escaped = false
         var candidate = false
-        let last = count &- 8  // the last offset a whole word can be read from
         while true {
             // Wrapping arithmetic: no overflow checks in the loops that read most bytes.
             if candidate {

@@ -105,6 +105,14 @@ package struct JSONTape: Sendable {
         onStack(bytes) { nodes, _ in body(nodes) }
     }
 
+    /// ``withNodes(_:_:)`` for a body that answers yes or no: the quality gate's per-event parse.
+    /// Not generic, so nothing is looked up at run time: the generic one, called from another
+    /// module, is not specialised there and fetches its temporary allocation's generic metadata
+    /// on every call (~330 instructions per event, issue 37).
+    package static func withNodes(_ bytes: UnsafeRawBufferPointer, _ body: (UnsafeBufferPointer<JSONNode>?) -> Bool) -> Bool {
+        onStack(bytes) { nodes, _ in body(nodes) }
+    }
+
     /// Nodes ``withNodes(_:_:)`` keeps on the stack (48 × 20 bytes: within the 1 KiB that
     /// `withUnsafeTemporaryAllocation` always places there); more move to the heap.
     package static let stackNodes = 48
@@ -296,7 +304,9 @@ package struct JSONTape: Sendable {
             index += count
         }
 
-        /// A string from its opening quote (``JSONScan/string(_:count:from:)``).
+        /// A string from its opening quote (``JSONScan/string(_:count:from:)``). Inlined into
+        /// the parser's loop: no call, and the scan's constants loaded once per document.
+        @inline(__always)
         mutating func string() throws(Failure) {
             let start = index + 1
             // Not empty: `index` is at the opening quote.

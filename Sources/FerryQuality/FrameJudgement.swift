@@ -71,20 +71,25 @@ struct FrameFields {
 
     /// The fields of `raw`, an event frame whose validated fixed header is `header`. A field
     /// given twice in the extension block counts as its last, as `WireEvent(decoding:)` reads it.
+    ///
+    /// The fields are cut without bounds checks: the validated header declares no more bytes
+    /// than the frame holds (`EventHeader(_:)` refuses it otherwise), and each extension's
+    /// length is checked against what is left.
     init(_ raw: UnsafeRawBufferPointer, _ header: EventHeader) {
+        let base = raw.baseAddress!  // a valid frame holds at least its fixed header
         let nameStart = WireEvent.fixedHeaderSize + header.sourceLength
         let userStart = nameStart + header.nameLength
         let propertiesStart = userStart + header.userIDLength + header.onceKeyLength
-        name = UnsafeRawBufferPointer(rebasing: raw[nameStart..<userStart])
-        userID = UnsafeRawBufferPointer(rebasing: raw[userStart..<(userStart + header.userIDLength)])
-        properties = UnsafeRawBufferPointer(rebasing: raw[propertiesStart..<(propertiesStart + header.propertiesLength)])
+        name = UnsafeRawBufferPointer(start: base + nameStart, count: header.nameLength)
+        userID = UnsafeRawBufferPointer(start: base + userStart, count: header.userIDLength)
+        properties = UnsafeRawBufferPointer(start: base + propertiesStart, count: header.propertiesLength)
         var offset = header.extensionsOffset
         while raw.count - offset >= EventExtension.entryHeaderSize {
             let tag = UInt16(littleEndian: raw.loadUnaligned(fromByteOffset: offset, as: UInt16.self))
             let length = Int(UInt32(littleEndian: raw.loadUnaligned(fromByteOffset: offset + 2, as: UInt32.self)))
             let value = offset + EventExtension.entryHeaderSize
             guard length <= raw.count - value else { break }
-            let field = UnsafeRawBufferPointer(rebasing: raw[value..<(value + length)])
+            let field = UnsafeRawBufferPointer(start: base + value, count: length)
             switch EventExtension.Tag(rawValue: tag) {
             case .anonymousID: anonymousID = field
             case .groupID: groupID = field

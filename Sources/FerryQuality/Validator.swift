@@ -152,9 +152,11 @@ struct Validator {
             let decoded = JSONTape.decodedString(value, in: bytes)
             return decoded.withUnsafeBytes { enumStringsContain(table, schema, $0) }
         }
-        return enumStringsContain(table, schema, UnsafeRawBufferPointer(rebasing: bytes[Int(value.start)..<Int(value.end)]))
+        return enumStringsContain(table, schema, UnsafeRawBufferPointer(start: bytes.baseAddress! + Int(value.start),
+                                                                        count: Int(value.end &- value.start)))
     }
 
+    @inline(__always)
     private static func enumStringsContain(_ table: SchemaTable, _ schema: UnsafePointer<FlatSchema>, _ text: UnsafeRawBufferPointer) -> Bool {
         let strings = table.enumStrings + Int(schema.pointee.enumStart)
         for position in 0..<Int(schema.pointee.enumCount) where Int(strings[position].count) == text.count {

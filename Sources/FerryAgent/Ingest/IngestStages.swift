@@ -112,7 +112,7 @@ final class IngestStages: Sendable {
     /// The stages every event goes through, in order, listed once: the limits, then the quality
     /// stage when there is one (a plan or redaction).
     static func chain(limits: LimitsStage, quality: QualityStage?) -> IngestChain {
-        IngestChain(limits: limits, then: quality.map { [$0] } ?? [])
+        IngestChain(limits: limits, quality: quality)
     }
 
     /// The chain in effect: read it once per batch and pass it to each ``item(_:version:chain:)``
@@ -125,12 +125,11 @@ final class IngestStages: Sendable {
     @inline(__always)
     func item(_ frame: [UInt8], version: UInt8, chain: IngestChain) -> IngestBatch.Item {
         var event = IngestEvent(frame: frame, version: version)
-        // The limits, every event's first stage, are called directly (no dynamic dispatch per
-        // event when no other stage is configured).
+        // Each stage called directly (no dynamic dispatch per event): the limits, then quality.
         if let refused = chain.limits.check(event, metrics: metrics) { return refused }
-        for stage in chain.stages {
-            guard let item = stage.check(event, metrics: metrics) else { continue }
-            // A changed event goes on to the next stages; any other outcome ends the chain.
+        if let item = chain.quality?.check(event, metrics: metrics) {
+            // A changed event goes on to the next stages (none follow today); any other outcome
+            // ends the chain.
             guard case .event(let header, let changed) = item else { return item }
             event = IngestEvent(frame: changed, version: version, header: header)
         }
