@@ -17,56 +17,32 @@ struct WorkedExampleTests {
     func workedExample() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
-        let writeKey = "wk_example_" + UUID().uuidString
-        let collector = SegmentCollector(writeKey: writeKey)
-        let analytics = try await HTTPTestServer.start(handler: collector.handler)
-        let partner = try await HTTPTestServer.start()
-        let api = try await SegmentPublicAPI.start(token: "sp_example")
-        defer { api.stop() }
-        let keyPath = dir.appending("segment.key"), tokenPath = dir.appending("api.token")
-        try Data((writeKey + "\n").utf8).write(to: URL(fileURLWithPath: keyPath))
-        try Data("sp_example\n".utf8).write(to: URL(fileURLWithPath: tokenPath))
-        chmod(keyPath, 0o600)
-        chmod(tokenPath, 0o600)
-        let archiveDirectory = dir.appending("archive")
-        let config = try AgentProcess.configurationArguments("""
-            {"consent": {"defaultConsent": "undetermined", "undetermined": {"policy": "hold", "allowTypes": []}},
-             "sinks": [
-               {"name": "archive", "type": "file", "directory": "\(archiveDirectory)", "batch": {"maxWaitMilliseconds": 20}},
-               {"name": "analytics", "type": "http", "format": "segment", "url": "\(analytics.url())", "writeKeyFile": "\(keyPath)",
-                "erasure": {"apiURL": "\(api.url)", "tokenFile": "\(tokenPath)"},
-                "requiresConsent": ["analytics"], "batch": {"maxWaitMilliseconds": 20}},
-               {"name": "ads", "type": "http", "url": "\(partner.url("/v1/events"))",
-                "requiresConsent": ["advertising"], "route": {"include": {"types": ["track"]}}, "batch": {"maxWaitMilliseconds": 20}}]}
-            """, in: dir)
-        let agent = try AgentProcess(in: dir, extraArguments: config)
+        let upstreams = try await WorkedExampleUpstreams.start(in: dir)
+        let (collector, partner, api, archiveDirectory) = (upstreams.collector, upstreams.partner, upstreams.api, upstreams.archiveDirectory)
+        let agent = try AgentProcess(in: dir, extraArguments: upstreams.configuration)
         defer { agent.cleanup() }
         try await agent.waitUntilReady()
-        defer { Task { await analytics.shutdown(); await partner.shutdown() } }
+        defer { Task { await upstreams.shutdown() } }
         let tail = try BusTail(topics: ["blocked"], environment: agent.environment, outputDirectory: dir.path)
         defer { tail.cleanup() }
         try await tail.waitUntilListening()
 
         // What each upstream holds, by event name (`ferry tail`'s probes are none of them:
         // the subscription above is not probed).
-        func archive() throws -> [String] { try deliveredEvents(in: archiveDirectory).map(\.name) }
-        func segment() -> [String] { collector.accepted.map { $0.json["event"] as? String ?? "(\($0.type))" } }
-        func ads() -> [String] { partner.requests.filter { $0.path == "/v1/events" }.flatMap(\.batchEvents).map { $0["name"] as? String ?? "?" } }
-        func status(_ sink: String) async throws -> [String: Any] {
-            (try await agent.status().object["sinks"] as? [[String: Any]] ?? []).first { $0["name"] as? String == sink } ?? [:]
-        }
+        func archive() throws -> [String] { try upstreams.archive() }
+        func segment() -> [String] { upstreams.segment() }
+        func ads() -> [String] { upstreams.ads() }
+        func status(_ sink: String) async throws -> [String: Any] { try await WorkedExampleUpstreams.status(sink, of: agent) }
         func emit(_ line: String) async throws {
             let result = try await runCLI(["emit", "--stdin", "--wait", "--source", "shop"], stdin: line + "\n", environment: agent.environment)
             #expect(result.status == .exited(0), "\(result)")
         }
         func post(_ messageID: String, _ name: String, preferences: String) async throws {
-            let body = #"{"batch":[{"type":"track","event":"\#(name)","userId":"u-42","messageId":"\#(messageID)","properties":{},"context":{"consent":{"categoryPreferences":\#(preferences)}}}]}"#
-            let response = try await httpPost(unixSocket: agent.runtimeDirectory + "/http", path: "/v1/batch", json: body)
-            #expect(response.status == 200 && response.body.contains(#""accepted":1"#), "\(response)")
+            let answer = await WorkedExampleUpstreams.post([(messageID, name)], preferences: preferences, to: agent)
+            #expect(answer?.contains(#""accepted":1"#) == true, "\(answer ?? "no answer")")
         }
         func setConsent(_ category: String, _ value: String) async throws {
-            let result = try await runCLI(["consent", "set", category, value], environment: agent.environment)
-            #expect(result.status == .exited(0), "\(result)")
+            #expect(try await WorkedExampleUpstreams.setConsent(category, value, on: agent), "consent set \(category) \(value)")
         }
 
         // 1. Before the banner is answered: held on disk, nobody receives anything.
