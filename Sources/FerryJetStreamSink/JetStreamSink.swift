@@ -25,7 +25,9 @@ import Synchronization
 /// as long as re-sends happen within the stream's duplicate window (see `docs/JETSTREAM.md`).
 ///
 /// The connection is made on the first delivery and reconnects forever; a server that is down
-/// only delays delivery (the durable log keeps the events).
+/// only delays delivery (the durable log keeps the events). An attempt that fails while the
+/// connection is reconnecting closes it, so nothing it published is sent after it failed; the
+/// next attempt connects anew.
 public final class JetStreamSink: Sink {
     public let name: String
     /// The configuration the sink runs with.
@@ -201,13 +203,34 @@ public final class JetStreamSink: Sink {
                 // The stream may have been deleted: look it up again before the next attempt.
                 state.withLock { $0.streamReady = false }
             }
+            let note = await dropIfReconnecting(js)
+                ? " (not connected to NATS; the connection is closed with the publishes it kept, the next attempt connects anew)" : ""
             throw SinkError(.retry(after: nil),
-                            "jetstream: \(failures.count) of \(messages) messages (\(batch.events.count) events) not acknowledged: \(first)\(Self.connectionNote(js))")
+                            "jetstream: \(failures.count) of \(messages) messages (\(batch.events.count) events) not acknowledged: \(first)\(note)")
         }
         if duplicates > 0 {
             logger.debug("jetstream: messages already in the stream", metadata: ["duplicates": "\(duplicates)", "batch": "\(batch.idempotencyKey)"])
         }
         try Self.reach("jetstream.published")
+    }
+
+    /// Closes `js`'s connection after a failed attempt if it is not connected, and forgets it
+    /// (the next attempt connects anew). While nats.c reconnects it keeps the publishes made
+    /// meanwhile and sends them once it is back — after the attempt failed, and so perhaps after
+    /// a revocation that the next attempt honours (docs/DELIVERY.md, "Routes and consent per
+    /// sink"). nats.c has no call that empties that buffer, and no size that turns it off
+    /// (`natsOptions_SetReconnectBufSize` with 0 is its 8 MB default); closing the connection
+    /// discards it. What was sent before the close was sent within the attempt.
+    /// Returns whether it was closed.
+    private func dropIfReconnecting(_ js: JetStreamContext) async -> Bool {
+        guard !js.connection.isConnected else { return false }
+        state.withLock { state in
+            guard state.js === js else { return }
+            state.js = nil
+            state.streamReady = false
+        }
+        await io.run { js.connection.close() }
+        return true
     }
 
     public func shutdown() async throws {

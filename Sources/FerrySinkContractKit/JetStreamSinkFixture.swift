@@ -26,9 +26,6 @@ public struct JetStreamSinkFixture: SinkFixture {
         (eventsPerMessage > 1 ? ["jetstream.planned"] : []) + ["jetstream.acked", "jetstream.published"]
     }
     public let faults = [SinkFault("server-down", .retried), SinkFault("stream-missing", .deadLettered)]
-    /// The NATS client keeps the publishes of an attempt made while the server is down and sends
-    /// them once it reconnects, after the attempt failed.
-    public var failedAttemptsMayArrive: Bool { true }
 
     /// A fixture publishing `eventsPerMessage` events a message.
     public init(eventsPerMessage: Int = 1) {

@@ -25,18 +25,12 @@ public protocol SinkFixture: Sendable {
     /// nil when it has it. A fixture gates on its own dependency only: the contract suite runs
     /// every fixture whose dependency is there (``Array/runnable``) and names the others.
     var missingDependency: String? { get }
-    /// Whether what an attempt sent while the upstream was down may still reach it once it is
-    /// back, though the attempt failed (the NATS client keeps publishes made while it
-    /// reconnects and sends them on reconnection): such events count as on the wire.
-    var failedAttemptsMayArrive: Bool { get }
 }
 
 extension SinkFixture {
     /// Nothing beyond `ferryd` and this process (the file sink's directory, an in-process HTTP
     /// server).
     public var missingDependency: String? { nil }
-    /// A failed attempt leaves nothing behind (the file system, an HTTP request answered).
-    public var failedAttemptsMayArrive: Bool { false }
 }
 
 /// The real upstream one test's sink delivers to (a directory, an HTTP server, a nats-server).

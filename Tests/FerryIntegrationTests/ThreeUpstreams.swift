@@ -12,52 +12,30 @@ import Testing
 /// `track` events only). `WorkedExampleTests` and `RecipientsIntegrationTests` run on it.
 final class ThreeUpstreams: @unchecked Sendable {
     let dir: TemporaryDirectory
-    let collector: SegmentCollector
-    let analytics: HTTPTestServer
-    let partner: HTTPTestServer
-    let api: SegmentPublicAPI
+    /// The three upstreams and the configuration that sends to them (shared with
+    /// `RevokeCrashTests`, which runs its agent itself).
+    let servers: WorkedExampleUpstreams
     let agent: AgentProcess
-    let archiveDirectory: String
 
-    private init(dir: TemporaryDirectory, collector: SegmentCollector, analytics: HTTPTestServer, partner: HTTPTestServer,
-                 api: SegmentPublicAPI, agent: AgentProcess, archiveDirectory: String) {
+    var collector: SegmentCollector { servers.collector }
+    var analytics: HTTPTestServer { servers.analytics }
+    var partner: HTTPTestServer { servers.partner }
+    var api: SegmentPublicAPI { servers.api }
+    var archiveDirectory: String { servers.archiveDirectory }
+
+    private init(dir: TemporaryDirectory, servers: WorkedExampleUpstreams, agent: AgentProcess) {
         self.dir = dir
-        self.collector = collector
-        self.analytics = analytics
-        self.partner = partner
-        self.api = api
+        self.servers = servers
         self.agent = agent
-        self.archiveDirectory = archiveDirectory
     }
 
     /// Starts the upstreams and the agent (consent `undetermined` under `hold`, as in the
     /// example) and waits until it is ready. ``stop()`` undoes it all.
     static func start() async throws -> ThreeUpstreams {
         let dir = try TemporaryDirectory()
-        let writeKey = "wk_example_" + UUID().uuidString
-        let collector = SegmentCollector(writeKey: writeKey)
-        let analytics = try await HTTPTestServer.start(handler: collector.handler)
-        let partner = try await HTTPTestServer.start()
-        let api = try await SegmentPublicAPI.start(token: "sp_example")
-        let keyPath = dir.appending("segment.key"), tokenPath = dir.appending("api.token")
-        try Data((writeKey + "\n").utf8).write(to: URL(fileURLWithPath: keyPath))
-        try Data("sp_example\n".utf8).write(to: URL(fileURLWithPath: tokenPath))
-        chmod(keyPath, 0o600)
-        chmod(tokenPath, 0o600)
-        let archiveDirectory = dir.appending("archive")
-        let config = try AgentProcess.configurationArguments("""
-            {"consent": {"defaultConsent": "undetermined", "undetermined": {"policy": "hold", "allowTypes": []}},
-             "sinks": [
-               {"name": "archive", "type": "file", "directory": "\(archiveDirectory)", "batch": {"maxWaitMilliseconds": 20}},
-               {"name": "analytics", "type": "http", "format": "segment", "url": "\(analytics.url())", "writeKeyFile": "\(keyPath)",
-                "erasure": {"apiURL": "\(api.url)", "tokenFile": "\(tokenPath)"},
-                "requiresConsent": ["analytics"], "batch": {"maxWaitMilliseconds": 20}},
-               {"name": "ads", "type": "http", "url": "\(partner.url("/v1/events"))",
-                "requiresConsent": ["advertising"], "route": {"include": {"types": ["track"]}}, "batch": {"maxWaitMilliseconds": 20}}]}
-            """, in: dir)
-        let agent = try AgentProcess(in: dir, extraArguments: config)
-        let upstreams = ThreeUpstreams(dir: dir, collector: collector, analytics: analytics, partner: partner, api: api,
-                                       agent: agent, archiveDirectory: archiveDirectory)
+        let servers = try await WorkedExampleUpstreams.start(in: dir)
+        let agent = try AgentProcess(in: dir, extraArguments: servers.configuration)
+        let upstreams = ThreeUpstreams(dir: dir, servers: servers, agent: agent)
         do {
             try await agent.waitUntilReady()
         } catch {
@@ -82,23 +60,19 @@ final class ThreeUpstreams: @unchecked Sendable {
     /// Stops the agent and the upstreams and removes the directory.
     func stop() async {
         agent.cleanup()
-        api.stop()
-        await analytics.shutdown()
-        await partner.shutdown()
+        await servers.shutdown()
         dir.remove()
     }
 
     /// The archive's events by name (an `identify` has none: `""`).
-    func archive() throws -> [String] { try deliveredEvents(in: archiveDirectory).map(\.name) }
+    func archive() throws -> [String] { try servers.archive() }
     /// The collector's accepted events by name (`(identify)` for one without).
-    func segment() -> [String] { collector.accepted.map { $0.json["event"] as? String ?? "(\($0.type))" } }
+    func segment() -> [String] { servers.segment() }
     /// The partner's events by name.
-    func ads() -> [String] { partner.requests.filter { $0.path == "/v1/events" }.flatMap(\.batchEvents).map { $0["name"] as? String ?? "?" } }
+    func ads() -> [String] { servers.ads() }
 
     /// One sink's entry of `status`.
-    func status(_ sink: String) async throws -> [String: Any] {
-        (try await agent.status().object["sinks"] as? [[String: Any]] ?? []).first { $0["name"] as? String == sink } ?? [:]
-    }
+    func status(_ sink: String) async throws -> [String: Any] { try await WorkedExampleUpstreams.status(sink, of: agent) }
 
     /// `ferry emit --stdin --wait` of one JSON line (over ZeroMQ).
     func emit(_ line: String) async throws {
@@ -108,15 +82,13 @@ final class ThreeUpstreams: @unchecked Sendable {
 
     /// A Segment `track` of `user` through the local HTTP API, carrying `categoryPreferences`.
     func post(_ messageID: String, _ name: String, user: String = "u-42", preferences: String) async throws {
-        let body = #"{"batch":[{"type":"track","event":"\#(name)","userId":"\#(user)","messageId":"\#(messageID)","properties":{},"context":{"consent":{"categoryPreferences":\#(preferences)}}}]}"#
-        let response = try await httpPost(unixSocket: agent.runtimeDirectory + "/http", path: "/v1/batch", json: body)
-        #expect(response.status == 200 && response.body.contains(#""accepted":1"#), "\(response)")
+        let answer = await WorkedExampleUpstreams.post([(messageID, name)], user: user, preferences: preferences, to: agent)
+        #expect(answer?.contains(#""accepted":1"#) == true, "\(answer ?? "no answer")")
     }
 
     /// `ferry consent set CATEGORY VALUE`.
     func setConsent(_ category: String, _ value: String) async throws {
-        let result = try await runCLI(["consent", "set", category, value], environment: agent.environment)
-        #expect(result.status == .exited(0), "\(result)")
+        #expect(try await WorkedExampleUpstreams.setConsent(category, value, on: agent), "consent set \(category) \(value)")
     }
 
     /// The sinks the newest erasure request is for, each with its state (`forget_status`).

@@ -249,4 +249,39 @@ struct JetStreamSinkDeliveryTests {
         #expect(try await server.streamMessages("FERRY").map(\.messageID) == [batch.events[0].decodedID.description])
         try await sink.shutdown()
     }
+
+    /// docs/DELIVERY.md, "Routes and consent per sink": nothing an attempt published reaches the
+    /// stream after the attempt failed. Without closing the connection, nats.c would send the
+    /// failed attempt's publishes (kept while it reconnects) once the server is back, on the same
+    /// connection and before the next batch's.
+    @Test("an attempt failing while the client reconnects leaves nothing behind: its publishes never reach the stream")
+    func failedAttemptLeavesNothing() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let server = try NATSServerProcess(in: dir)
+        defer { server.cleanup() }
+        try await server.waitUntilReady()
+        let sink = JetStreamSink(configuration: JetStreamSinkConfiguration(
+            servers: server.urls, ackTimeoutMilliseconds: 300, connectTimeoutMilliseconds: 200, reconnectWaitMilliseconds: 50), logger: quietLogger)
+        let first = DeliveryBatch(events: Self.stored([Events.make(1)]))
+        _ = try await sink.deliver(first)
+        server.kill9(node: 0)
+        let failed = DeliveryBatch(events: Self.stored([Events.make(2), Events.make(3)]))
+        do {
+            _ = try await sink.deliver(failed)
+            Issue.record("delivered with the server down")
+        } catch let error as SinkError {
+            #expect(error.disposition == .retry(after: nil) && error.message.contains("the connection is closed"), "\(error)")
+        }
+        try server.start(node: 0)
+        try await server.waitUntilReady()
+        let later = DeliveryBatch(events: Self.stored([Events.make(4)]))
+        try await eventually("the next batch delivered once the server is back", timeout: .seconds(20)) {
+            _ = try await sink.deliver(later)
+            return true
+        }
+        let stored = try await server.streamMessages("FERRY").map(\.messageID)
+        #expect(stored == (first.events + later.events).map { $0.decodedID.description }, "\(stored)")
+        try await sink.shutdown()
+    }
 }
