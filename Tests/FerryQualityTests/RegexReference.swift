@@ -377,6 +377,8 @@ final class PythonReference {
 
     /// The running child and its pipes (replaced by a restart).
     private var process = Process()
+    /// Signalled when the running child exits (its termination handler).
+    private var exited = DispatchSemaphore(value: 0)
     private var input = Pipe(), output = Pipe()
     /// The child's standard error.
     private let errors: URL
@@ -414,15 +416,16 @@ final class PythonReference {
         process.standardInput = input
         process.standardOutput = output
         process.standardError = try FileHandle(forWritingTo: errors)
+        let exited = DispatchSemaphore(value: 0)
+        self.exited = exited
+        process.terminationHandler = { _ in exited.signal() }
         try process.run()
     }
 
     /// How the ended child ended and what it wrote to its standard error. Its output closed, so
     /// it is exiting; one still running after 5 s is ended (and said to be).
     private func ending() -> String {
-        let deadline = ContinuousClock.now + .seconds(5)
-        while process.isRunning && ContinuousClock.now < deadline { usleep(10_000) }
-        let hung = process.isRunning
+        let hung = exited.wait(timeout: .now() + 5) == .timedOut
         if hung { process.terminate() }
         process.waitUntilExit()
         let how = hung ? "closed its output but kept running (ended)" : process.terminationReason == .uncaughtSignal
