@@ -44,6 +44,9 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     public let configuration: HTTPSinkConfiguration
     let logger: Logger
     let client: HTTPClient
+    /// The environment ``HTTPSinkConfiguration/tokenEnvironment`` is looked up in: the process's
+    /// own, captured at creation, unless a test passes one.
+    let environment: [String: String]
     private let state = Mutex<State>(State())
 
     /// The sink's thread for blocking file reads (token, CA file).
@@ -82,9 +85,21 @@ public final class HTTPSink: Sink, CustomStringConvertible {
                   io: BlockingExecutor(name: "ferry-sink-" + name))
     }
 
-    /// Creates the sink with `io` (its delivery loop's thread) for reading the token and CA files.
-    package init(name: String, configuration: HTTPSinkConfiguration, logger: Logger, io: BlockingExecutor) {
+    /// Creates the sink reading ``HTTPSinkConfiguration/tokenEnvironment`` from `environment`
+    /// instead of the process's environment (tests: setting a variable of the test process would
+    /// race with the child processes other tests start).
+    package convenience init(name: String = "http", configuration: HTTPSinkConfiguration, logger: Logger,
+                             environment: [String: String]) {
+        self.init(name: name, configuration: configuration, logger: logger,
+                  io: BlockingExecutor(name: "ferry-sink-" + name), environment: environment)
+    }
+
+    /// Creates the sink with `io` (its delivery loop's thread) for reading the token and CA files,
+    /// and `environment` for ``HTTPSinkConfiguration/tokenEnvironment``.
+    package init(name: String, configuration: HTTPSinkConfiguration, logger: Logger, io: BlockingExecutor,
+                 environment: [String: String] = ProcessInfo.processInfo.environment) {
         self.io = io
+        self.environment = environment
         self.name = name
         self.configuration = configuration
         self.logger = logger
@@ -113,8 +128,8 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// Loads the token and checks the CA file, so a misconfiguration stops `ferryd` at start
     /// instead of failing every batch. The sink keeps no checkpoint.
     public func recover(checkpoint: [UInt8]?) async throws -> [UInt8]? {
-        let configuration = self.configuration
-        let problems = await io.run { Self.fileProblems(configuration) }
+        let configuration = self.configuration, environment = self.environment
+        let problems = await io.run { Self.fileProblems(configuration, environment: environment) }
         if !problems.isEmpty { throw AgentError(code: .configuration, message: problems.joined(separator: "\n")) }
         _ = try await authorization()
         logger.info("http sink ready", metadata: ["sink": "\(configuration)"])
@@ -123,13 +138,14 @@ public final class HTTPSink: Sink, CustomStringConvertible {
 
     /// What is wrong with the files `configuration` names (the credential, `erasure.tokenFile`,
     /// `caFile`), one message each; what start refuses and `ferryd validate` lists
-    /// (``HTTPSinkConfiguration/checkFiles()``). Blocking.
-    static func fileProblems(_ configuration: HTTPSinkConfiguration) -> [String] {
+    /// (``HTTPSinkConfiguration/checkFiles()``), `tokenEnvironment` looked up in `environment`. Blocking.
+    static func fileProblems(_ configuration: HTTPSinkConfiguration,
+                             environment: [String: String] = ProcessInfo.processInfo.environment) -> [String] {
         // Warnings (a token others can read) are the running sink's to log, not the check's.
         let quiet = Logger(label: "ferry-http-sink-check", factory: { _ in SwiftLogNoOpLogHandler() })
         var problems: [String] = []
         do {
-            _ = try loadCredential(configuration, logger: quiet)
+            _ = try loadCredential(configuration, environment: environment, logger: quiet)
         } catch {
             problems.append((error as? AgentError)?.message ?? "sink (http): \(error)")
         }
@@ -342,15 +358,17 @@ public final class HTTPSink: Sink, CustomStringConvertible {
     /// The `Authorization` value, or `nil` without a configured credential. Loads it on first use.
     func authorization() async throws -> String? {
         if let loaded = state.withLock({ $0.credential }) { return loaded?.authorization }
-        let configuration = self.configuration, logger = self.logger
-        let credential = try await io.run { try Self.loadCredential(configuration, logger: logger) }
+        let configuration = self.configuration, environment = self.environment, logger = self.logger
+        let credential = try await io.run { try Self.loadCredential(configuration, environment: environment, logger: logger) }
         state.withLock { $0.credential = .some(credential) }
         return credential?.authorization
     }
 
     /// The configured credential as a header value: a bearer token, or a Segment write key as
-    /// HTTP Basic (the key as the user name, an empty password). Errors never contain it.
-    static func loadCredential(_ configuration: HTTPSinkConfiguration, logger: Logger) throws -> Credential? {
+    /// HTTP Basic (the key as the user name, an empty password); `tokenEnvironment` is looked up in
+    /// `environment`. Errors never contain it.
+    static func loadCredential(_ configuration: HTTPSinkConfiguration, environment: [String: String],
+                               logger: Logger) throws -> Credential? {
         if let path = configuration.writeKeyFile {
             let key = try readSecret(path, key: "writeKeyFile", logger: logger)
             guard !key.isEmpty else { throw AgentError(code: .configuration, message: "sink (http): the write key (file \(path)) is empty") }
@@ -361,7 +379,7 @@ public final class HTTPSink: Sink, CustomStringConvertible {
             let encoded = Data((key + ":").utf8).base64EncodedString()
             return Credential(authorization: "Basic " + encoded, secrets: [encoded, key])
         }
-        return try loadToken(configuration, logger: logger).map { Credential(authorization: "Bearer " + $0, secrets: [$0]) }
+        return try loadToken(configuration, environment: environment, logger: logger).map { Credential(authorization: "Bearer " + $0, secrets: [$0]) }
     }
 
     /// The contents of the secret file `path` (the value of configuration key `key`), trimmed;
@@ -377,14 +395,16 @@ public final class HTTPSink: Sink, CustomStringConvertible {
         return String(decoding: bytes, as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
     }
 
-    /// Reads the token from the configured file or environment variable. Errors never contain it.
-    static func loadToken(_ configuration: HTTPSinkConfiguration, logger: Logger) throws -> String? {
+    /// Reads the token from the configured file or from the variable in `environment`. Errors never
+    /// contain it.
+    static func loadToken(_ configuration: HTTPSinkConfiguration, environment: [String: String],
+                          logger: Logger) throws -> String? {
         func fail(_ message: String) -> AgentError { AgentError(code: .configuration, message: "sink (http): " + message) }
         let raw: String
         if let path = configuration.tokenFile {
             raw = try readSecret(path, key: "tokenFile", logger: logger)
         } else if let variable = configuration.tokenEnvironment {
-            guard let value = ProcessInfo.processInfo.environment[variable] else {
+            guard let value = environment[variable] else {
                 throw fail("environment variable \(variable) (tokenEnvironment) is not set")
             }
             raw = value

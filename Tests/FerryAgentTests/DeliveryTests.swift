@@ -345,31 +345,32 @@ struct DeliveryTests {
     func maxWaitBatching() async throws {
         let scratch = try ScratchDirectory(short: true)
         defer { scratch.remove() }
-        let waiting = ScriptedSink(name: "waiting"), patient = ScriptedSink(name: "patient")
+        // Nothing here depends on how fast commits land: what must share a batch is ordered by the
+        // acks (the second message goes after the first is committed), and the holding sink's
+        // maxWait (ten minutes) is far longer than the deadlines the test waits on (3 × 60 s).
+        let prompt = ScriptedSink(name: "prompt"), holding = ScriptedSink(name: "holding")
         let configuration = multiSinkConfiguration(scratch, [
-            // 30 s: three commits on one connection fit inside it even on a 2-core machine running
-            // the whole suite (4 s did not, once; 10 s did not, three times in round 5, when the
-            // suite grew the revoke and inline-commit crash suites that run beside it).
-            scriptedSinkConfiguration("waiting", scratch, batch: .init(maxEvents: 10, maxBytes: 1 << 20, maxWaitMilliseconds: 30_000)),
-            // Would wait a minute for a partial batch: only full batches can arrive within the test.
-            scriptedSinkConfiguration("patient", scratch, batch: .init(maxEvents: 5, maxBytes: 1 << 20, maxWaitMilliseconds: 60_000)),
+            // A partial batch goes once its (short) wait is over, with no more events coming.
+            scriptedSinkConfiguration("prompt", scratch, batch: .init(maxEvents: 100, maxBytes: 1 << 20, maxWaitMilliseconds: 100)),
+            // Would hold a partial batch for ten minutes: only a full batch can arrive in the test.
+            scriptedSinkConfiguration("holding", scratch, batch: .init(maxEvents: 10, maxBytes: 1 << 20, maxWaitMilliseconds: 600_000)),
         ])
-        let running = try await InProcessAgent(configuration, sinks: ["waiting": waiting, "patient": patient])
-        let frames = Events.frames(3)
-        // Three messages on one connection, each acked before the next goes.
-        let replies = try await exchange(runtimeDirectory: configuration.runtimeDirectory,
-                                         frames.enumerated().map { [eventsHeader(UInt32($0.offset + 1)), $0.element] })
-        #expect(replies.compactMap(\.entries).flatMap { $0 }.map(\.status) == [.accepted, .accepted, .accepted])
-        try await waitUntil("the partial batch sent after its wait", timeout: .seconds(90)) { !waiting.batches.isEmpty }
-        #expect(waiting.batches.map(\.events.count) == [3], "three separate messages, one batch")
+        let running = try await InProcessAgent(configuration, sinks: ["prompt": prompt, "holding": holding])
+        let first = Events.frames(3), second = Events.frames(9)
+        try await running.send(first, requestID: 1)
+        try await waitUntil("the partial batch sent after its wait", timeout: .seconds(60)) { !prompt.batches.isEmpty }
+        #expect(prompt.batches.map(\.events.count) == [3])
+        #expect(holding.batches.isEmpty, "a partial batch of 3 of 10 is held")
 
-        let five = Events.frames(5)
-        try await running.send(Array(five.prefix(2)), requestID: 10)
-        try await running.send(Array(five.suffix(3)), requestID: 11)
-        // The patient sink has 3 + 2 + 3 = 8 events: one full batch of 5 goes without waiting.
-        try await waitUntil("a full batch for the patient sink") { !patient.batches.isEmpty }
-        #expect(patient.batches.map(\.events.count) == [5])
-        #expect(patient.ids == idsOf(frames + Array(five.prefix(2))).map(\.description))
+        // One commit of 9: the held 3 and 7 of them make a full batch of 10, which goes without
+        // waiting out the ten minutes; the other 2 are held in turn.
+        try await running.send(second, requestID: 2)
+        try await waitUntil("a full batch for the holding sink", timeout: .seconds(60)) { !holding.batches.isEmpty }
+        #expect(holding.batches.map(\.events.count) == [10], "the held partial batch and the next events, one batch")
+        #expect(holding.ids == idsOf(first + Array(second.prefix(7))).map(\.description))
+        try await waitUntil("the prompt sink has every event", timeout: .seconds(60)) { prompt.ids.count == 12 }
+        #expect(prompt.batches.map(\.events.count) == [3, 9])
+        #expect(prompt.ids == idsOf(first + second).map(\.description))
         try await running.stop()
     }
 

@@ -31,12 +31,13 @@ struct HTTPSinkTests {
     /// Starts a sink posting to `server`, runs `body`, shuts the sink down.
     static func withSink<T>(
         _ server: HTTPTestServer, configure: (inout HTTPSinkConfiguration) -> Void = { _ in },
-        logger: Logger = quietLogger, _ body: (HTTPSink) async throws -> T
+        logger: Logger = quietLogger, environment: [String: String] = ProcessInfo.processInfo.environment,
+        _ body: (HTTPSink) async throws -> T
     ) async throws -> T {
         var configuration = HTTPSinkConfiguration(url: server.url(), requestTimeoutMilliseconds: 10_000)
         configure(&configuration)
         try configuration.validate()
-        let sink = HTTPSink(configuration: configuration, logger: logger)
+        let sink = HTTPSink(configuration: configuration, logger: logger, environment: environment)
         do {
             _ = try await sink.recover(checkpoint: nil)
             let result = try await body(sink)
@@ -225,14 +226,16 @@ struct HTTPSinkTests {
         let scratch = try ScratchDirectory()
         defer { scratch.remove() }
         let token = "tok-" + UUID().uuidString
-        let variable = "FERRY_TEST_TOKEN_" + UUID().uuidString.replacingOccurrences(of: "-", with: "")
+        let variable = "FERRY_TEST_TOKEN"
+        // The sink's environment is passed in, not set on this process: setenv here would race
+        // with the child processes other tests start (Process copies the environment).
+        var environment = ProcessInfo.processInfo.environment
         if source == "file" {
             try writeBytes(Array("  \(token)\n".utf8), to: scratch.appending("token"))
             chmod(scratch.appending("token"), 0o600)
         } else {
-            setenv(variable, token, 1)
+            environment[variable] = token
         }
-        defer { unsetenv(variable) }
         let logs = CapturedLogs()
         try await Self.withServer({ request in
             // A collector that echoes the request headers in its error body.
@@ -243,7 +246,7 @@ struct HTTPSinkTests {
             try await Self.withSink(server, configure: {
                 if source == "file" { $0.tokenFile = scratch.appending("token") } else { $0.tokenEnvironment = variable }
                 $0.headers = ["X-Tenant": "acme"]
-            }, logger: logs.logger) { sink in
+            }, logger: logs.logger, environment: environment) { sink in
                 _ = try await sink.deliver(Self.batch(1))
                 let error = await Self.sinkError { _ = try await sink.deliver(Self.batch(2)) }
                 let request = try #require(server.requests.first)

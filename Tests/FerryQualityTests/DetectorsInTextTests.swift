@@ -72,6 +72,24 @@ import Testing
         #expect(Self.marked(text) == text)
     }
 
+    /// A known false positive (docs/QUALITY.md, "Detectors"): the user and host of a git remote in
+    /// scp form are an e-mail address syntactically, so the `email` detector finds them; the
+    /// remote as a URL without a user is left alone.
+    @Test(arguments: [
+        ("git@github.com:org/repo.git", "<email>:org/repo.git"),
+        ("clone git@gitlab.example.org:team/app.git failed", "clone <email>:team/app.git failed"),
+        ("ssh://git@github.com/org/repo.git", "ssh://<email>/org/repo.git"),
+        ("https://github.com/org/repo.git", "https://github.com/org/repo.git"),
+    ])
+    func gitRemotesInScpFormAreAddresses(text: String, expected: String) throws {
+        #expect(Self.marked(text) == expected)
+    }
+
+    @Test func aGitRemoteIsMaskedAsAnAddress() throws {
+        let judgement = try redacted(Self.configuration("mask"), event(properties: #"{"remote": "git@github.com:org/repo.git"}"#))
+        #expect(String(decoding: judgement.event.properties, as: UTF8.self) == #"{"remote":"g***@g***.com:org/repo.git"}"#)
+    }
+
     @Test func aVersionMemberHoldsNoAddress() {
         #expect(Self.marked("built from 10.0.0.1", noIP: true) == "built from 10.0.0.1")
         #expect(Self.marked("built from 10.0.0.1") == "built from <ip>")

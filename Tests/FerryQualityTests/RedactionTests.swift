@@ -230,7 +230,8 @@ func redacted(_ configuration: String, _ event: WireEvent) throws -> Judgement {
     }
 
     static func write(_ path: String, bytes: Int, mode: Int) throws {
-        FileManager.default.createFile(atPath: path, contents: Data(repeating: 7, count: bytes), attributes: [.posixPermissions: mode])
+        try #require(FileManager.default.createFile(atPath: path, contents: Data(repeating: 7, count: bytes), attributes: [.posixPermissions: mode]),
+                     "cannot create \(path)")
     }
 
     static func load(_ path: String) throws -> Redactor {

@@ -99,7 +99,9 @@ final class ErasureSender: Sendable {
             }
             let retry = settings.withLock { $0.retry }
             if failure.disposition == .permanent {
-                breaker.withLock { $0.failedPermanently() }
+                // The change it returns is not announced: only a delivery loop's circuit is
+                // published (topic `circuit`, docs/DELIVERY.md); this breaker's state is read by admit.
+                _ = breaker.withLock { $0.failedPermanently() }
                 logger.error("erasure refused upstream", metadata: ["request": "\(request.id)", "error": "\(failure.message)"])
                 return await finish(ErasureOutcome(id: request.id, sink: name, state: .failed, attempts: attempts, error: failure.message))
             }
