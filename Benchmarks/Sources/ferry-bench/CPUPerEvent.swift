@@ -381,6 +381,10 @@ extension Driver {
             var cell: [String: Any] = ["runs": runsOfLibrary, "send_delay_ms": runsOfLibrary.first?["send_delay_ms"] ?? NSNull()]
             for key in ["app_us_per_event", "ferryd_us_per_event", "total_us_per_event", "app_switches_per_event",
                         "ferryd_switches_per_event", "total_switches_per_event"] { cell[key] = med(key) }
+            // The per-thread splits of the run whose total is the median (or the first), as the
+            // load range's cells do (``cpuCell(_:)``).
+            let middle = runsOfLibrary.first { ($0["total_us_per_event"] as? Double) == cell["total_us_per_event"] as? Double } ?? runsOfLibrary.first
+            for key in ["app_threads_us_per_event", "ferryd_threads_us_per_event"] { cell[key] = middle?[key] ?? NSNull() }
             row[library] = cell
             note("python \(library) at 1000/s: app \(String(format: "%.1f", med("app_us_per_event"))) µs, ferryd \(String(format: "%.1f", med("ferryd_us_per_event"))) µs per event; switches \(String(format: "%.1f", med("app_switches_per_event"))) + \(String(format: "%.1f", med("ferryd_switches_per_event")))")
         }
@@ -454,7 +458,7 @@ extension Report {
         if let cpu = summary["cpu_per_event"] as? [String: Any] {
             let loads = cpu["loads"] as? [[String: Any]] ?? []
             out.append("\n### CPU per event across the load range: K FerryClient processes (track-latency, Poisson, 256 B), clients at their defaults, default ferryd, file sink live\n")
-            out.append("| offered/s | K | send delay ms | apps µs/event | the same apps without Ferry | ferryd µs/event | total µs/event | context switches/event: apps + ferryd = total | the same apps without Ferry | p50 µs | p99 µs | apps: top threads µs/event | ferryd: top threads µs/event |")
+            out.append("| offered/s | K | send delay ms | apps µs/event | the same apps without Ferry | ferryd µs/event | total µs/event | context switches/event: apps + ferryd = total | the same apps without Ferry | p50 µs | p99 µs | apps: top threads µs/event (the run of median total) | ferryd: top threads µs/event (the same run) |")
             out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
             for row in loads {
                 out.append("| \(n(row["offered_rate"])) | \(row["processes"] ?? "") | \(f(row["send_delay_ms"])) | \(f(row["apps_us_per_event"])) | \(f(row["null_app_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(switches(row)) | \(f2(row["null_app_switches_per_event"])) | \(n(row["p50_us"])) | \(n(row["p99_us"])) | \(top(row["apps_threads_us_per_event"])) | \(top(row["ferryd_threads_us_per_event"])) |")
@@ -482,15 +486,14 @@ extension Report {
         }
         if let python = summary["python_cpu"] as? [String: Any] {
             out.append("\n### Python at 1 000 events/s (Poisson, ~250 B), same ferryd, file sink live\n")
-            out.append("| client | send delay ms | app µs/event | ferryd µs/event | total µs/event | context switches/event: app + ferryd = total | app: top threads | ferryd: top threads |")
+            out.append("| client | send delay ms | app µs/event | ferryd µs/event | total µs/event | context switches/event: app + ferryd = total | app: top threads (the run of median total) | ferryd: top threads (the same run) |")
             out.append("|---|---|---|---|---|---|---|---|")
             for (key, label) in [("ferry", "Ferry's Python client (ZeroMQ), defaults"),
                                  ("ferry_send_delay_0ms", "Ferry's Python client, send_delay 0"),
                                  ("ferry_send_delay_20ms", "Ferry's Python client, send_delay 20 ms"),
                                  ("segment", "segment-analytics-python → local HTTP API, defaults")] {
                 guard let row = python[key] as? [String: Any] else { continue }
-                let first = (row["runs"] as? [[String: Any]])?.first
-                out.append("| \(label) | \(f(row["send_delay_ms"])) | \(f(row["app_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(switches(row, "app")) | \(top(first?["app_threads_us_per_event"])) | \(top(first?["ferryd_threads_us_per_event"])) |")
+                out.append("| \(label) | \(f(row["send_delay_ms"])) | \(f(row["app_us_per_event"])) | \(f(row["ferryd_us_per_event"])) | \(f(row["total_us_per_event"])) | \(switches(row, "app")) | \(top(row["app_threads_us_per_event"])) | \(top(row["ferryd_threads_us_per_event"])) |")
             }
         }
         return out
