@@ -45,9 +45,9 @@ enum RedactionConfigurationParser {
                     guard !configuration.detectors.contains(where: { $0.kind == kind }) else {
                         throw .invalidRedaction(path: at + ".kind", message: "\"\(name)\" is listed twice")
                     }
-                    let detectorActions = RedactionAction.allCases.filter(\.isDetectorAction)
                     if case .string(RedactionAction.keep.rawValue) = fields["action"] { throw detectorKeeps(at: at + ".action") }
-                    configuration.detectors.append(DetectorRule(kind: kind, action: try action(fields["action"], at: at + ".action", of: detectorActions)))
+                    let allowed = RedactionAction.allCases.filter(\.isDetectorAction)
+                    configuration.detectors.append(DetectorRule(kind: kind, action: try action(fields["action"], at: at + ".action", of: allowed)))
                 }
             default:
                 throw .invalidRedaction(path: member.key, message: "unknown key (known: keyFile, rules, detect)")

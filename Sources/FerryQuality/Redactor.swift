@@ -205,7 +205,8 @@ public struct Redactor: Sendable {
 
     /// What redaction does to the identifier `text` (UTF-8) under `root`: the strongest action of
     /// the rules that name the root, else what the detectors find in it; nil to leave it as it
-    /// is (a `keep` rule: the detectors do not look at it). The decision of ``redact(_:parsed:violations:)`` and ``leavesIdentifierUnchanged(_:_:)``.
+    /// is (also when that action is `keep`: the detectors do not look at it). The decision of
+    /// ``redact(_:parsed:violations:)`` and ``leavesIdentifierUnchanged(_:_:)``.
     @inline(__always)
     private func identifierAction(_ text: UnsafeRawBufferPointer, _ root: RedactionPath.Root) -> IdentifierAction? {
         var chosen: RedactionAction?
@@ -328,14 +329,20 @@ public struct Redactor: Sendable {
             edits.append((node, core.replacement(detection, text: text).map(quoted)))
         }
 
-        /// A member or element: a rule ends here (its action; `keep`: no edit, and nothing below is
-        /// looked at), or the walk goes on below.
+        /// A member or element: a rule ends here (its action), or the walk goes on below.
         private mutating func visit(_ node: Int, depth: Int, matched: (ended: RedactionAction?, goingOn: UInt64), key: Int) {
             if let action = matched.ended {
-                if action != .keep { edits.append((node, apply(action, to: node))) }
+                end(action, at: node)
                 return
             }
             walk(node, depth: depth, active: matched.goingOn, key: key)
+        }
+
+        /// A rule's action on the value at `node`, as an edit (`keep`: none, and nothing below it
+        /// is looked at). Out of line: the walk of a document no rule reaches stays as small.
+        @inline(never)
+        private mutating func end(_ action: RedactionAction, at node: Int) {
+            if action != .keep { edits.append((node, apply(action, to: node))) }
         }
 
         /// The rules of `active` whose step at `depth` matches: the strongest action of those that
