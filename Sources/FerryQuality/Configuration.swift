@@ -97,6 +97,13 @@ public enum RedactionAction: String, Sendable, CaseIterable {
     case mask
     /// Replaced by `hmac:<hex>`, HMAC-SHA-256 of the value under the host key.
     case hash
+    /// Left exactly as it is, and not looked at by the detectors (the whole subtree of an object
+    /// or array): a field that must be kept whole. Rules only; a detector that keeps is refused.
+    case keep
+
+    /// Whether a detector may have the action: every action but ``keep`` (a detector finds
+    /// values to redact; a field it must not touch is named by a `keep` rule).
+    public var isDetectorAction: Bool { self != .keep }
 }
 
 /// A kind of personal value the detectors recognise in any string.

@@ -29,7 +29,7 @@ enum RedactionConfigurationParser {
                         throw .invalidRedaction(path: at + ".path", message: "must be a string such as \"properties.email\"")
                     }
                     _ = try RedactionPath(parsing: path, at: at + ".path")
-                    configuration.rules.append(RedactionRule(path: path, action: try action(fields["action"], at: at + ".action")))
+                    configuration.rules.append(RedactionRule(path: path, action: try action(fields["action"], at: at + ".action", of: RedactionAction.allCases)))
                 }
             case "detect":
                 guard case .array(let detectors) = member.value else {
@@ -45,7 +45,9 @@ enum RedactionConfigurationParser {
                     guard !configuration.detectors.contains(where: { $0.kind == kind }) else {
                         throw .invalidRedaction(path: at + ".kind", message: "\"\(name)\" is listed twice")
                     }
-                    configuration.detectors.append(DetectorRule(kind: kind, action: try action(fields["action"], at: at + ".action")))
+                    if case .string(RedactionAction.keep.rawValue) = fields["action"] { throw detectorKeeps(at: at + ".action") }
+                    let allowed = RedactionAction.allCases.filter(\.isDetectorAction)
+                    configuration.detectors.append(DetectorRule(kind: kind, action: try action(fields["action"], at: at + ".action", of: allowed)))
                 }
             default:
                 throw .invalidRedaction(path: member.key, message: "unknown key (known: keyFile, rules, detect)")
@@ -71,11 +73,17 @@ enum RedactionConfigurationParser {
         return fields
     }
 
-    private static func action(_ value: JSONValue?, at path: String) throws(QualityError) -> RedactionAction {
-        guard case .string(let name) = value, let action = RedactionAction(rawValue: name) else {
-            throw .invalidRedaction(path: path, message: "must be one of drop, mask, hash")
+    private static func action(_ value: JSONValue?, at path: String, of allowed: [RedactionAction]) throws(QualityError) -> RedactionAction {
+        guard case .string(let name) = value, let action = RedactionAction(rawValue: name), allowed.contains(action) else {
+            throw .invalidRedaction(path: path, message: "must be one of \(allowed.map(\.rawValue).joined(separator: ", "))")
         }
         return action
+    }
+
+    /// The error for a detector whose action is `keep` (at `path`, `detect[N].action`): the parser
+    /// and ``Redactor/init(configuration:key:)`` (a configuration built in code) say the same.
+    static func detectorKeeps(at path: String) -> QualityError {
+        .invalidRedaction(path: path, message: "keep is for path rules only (a detector finds values to redact: drop, mask or hash); name a field to keep with a rule {\"path\": …, \"action\": \"keep\"}")
     }
 }
 

@@ -56,6 +56,7 @@ public struct Redactor: Sendable {
                 case .drop: return nil
                 case .hash: return hmac!.tag(text)
                 case .mask: return Detectors.mask(text, kind: kind)
+                case .keep: return Array(text)  // never: init refuses a detector that keeps
                 }
             case .parts(let parts):
                 if parts.contains(where: { action(for: $0.kind) == .drop }) { return nil }
@@ -101,7 +102,8 @@ public struct Redactor: Sendable {
         }
         var actions = [RedactionAction?](repeating: nil, count: DetectorKind.allCases.count)
         var kinds: Detectors.KindSet = []
-        for detector in configuration.detectors {
+        for (index, detector) in configuration.detectors.enumerated() {
+            guard detector.action.isDetectorAction else { throw RedactionConfigurationParser.detectorKeeps(at: "detect[\(index)].action") }
             actions[detector.kind.index] = detector.action
             kinds.insert(Detectors.KindSet(detector.kind))
         }
@@ -183,7 +185,7 @@ public struct Redactor: Sendable {
         let replacement: [UInt8]?? = copy.withUTF8 { utf8 in
             let text = UnsafeRawBufferPointer(utf8)
             switch identifierAction(text, root) {
-            case nil: return .none
+            case nil, .rule(.keep): return .none
             case .rule(.drop): return .some(nil)
             case .rule(.hash): return core.hmac!.tag(text)
             case .rule(.mask): return Detectors.mask(text, kind: Detectors.classify(text, kinds: .all, key: nil))
@@ -203,7 +205,8 @@ public struct Redactor: Sendable {
 
     /// What redaction does to the identifier `text` (UTF-8) under `root`: the strongest action of
     /// the rules that name the root, else what the detectors find in it; nil to leave it as it
-    /// is. The decision of ``redact(_:parsed:violations:)`` and ``leavesIdentifierUnchanged(_:_:)``.
+    /// is (also when that action is `keep`: the detectors do not look at it). The decision of
+    /// ``redact(_:parsed:violations:)`` and ``leavesIdentifierUnchanged(_:_:)``.
     @inline(__always)
     private func identifierAction(_ text: UnsafeRawBufferPointer, _ root: RedactionPath.Root) -> IdentifierAction? {
         var chosen: RedactionAction?
@@ -213,14 +216,14 @@ public struct Redactor: Sendable {
             mask &= mask - 1
             chosen = Self.stronger(chosen, core.rules[index].action)
         }
-        if let chosen { return .rule(chosen) }
+        if let chosen { return chosen == .keep ? nil : .rule(chosen) }
         return core.detection(text, key: nil, prefiltered: false).map { .detected($0) }
     }
 
-    /// drop over hash over mask.
+    /// drop over hash over mask over keep (a value one rule keeps and another redacts is redacted).
     private static func stronger(_ current: RedactionAction?, _ other: RedactionAction) -> RedactionAction {
         guard let current else { return other }
-        let rank: [RedactionAction: Int] = [.mask: 0, .hash: 1, .drop: 2]
+        let rank: [RedactionAction: Int] = [.keep: 0, .mask: 1, .hash: 2, .drop: 3]
         return rank[other]! > rank[current]! ? other : current
     }
 
@@ -329,10 +332,17 @@ public struct Redactor: Sendable {
         /// A member or element: a rule ends here (its action), or the walk goes on below.
         private mutating func visit(_ node: Int, depth: Int, matched: (ended: RedactionAction?, goingOn: UInt64), key: Int) {
             if let action = matched.ended {
-                edits.append((node, apply(action, to: node)))
+                end(action, at: node)
                 return
             }
             walk(node, depth: depth, active: matched.goingOn, key: key)
+        }
+
+        /// A rule's action on the value at `node`, as an edit (`keep`: none, and nothing below it
+        /// is looked at). Out of line: the walk of a document no rule reaches stays as small.
+        @inline(never)
+        private mutating func end(_ action: RedactionAction, at node: Int) {
+            if action != .keep { edits.append((node, apply(action, to: node))) }
         }
 
         /// The rules of `active` whose step at `depth` matches: the strongest action of those that
@@ -389,6 +399,7 @@ public struct Redactor: Sendable {
                 var out: [UInt8] = []
                 masked(node, into: &out)
                 return out
+            case .keep: return Array(bytes[JSONTape.rawRange(value)])  // never: visit makes no edit
             }
         }
 

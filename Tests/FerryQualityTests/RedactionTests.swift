@@ -81,6 +81,7 @@ func redacted(_ configuration: String, _ event: WireEvent) throws -> Judgement {
             case .drop: ""
             case .mask: String(value.prefix(1)) + "***"
             case .hash: hmacTag(value)
+            case .keep: value
             }
         }
         #expect(judgement.event.userID == expected("user-1"))
@@ -97,7 +98,7 @@ func redacted(_ configuration: String, _ event: WireEvent) throws -> Judgement {
         (.iban, "GB82WEST12345698765432", "GB****************5432"),
     ]
 
-    @Test(arguments: DetectorKind.allCases, RedactionAction.allCases)
+    @Test(arguments: DetectorKind.allCases, RedactionAction.allCases.filter(\.isDetectorAction))
     func everyDetectorWithEveryAction(kind: DetectorKind, action: RedactionAction) throws {
         let (_, value, masked) = Self.samples.first { $0.0 == kind }!
         let configuration = #"{"detect": [{"kind": "\#(kind.rawValue)", "action": "\#(action.rawValue)"}]}"#
@@ -113,6 +114,7 @@ func redacted(_ configuration: String, _ event: WireEvent) throws -> Judgement {
             #expect(context == #"{"deep":[{"v":"\#(masked)"}]}"#)
         case .hash:
             #expect(properties == #"{"v":"\#(hmacTag(value))","n":"pro"}"#)
+        case .keep: Issue.record("a detector that keeps is refused (RedactionConfigurationTests)")
         }
         // Only the configured kind: the other samples pass untouched.
         for (other, otherValue, _) in Self.samples where other != kind {
@@ -135,6 +137,72 @@ func redacted(_ configuration: String, _ event: WireEvent) throws -> Judgement {
         let judgement = try redacted(#"{"rules": [{"path": "properties.e", "action": "mask"}, {"path": "properties.*", "action": "drop"}]}"#,
                                      event(properties: #"{"e": "x", "f": 1}"#))
         #expect(String(decoding: judgement.event.properties, as: UTF8.self) == "{}")
+    }
+
+    // MARK: keep
+
+    static let allDetectorsMask = #"{"kind": "email", "action": "mask"}, {"kind": "phone", "action": "mask"}, {"kind": "ip", "action": "mask"}, {"kind": "card", "action": "mask"}, {"kind": "iban", "action": "mask"}"#
+
+    /// A kept field is delivered byte for byte (its spacing and escapes too), the detectors do not
+    /// look inside it, and a sibling holding the same values is still redacted.
+    @Test func aKeptFieldIsLeftAsItIsWhileItsSiblingIsRedacted() throws {
+        let configuration = #"{"rules": [{"path": "properties.orderNumber", "action": "keep"}, {"path": "properties.memo", "action": "keep"}], "detect": [\#(Self.allDetectorsMask)]}"#
+        let judgement = try redacted(configuration, event(properties: #"{"orderNumber": "4111111111111111", "memo": "jane\u0040example.com paid with 4111 1111 1111 1111", "note": "jane@example.com paid with 4111 1111 1111 1111"}"#))
+        #expect(judgement.redacted)
+        #expect(String(decoding: judgement.event.properties, as: UTF8.self)
+            == #"{"orderNumber":"4111111111111111","memo":"jane\u0040example.com paid with 4111 1111 1111 1111","note":"j***@e***.com paid with **** **** **** 1111"}"#)
+        // Nothing but kept fields: the event is not changed at all, in place as decoded.
+        let kept = event(properties: #"{"orderNumber": "4111111111111111",  "memo": "mail jane@example.com"}"#)
+        let gate = QualityGate(plan: nil, allowUnplanned: true, redactor: try redactor(configuration))
+        #expect(gate.judge(kept).event == kept)
+        #expect(try InPlaceJudgementTests.passes(gate, kept))
+    }
+
+    /// A kept object or array: nothing below it is looked at or changed, at any depth.
+    @Test func aKeptObjectIsKeptWhole() throws {
+        let configuration = #"{"rules": [{"path": "context.order", "action": "keep"}, {"path": "properties.items.*.ref", "action": "keep"}], "detect": [\#(Self.allDetectorsMask)]}"#
+        let order = #"{"buyer": {"email": "jane@example.com", "ip": "198.51.100.23"}, "cards": ["4111 1111 1111 1111", {"iban": "GB82WEST12345698765432"}], "n": 1}"#
+        let items = #"[{"ref": {"phone": "+14155552671"}, "email": "jane@example.com"}, {"ref": ["jane@example.com"]}]"#
+        let judgement = try redacted(configuration, event(properties: #"{"items": \#(items)}"#, context: #"{"order": \#(order), "ip": "198.51.100.23"}"#))
+        #expect(String(decoding: judgement.event.context, as: UTF8.self) == #"{"order":\#(order),"ip":"198.51.*.*"}"#)
+        #expect(String(decoding: judgement.event.properties, as: UTF8.self)
+            == #"{"items":[{"ref":{"phone": "+14155552671"},"email":"j***@e***.com"},{"ref": ["jane@example.com"]}]}"#)
+    }
+
+    /// An id a `keep` rule names is not looked at by the detectors; the other ids are.
+    @Test func aKeptIdentifier() throws {
+        let configuration = #"{"rules": [{"path": "userId", "action": "keep"}], "detect": [{"kind": "email", "action": "hash"}]}"#
+        let original = event(userID: "jane@example.com", anonymousID: "jane@example.com")
+        let judgement = try redacted(configuration, original)
+        #expect(judgement.event.userID == "jane@example.com")
+        #expect(judgement.event.anonymousID == hmacTag("jane@example.com"))
+        let gate = QualityGate(plan: nil, allowUnplanned: true, redactor: try redactor(configuration))
+        #expect(try InPlaceJudgementTests.passes(gate, event(userID: "jane@example.com")))
+    }
+
+    /// Precedence as for the other actions: the rule that ends first along a path (the enclosing
+    /// one) decides the whole value; rules ending at one value, the strongest (keep is the
+    /// weakest: a value one rule keeps and another redacts is redacted).
+    @Test(arguments: [
+        // An enclosing hash over a kept member: hashed whole.
+        (#"[{"path": "properties.order", "action": "hash"}, {"path": "properties.order.number", "action": "keep"}]"#,
+         #"{"order":"\#(hmacTag(#"{"number": "4111111111111111"}"#))"}"#),
+        // An enclosing mask over a kept member: masked whole.
+        (#"[{"path": "properties.order.number", "action": "keep"}, {"path": "properties.*", "action": "mask"}]"#,
+         #"{"order":{"number":"************1111"}}"#),
+        // An enclosing keep over a member a rule drops: kept whole.
+        (#"[{"path": "properties.order", "action": "keep"}, {"path": "properties.order.number", "action": "drop"}]"#,
+         #"{"order": {"number": "4111111111111111"}}"#),
+        // keep and mask ending at one value (a wildcard): masked.
+        (#"[{"path": "properties.order", "action": "keep"}, {"path": "properties.*", "action": "mask"}]"#,
+         #"{"order":{"number":"************1111"}}"#),
+        // keep and drop of the same path: dropped.
+        (#"[{"path": "properties.order", "action": "keep"}, {"path": "properties.order", "action": "drop"}]"#, "{}"),
+    ])
+    func keepPrecedence(rules: String, expected: String) throws {
+        let judgement = try redacted(#"{"rules": \#(rules), "detect": [{"kind": "card", "action": "mask"}]}"#,
+                                     event(properties: #"{"order": {"number": "4111111111111111"}}"#))
+        #expect(String(decoding: judgement.event.properties, as: UTF8.self) == expected)
     }
 
     @Test func nothingToRedactLeavesTheEventAsItWas() throws {
