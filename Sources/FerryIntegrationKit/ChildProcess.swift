@@ -182,7 +182,7 @@ public final class ChildProcess: Sendable, CustomStringConvertible {
 
     /// `posix_spawn_file_actions_addclosefrom_np`, looked up at run time (the Swift Glibc module
     /// does not export the GNU extension).
-    nonisolated(unsafe) private static let addCloseFrom: AddCloseFrom? = {
+    private static let addCloseFrom: AddCloseFrom? = {
         #if os(Linux)
         guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
         return unsafeBitCast(symbol, to: AddCloseFrom.self)
