@@ -190,7 +190,7 @@ let package = Package(
         .target(
             name: "FerryDaemon",
             dependencies: [
-                "FerryAgent", "FerryFileSink", "FerryProtocol", "FerryQuality", "FerryStorage", "FerryMetrics", "FerryMetricsHTTP",
+                "FerryAgent", "FerryFileSink", "FerryProtocol", "FerryQuality", "FerryStorage", "FerryThreads", "FerryMetrics", "FerryMetricsHTTP",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),

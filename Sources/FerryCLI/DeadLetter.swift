@@ -81,15 +81,7 @@ struct DeadLetterCommand: ParsableCommand {
                     rows.append(row)
                 }
             }
-            if json {
-                let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys])
-                print(String(decoding: data, as: UTF8.self))
-                return
-            }
-            if rows.isEmpty {
-                print("no dead letters in \(store.directory)")
-                return
-            }
+            if try printedJSONOrNone(rows, json: json, none: "no dead letters in \(store.directory)") { return }
             for row in rows {
                 let status = (row["upstream_status"] as? Int).map { " status \($0)" } ?? ""
                 if let unreadable = row["unreadable"] {

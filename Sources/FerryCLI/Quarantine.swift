@@ -64,15 +64,7 @@ struct QuarantineCommand: ParsableCommand {
             // Oldest first by when each was quarantined (the ids sort by when the client made
             // the event, which a client's clock or a Segment messageId need not follow).
             rows.sort { ($0["quarantined_at"] as? Int ?? 0, $0["id"] as! String) < ($1["quarantined_at"] as? Int ?? 0, $1["id"] as! String) }
-            if json {
-                let data = try JSONSerialization.data(withJSONObject: rows, options: [.sortedKeys])
-                print(String(decoding: data, as: UTF8.self))
-                return
-            }
-            if rows.isEmpty {
-                print("no quarantined events in \(store.directory)")
-                return
-            }
+            if try printedJSONOrNone(rows, json: json, none: "no quarantined events in \(store.directory)") { return }
             for row in rows {
                 if let unreadable = row["unreadable"] {
                     print("\(row["id"]!)  UNREADABLE: \(unreadable)")

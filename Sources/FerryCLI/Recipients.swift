@@ -58,7 +58,7 @@ extension RecipientStatus {
         let erasure = receivesErasure ? "  (forget sends an erasure)" : ""
         switch verdict {
         case .delivered:
-            let count = events.map { "\($0) event\($0 == 1 ? "" : "s")" } ?? "events"
+            let count = events.map { counted($0, "event") } ?? "events"
             let when = firstAt.map { first in
                 lastAt.map { $0 == first ? ", accepted \(date(first))" : ", accepted \(date(first)) to \(date($0))" } ?? ""
             } ?? ""
@@ -68,7 +68,7 @@ extension RecipientStatus {
                 : "the log no longer tells whose events it was sent (segments deleted or records erased)"
             return "may have delivered: " + why + erasure
         case .notYet:
-            return "not yet: \(events ?? 0) event\(events == 1 ? "" : "s") waiting (forget erases them here)"
+            return "not yet: \(counted(events ?? 0, "event")) waiting (forget erases them here)"
         case .never:
             let parts = (reason ?? "").split(separator: ";").map { $0.trimmingCharacters(in: .whitespaces) }.map { part -> String in
                 let words = part.split(separator: " ", maxSplits: 1).map(String.init)

@@ -7,6 +7,7 @@ import ArgumentParser
 import Ferry
 import FerryMetricSamples
 import FerryProtocol
+import FerryThreads
 import Foundation
 
 /// `ferry top`: a live full-screen view of the agent, refreshed every second.
@@ -141,15 +142,7 @@ struct Terminal {
 
     /// Writes `text` to standard output in one go (one frame, one write).
     static func write(_ text: String) {
-        var bytes = Array(text.utf8)[...]
-        while !bytes.isEmpty {
-            let written = bytes.withUnsafeBytes { systemWrite(STDOUT_FILENO, $0.baseAddress, $0.count) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            bytes = bytes.dropFirst(written)
-        }
+        writeAll(STDOUT_FILENO, Array(text.utf8))
     }
 
     /// The terminal's size (TIOCGWINSZ on standard output), read each frame so a resize shows at

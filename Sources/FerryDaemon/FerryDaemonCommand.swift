@@ -255,7 +255,7 @@ struct ValidateCommand: ParsableCommand {
     /// Prints each error (`error: …`) and their count on standard error, and exits 1.
     static func refuse(_ errors: [String], file: String) -> Never {
         FileHandle.standardError.write(Data((errors.map { "error: \($0)" }.joined(separator: "\n") + "\n").utf8))
-        FileHandle.standardError.write(Data("\(file): \(errors.count) error\(errors.count == 1 ? "" : "s")\n".utf8))
+        FileHandle.standardError.write(Data("\(file): \(counted(errors.count, "error"))\n".utf8))
         exit(withError: ExitCode(1))
     }
 

@@ -5,6 +5,7 @@ import Darwin
 #endif
 import ArgumentParser
 import FerryProtocol
+import FerryThreads
 import Foundation
 import Logging
 import Synchronization
@@ -134,15 +135,7 @@ public struct FerryLogHandler: LogHandler {
 
     /// Writes to standard error with one `write(2)`.
     public static let standardError: @Sendable (String) -> Void = { line in
-        var bytes = Array(line.utf8)[...]
-        while !bytes.isEmpty {
-            let written = bytes.withUnsafeBytes { write(STDERR_FILENO, $0.baseAddress, $0.count) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                return
-            }
-            bytes = bytes.dropFirst(written)
-        }
+        writeAll(STDERR_FILENO, Array(line.utf8))
     }
 
     private static func text(_ metadata: Logger.Metadata) -> String {

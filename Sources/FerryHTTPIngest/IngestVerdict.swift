@@ -146,7 +146,7 @@ package enum IngestVerdict {
         let refused = outcomes.compactMap { if case .refused(let code, let message) = $0.outcome { (code, message) } else { nil } }
         if !outcomes.isEmpty && refused.count == outcomes.count {
             let first = refused[0]
-            let more = refused.count > 1 ? " (and \(refused.count - 1) more refused message\(refused.count == 2 ? "" : "s"))" : ""
+            let more = refused.count > 1 ? " (and \(counted(refused.count - 1, "more refused message")))" : ""
             return .refusal(400, first.0, first.1 + more)
         }
         var json = JSONWriter()

@@ -22,7 +22,7 @@ extension HTTPSink {
             var headers = configuration.headers.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
             headers.append(("Idempotency-Key", "erasure-" + request.id))
             if let authorization { headers.append(("Authorization", authorization)) }
-            _ = try await postErasure(url: url, body: Self.erasureMessage(request), contentType: "application/json",
+            _ = try await postErasure(url: url, body: request.message, contentType: "application/json",
                                       headers: headers, secrets: [])
             return nil
         case .segment:
@@ -42,17 +42,6 @@ extension HTTPSink {
                 headers: [("Authorization", "Bearer " + token), ("Accept", "application/vnd.segment.v1+json")], secrets: [token])
             return Self.regulateID(in: body)
         }
-    }
-
-    /// The `envelope` erasure message: `{"id":…,"requestedAt":…,"type":"erasure","userId":…}`
-    /// (`requestedAt` in Unix ms).
-    static func erasureMessage(_ request: SinkErasure) -> [UInt8] {
-        var out: [UInt8] = Array(#"{"id":"#.utf8)
-        JSONText.appendString(request.id, to: &out)
-        out += Array(#","requestedAt":\#(request.requestedAt),"type":"erasure","userId":"#.utf8)
-        JSONText.appendString(request.userID, to: &out)
-        out.append(UInt8(ascii: "}"))
-        return out
     }
 
     /// The body of Segment's `POST /regulations` (Create Workspace Regulation).

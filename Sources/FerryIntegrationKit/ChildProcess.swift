@@ -4,6 +4,7 @@ import Glibc
 import Darwin
 #endif
 import FerryTestKit
+import FerryThreads
 import Foundation
 import Synchronization
 
@@ -182,7 +183,7 @@ public final class ChildProcess: Sendable, CustomStringConvertible {
 
     /// `posix_spawn_file_actions_addclosefrom_np`, looked up at run time (the Swift Glibc module
     /// does not export the GNU extension).
-    nonisolated(unsafe) private static let addCloseFrom: AddCloseFrom? = {
+    private static let addCloseFrom: AddCloseFrom? = {
         #if os(Linux)
         guard let symbol = dlsym(nil, "posix_spawn_file_actions_addclosefrom_np") else { return nil }
         return unsafeBitCast(symbol, to: AddCloseFrom.self)
@@ -201,14 +202,9 @@ public final class ChildProcess: Sendable, CustomStringConvertible {
         guard let fd = state.withLock({ $0.inputFD }) else {
             throw FerryTestKitError("\(self): standard input is not an open pipe")
         }
-        var offset = 0
-        while offset < bytes.count {
-            let written = bytes[offset...].withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-            if written < 0 {
-                if errno == EINTR { continue }
-                throw FerryTestKitError("\(self): writing standard input failed: \(String(cString: strerror(errno)))")
-            }
-            offset += written
+        let error = writeAll(fd, bytes)
+        guard error == 0 else {
+            throw FerryTestKitError("\(self): writing standard input failed: \(String(cString: strerror(error)))")
         }
     }
 

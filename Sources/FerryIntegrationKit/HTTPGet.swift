@@ -76,15 +76,7 @@ private func connectLoopback(port: Int) throws -> Int32 {
     address.sin_family = sa_family_t(AF_INET)
     address.sin_port = in_port_t(UInt16(port).bigEndian)
     address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    guard connected == 0 else {
-        let message = String(cString: strerror(errno))
-        close(fd)
-        throw FerryTestKitError("connect to 127.0.0.1:\(port): \(message)")
-    }
-    return fd
+    return try connectSocket(fd, to: address, peer: "127.0.0.1:\(port)")
 }
 
 /// A connection to the Unix stream socket at `path`.
@@ -102,13 +94,20 @@ private func connectUnix(path: String) throws -> Int32 {
         raw.copyBytes(from: bytes)
         raw[bytes.count] = 0
     }
+    return try connectSocket(fd, to: address, peer: path)
+}
+
+/// Connects the socket `fd` to `address` (a `sockaddr_in` or `sockaddr_un`) and returns it; on
+/// failure closes it and throws, naming `peer`.
+private func connectSocket<Address>(_ fd: Int32, to address: Address, peer: String) throws -> Int32 {
+    var address = address
     let connected = withUnsafePointer(to: &address) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<Address>.size)) }
     }
     guard connected == 0 else {
         let message = String(cString: strerror(errno))
         close(fd)
-        throw FerryTestKitError("connect to \(path): \(message)")
+        throw FerryTestKitError("connect to \(peer): \(message)")
     }
     return fd
 }

@@ -36,7 +36,7 @@ extension JetStreamSink {
             logger.info("jetstream: purged a user's subjects", metadata: ["request": "\(request.id)", "stream": "\(stream)"])
         }
         guard let subject = configuration.erasureSubject else { return nil }
-        let message = JetStreamMessage(subject: subject, payload: Self.erasureMessage(request), messageID: "erasure-" + request.id)
+        let message = JetStreamMessage(subject: subject, payload: request.message, messageID: "erasure-" + request.id)
         let ackWait = Duration.milliseconds(configuration.ackTimeoutMilliseconds)
         let pending = await io.run { js.publish([message], ackWait: ackWait) }
         switch await pending.acknowledgements(timeout: ackWait).first {
@@ -56,15 +56,5 @@ extension JetStreamSink {
         } catch {
             throw error as any Error
         }
-    }
-
-    /// The erasure message's body (the HTTP sink's `envelope` erasure message).
-    static func erasureMessage(_ request: SinkErasure) -> [UInt8] {
-        var out: [UInt8] = Array(#"{"id":"#.utf8)
-        JSONText.appendString(request.id, to: &out)
-        out += Array(#","requestedAt":\#(request.requestedAt),"type":"erasure","userId":"#.utf8)
-        JSONText.appendString(request.userID, to: &out)
-        out.append(UInt8(ascii: "}"))
-        return out
     }
 }

@@ -45,7 +45,7 @@ public struct HealthReport: Sendable, Hashable, Codable {
         }
         for sink in status.sinks {
             if let letters = sink.deadLetters, letters > 0 {
-                reasons.append("sink \(sink.name): \(letters) dead letter\(letters == 1 ? "" : "s") waiting")
+                reasons.append("sink \(sink.name): \(counted(letters, "dead letter")) waiting")
             }
         }
         if let cap = status.queue.retentionMaxBytes, cap > 0 {
@@ -55,13 +55,13 @@ public struct HealthReport: Sendable, Hashable, Codable {
             }
         }
         if status.recovery.corruptRegions > 0 {
-            reasons.append("damaged log: \(status.recovery.corruptRegions) corrupt region\(status.recovery.corruptRegions == 1 ? "" : "s") "
+            reasons.append("damaged log: \(counted(status.recovery.corruptRegions, "corrupt region")) "
                 + "(\(status.recovery.corruptBytes) bytes)")
         }
         let lost = status.counters["client_events_lost"] ?? 0
         if lost > 0 {
             let sources = status.clientEventsLost.keys.sorted().map { $0.isEmpty ? "(other)" : $0 }
-            reasons.append("\(lost) client event\(lost == 1 ? "" : "s") lost" + (sources.isEmpty ? "" : " (\(sources.joined(separator: ", ")))"))
+            reasons.append("\(counted(lost, "client event")) lost" + (sources.isEmpty ? "" : " (\(sources.joined(separator: ", ")))"))
         }
         self.init(state: reasons.isEmpty ? .healthy : .degraded, reasons: reasons)
     }

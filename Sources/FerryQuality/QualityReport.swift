@@ -1,3 +1,5 @@
+import FerryProtocol
+
 /// The lines `ferryd validate` prints about data quality.
 public enum QualityReport {
     /// Loads the plan and the redactor the configuration names (the key file too) and reports
@@ -18,7 +20,7 @@ public enum QualityReport {
         }
         if let redaction {
             let count = redaction.configuration.rules.count + redaction.configuration.detectors.count
-            lines.append("redact: \(count) rule\(count == 1 ? "" : "s")")
+            lines.append("redact: \(counted(count, "rule"))")
             lines += redaction.summary.map { "redact:   " + $0 }
         }
         return lines

@@ -71,7 +71,7 @@ public struct TrackingPlan: Sendable {
             func add(_ field: String, _ index: Int?) {
                 guard let index else { return }
                 let count = schemas[index].ruleCount
-                parts.append("\(field): \(count) rule\(count == 1 ? "" : "s")")
+                parts.append("\(field): \(counted(count, "rule"))")
             }
             add("properties", rule.properties)
             add("traits", rule.traits)

@@ -20,46 +20,24 @@ public final class FakeControlAgent: Sendable {
     public typealias Script = @Sendable (_ op: String, _ request: String) -> String
 
     private final class Shared: Sendable {
-        let stopping = Atomic<Bool>(false)
         let received = Mutex<[[UInt8]]>([])
     }
     private let shared = Shared()
-    private let thread: DedicatedThread
+    private let socketThread: ScriptedSocketThread
 
     /// Binds the REP (creating `runtimeDirectory` if needed) and starts answering.
     public init(runtimeDirectory: String, script: @escaping Script) throws {
-        try FileManager.default.createDirectory(atPath: runtimeDirectory, withIntermediateDirectories: true)
-        let bound = ThreadInbox<Result<Void, FerryTestKitError>>()
         let shared = self.shared
-        thread = DedicatedThread(name: "ferry-fake-control") {
-            let context: ZMQContext
-            let socket: ZMQSocket
-            do {
-                context = try ZMQContext()
-                socket = try ZMQSocket(context: context, type: .rep)
-                try socket.bind(FerryPaths.controlEndpoint(runtimeDirectory))
-            } catch {
-                _ = bound.put(.failure(FerryTestKitError("fake control agent cannot bind in \(runtimeDirectory): \(error)")))
-                return
-            }
-            _ = bound.put(.success(()))
-            while !shared.stopping.load(ordering: .acquiring) {
-                guard let ready = try? ZMQPoller.poll([.socket(socket, .readable)], timeout: .milliseconds(20)),
-                      ready[0].contains(.readable), let message = try? socket.receive(dontWait: true) else { continue }
-                let frame = message.first ?? []
-                shared.received.withLock { $0.append(frame) }
-                let object = (try? JSONSerialization.jsonObject(with: Data(frame))) as? [String: Any] ?? [:]
-                let reply = script(object["op"] as? String ?? "", String(decoding: frame, as: UTF8.self))
-                _ = try? socket.send([Array(reply.utf8)], dontWait: true)
-            }
-            socket.close()
-            context.terminate()
-        }
-        while true {
-            if let result = bound.takeAll(timeout: .seconds(10))?.first {
-                try result.get()
-                return
-            }
+        socketThread = try ScriptedSocketThread(
+            name: "ferry-fake-control", standIn: "fake control agent", type: .rep,
+            endpoint: FerryPaths.controlEndpoint(runtimeDirectory), runtimeDirectory: runtimeDirectory
+        ) { socket in
+            guard let message = try? socket.receive(dontWait: true) else { return }
+            let frame = message.first ?? []
+            shared.received.withLock { $0.append(frame) }
+            let object = (try? JSONSerialization.jsonObject(with: Data(frame))) as? [String: Any] ?? [:]
+            let reply = script(object["op"] as? String ?? "", String(decoding: frame, as: UTF8.self))
+            _ = try? socket.send([Array(reply.utf8)], dontWait: true)
         }
     }
 
@@ -72,10 +50,5 @@ public final class FakeControlAgent: Sendable {
     }
 
     /// Stops answering and unbinds. Idempotent.
-    public func stop() {
-        guard !shared.stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        thread.join()
-    }
-
-    deinit { stop() }
+    public func stop() { socketThread.stop() }
 }

@@ -21,48 +21,24 @@ public final class FakeIngestAgent: Sendable {
     public typealias Script = @Sendable (_ index: Int, _ header: MessageHeader, _ events: [[UInt8]]) -> [[UInt8]]?
 
     private final class Shared: Sendable {
-        let stopping = Atomic<Bool>(false)
         let received = Mutex<[(header: MessageHeader, events: [[UInt8]])]>([])
     }
     private let shared = Shared()
-    private let thread: DedicatedThread
+    private let socketThread: ScriptedSocketThread
 
     /// Binds the ROUTER (creating `runtimeDirectory` if needed) and starts answering.
     public init(runtimeDirectory: String, script: @escaping Script) throws {
-        try FileManager.default.createDirectory(atPath: runtimeDirectory, withIntermediateDirectories: true)
-        let bound = ThreadInbox<Result<Void, FerryTestKitError>>()
         let shared = self.shared
-        thread = DedicatedThread(name: "ferry-fake-agent") {
-            let context: ZMQContext
-            let socket: ZMQSocket
-            do {
-                context = try ZMQContext()
-                socket = try ZMQSocket(context: context, type: .router)
-                try socket.bind(FerryPaths.ingestEndpoint(runtimeDirectory))
-            } catch {
-                _ = bound.put(.failure(FerryTestKitError("fake agent cannot bind in \(runtimeDirectory): \(error)")))
-                return
-            }
-            _ = bound.put(.success(()))
-            var index = 0
-            while !shared.stopping.load(ordering: .acquiring) {
-                guard let ready = try? ZMQPoller.poll([.socket(socket, .readable)], timeout: .milliseconds(20)),
-                      ready[0].contains(.readable) else { continue }
-                while let message = try? socket.receive(dontWait: true) {
-                    guard message.count >= 2, let header = try? MessageHeader(decoding: message[1]) else { continue }
-                    let events = Array(message.dropFirst(2))
-                    shared.received.withLock { $0.append((header, events)) }
-                    if let reply = script(index, header, events) { _ = try? socket.send([message[0]] + reply, dontWait: true) }
-                    index += 1
-                }
-            }
-            socket.close()
-            context.terminate()
-        }
-        while true {
-            if let result = bound.takeAll(timeout: .seconds(10))?.first {
-                try result.get()
-                return
+        socketThread = try ScriptedSocketThread(
+            name: "ferry-fake-agent", standIn: "fake agent", type: .router,
+            endpoint: FerryPaths.ingestEndpoint(runtimeDirectory), runtimeDirectory: runtimeDirectory
+        ) { socket in
+            while let message = try? socket.receive(dontWait: true) {
+                guard message.count >= 2, let header = try? MessageHeader(decoding: message[1]) else { continue }
+                let events = Array(message.dropFirst(2))
+                // The message's number: how many came before it (only this thread appends).
+                let index = shared.received.withLock { $0.append((header, events)); return $0.count - 1 }
+                if let reply = script(index, header, events) { _ = try? socket.send([message[0]] + reply, dontWait: true) }
             }
         }
     }
@@ -76,12 +52,7 @@ public final class FakeIngestAgent: Sendable {
     }
 
     /// Stops answering and unbinds. Idempotent.
-    public func stop() {
-        guard !shared.stopping.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        thread.join()
-    }
-
-    deinit { stop() }
+    public func stop() { socketThread.stop() }
 
     /// An ack giving every event `status`.
     public static func ack(_ header: MessageHeader, _ events: [[UInt8]], status: EventStatus = .accepted,

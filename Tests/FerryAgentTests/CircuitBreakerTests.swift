@@ -18,6 +18,17 @@ struct CircuitBreakerTests {
         #expect(breaker.state == .closed && breaker.consecutiveFailures == 0 && breaker.failures == 0)
     }
 
+    @Test("a failed probe opens the circuit again at once, even after a reload raised the threshold")
+    func failedProbe() {
+        var breaker = CircuitBreaker(.init(failureThreshold: 2, openMilliseconds: 100))
+        _ = breaker.failed(now: 0)
+        _ = breaker.failed(now: 10)
+        breaker.reconfigure(.init(failureThreshold: 5, openMilliseconds: 100))
+        #expect(breaker.admit(now: 200).changed.map { [$0.0, $0.1] } == [.open, .halfOpen])
+        #expect(breaker.failed(now: 210).map { [$0.0, $0.1] } == [.halfOpen, .open])
+        #expect(breaker.state == .open && breaker.admit(now: 250).wait == 60)
+    }
+
     @Test("a permanent failure is counted for status but never opens the circuit")
     func permanent() {
         var breaker = CircuitBreaker(.init(failureThreshold: 2, openMilliseconds: 100))

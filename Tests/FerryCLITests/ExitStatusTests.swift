@@ -67,14 +67,3 @@ struct EmitSummaryTests {
         #expect(LineOutcome.summaryLine { mixed[$0, default: 0] } == "accepted=2 duplicate=0 rejected=0 held=1 quarantined=1 unacknowledged=3")
     }
 }
-
-/// Summary lines say `1 quarantined event`, not `1 quarantined events` (issue 39).
-@Suite("CLI counts")
-struct CountedTests {
-    @Test("a count of one takes the singular, any other the plural", arguments: [
-        (0, "0 quarantined events"), (1, "1 quarantined event"), (2, "2 quarantined events"),
-    ])
-    func counts(count: Int, expected: String) {
-        #expect(counted(count, "quarantined event") == expected)
-    }
-}

@@ -44,7 +44,8 @@ struct PlanCheckCLITests {
 
         // --redact with a ferryd configuration file: redaction first (the plan wants a hash).
         let keyPath = dir.appending("redact.key")
-        FileManager.default.createFile(atPath: keyPath, contents: Data(repeating: 9, count: 32), attributes: [.posixPermissions: 0o600])
+        try #require(FileManager.default.createFile(atPath: keyPath, contents: Data(repeating: 9, count: 32), attributes: [.posixPermissions: 0o600]),
+                     "cannot create \(keyPath)")
         let configPath = dir.appending("ferryd.json")
         try #"{"redact": {"keyFile": "\#(keyPath)", "rules": [{"path": "properties.email", "action": "hash"}], "detect": [{"kind": "email", "action": "mask"}]}}"#
             .write(toFile: configPath, atomically: true, encoding: .utf8)

@@ -60,15 +60,16 @@ struct CircuitBreaker {
     mutating func failed(now: UInt64) -> (DeliveryState.CircuitState, DeliveryState.CircuitState)? {
         failures += 1
         consecutiveFailures += 1
-        switch state {
-        case .halfOpen, .closed where failures >= failureThreshold:
-            let from = state
-            state = .open
-            openUntil = now + openMilliseconds
-            return (from, .open)
-        default:
-            return nil
+        let opens = switch state {
+        case .halfOpen: true  // the probe failed: open again for another period, whatever the count
+        case .closed: failures >= failureThreshold
+        case .open: false
         }
+        guard opens else { return nil }
+        let from = state
+        state = .open
+        openUntil = now + openMilliseconds
+        return (from, .open)
     }
 
     /// After an attempt that failed for good (its batch is dead-lettered): counted for status,
