@@ -200,6 +200,8 @@ extension FerryClient {
     /// refused send (no agent, or the pipe is full) leaves the batch pending and blocks sends
     /// until the I/O thread retries.
     private func sendPending(_ socket: ZMQSocket, now: ContinuousClock.Instant, byCaller: Bool) {
+        var wakeIO = false
+        defer { if wakeIO { wake.wake() } }
         while true {
             // The send happens under the lock (a non-blocking copy into libzmq, microseconds), so
             // a batch is either still pending or in flight, never in between where the overflow
@@ -221,7 +223,13 @@ extension FerryClient {
                 state.inFlight[requestID] = InFlight(entries: entries, message: message, sentAt: now)
                 state.inFlightEvents += count
                 state.statistics.sentMessages += 1
-                if byCaller { state.statistics.sentByCaller += 1 }
+                if byCaller {
+                    state.statistics.sentByCaller += 1
+                    // The I/O thread may be asleep with no deadline (nothing was in flight when it
+                    // fell asleep) and may never see this batch's ack: it must wake to re-send it
+                    // by then. Usually the alarm is set (no wake-up now); the ack clears it.
+                    if state.wakeIO(by: now + configuration.resendAfter, now: now, alarm: alarm) { wakeIO = true }
+                }
                 return true
             }
             guard let sent = outcome else { return }

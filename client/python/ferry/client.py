@@ -886,6 +886,11 @@ class Client:
                 self._stats.sent_messages += 1
                 if by_caller:
                     self._stats.sent_by_caller += 1
+                    # The I/O thread may be asleep with no deadline (nothing was in flight when it
+                    # fell asleep) and may never see this batch's ack: it must wake to re-send it
+                    # by then. Usually the alarm is set (no wake-up now); the ack clears it.
+                    if self._io_must_wake_by(now + self.resend_after, now):
+                        self._wake()
 
     def _read_replies(self, sock: zmq.Socket, calls: List[Tuple[_ReceiptCallback, Receipt]]) -> None:
         """Reads every reply waiting (until there is none: the rule above), resolving their

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import threading
+import time
 import uuid
 
 import pytest
@@ -411,6 +413,40 @@ def test_with_no_send_delay_track_sends_at_once_from_the_calling_thread(workdir,
         # The I/O thread sleeps while nothing is in flight: the sends were the callers', unless the
         # I/O thread happened to hold the socket at that moment.
         assert stats.sent_by_caller >= 1, stats
+
+
+def test_a_batch_the_caller_sent_arms_the_sleeping_io_threads_resend(workdir, make_client):
+    """The I/O thread sleeps without a deadline while nothing is in flight. A batch the calling
+    thread sends itself must still be re-sent if its ack never comes, so that send arms the I/O
+    thread's alarm for the re-send; without it the thread woke only if libzmq's notification
+    descriptor fired after the caller's own read (the Swift client hung once so under load).
+    White-box: the alarm is the mechanism. Then black-box: the unanswered message comes again."""
+    resend_after = 1.0
+    with scripted_agent(workdir) as router:
+        client = make_client(source="resend-wake", runtime_dir=workdir, resend_after=resend_after, send_delay=0)
+        _connect(client, router)
+
+        def asleep_without_deadline():
+            with client._lock:
+                return client._io_asleep and client._io_wakes_at is None and not client._in_flight
+
+        wait_for("the I/O thread asleep without a deadline", asleep_without_deadline)
+        before, sent_by_caller = time.monotonic(), client.statistics.sent_by_caller
+        event_id = client.track("ack-lost")
+        wait_for("the calling thread sent it", lambda: client.statistics.sent_by_caller > sent_by_caller)
+        with client._lock:
+            asleep, wakes_at, alarm_at = client._io_asleep, client._io_wakes_at, client._alarm_at
+            sent_at = min(batch.sent_at for batch in client._in_flight.values())
+        assert sent_at >= before
+        assert not asleep or (wakes_at is not None and wakes_at <= sent_at + resend_after), (asleep, wakes_at)
+        if sys.platform.startswith("linux"):
+            assert alarm_at == sent_at + resend_after
+        first = _receive(router)
+        assert _ids(first[2]) == [event_id]
+        again = _receive(router)  # not answered: sent again after resend_after
+        assert again[1] == first[1] and _ids(again[2]) == [event_id]
+        ack_all(router, *again)
+        wait_for("its ack", lambda: client.statistics.pending == 0)
 
 
 def test_partial_batches_wait_while_two_messages_are_in_flight(workdir, make_client):
