@@ -87,7 +87,7 @@ struct DeadLetterCommand: ParsableCommand {
                 if let unreadable = row["unreadable"] {
                     print("\(row["sink"]!)  \(row["id"]!)  UNREADABLE: \(unreadable)")
                 } else {
-                    print("\(row["sink"]!)  \(row["id"]!)  \(Self.time(row["created_at"] as? Int ?? 0))  \(row["events"]!) events  \(row["reason"]!)\(status): \(row["error"]!)")
+                    print("\(row["sink"]!)  \(row["id"]!)  \(Self.time(row["created_at"] as? Int ?? 0))  \(counted(row["events"] as? Int ?? 0, "event"))  \(row["reason"]!)\(status): \(row["error"]!)")
                 }
             }
             print(counted(rows.count, "dead letter"))
@@ -166,7 +166,7 @@ struct DeadLetterCommand: ParsableCommand {
                 print(reply.text)
             } else {
                 let result = try Control.decode(DeadLetterReplayReply.self, from: reply)
-                print("replayed \(id) to \(result.sink ?? "?"): \(result.events ?? 0) events delivered; dead letter deleted")
+                print("replayed \(id) to \(result.sink ?? "?"): \(counted(result.events ?? 0, "event")) delivered; dead letter deleted")
             }
         }
     }

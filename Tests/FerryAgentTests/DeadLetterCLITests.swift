@@ -58,6 +58,7 @@ struct DeadLetterCLITests {
         #expect(list.stdout.contains("http  \(first.id)"), "\(list.stdout)")
         #expect(list.stdout.contains("3 events  permanent status 400: refused by the test"), "\(list.stdout)")
         #expect(list.stdout.contains("archive  \(second.id)"), "\(list.stdout)")
+        #expect(list.stdout.contains("  1 event  permanent: "), "a one-event letter says 'event': \(list.stdout)")
         #expect(list.stdout.contains("2 dead letters"))
 
         let json = try await runCLI(["deadletter", "list", "--data-dir", data, "--sink", "http", "--json"])
