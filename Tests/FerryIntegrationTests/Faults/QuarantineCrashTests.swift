@@ -27,9 +27,12 @@ struct QuarantineCrashTests {
     static let rawCard = "4111 1111 1111 1111", rawEncodedEmail = "crash.victim%40example.com", rawAddress = "198.51.100.23"
     /// Every raw value the events carry.
     static let rawValues = [rawEmail, rawCard, rawEncodedEmail, rawAddress]
+    /// A card-shaped order reference under `properties.order`, which a `keep` rule keeps: it must
+    /// reach the sink byte for byte after every crash, while its siblings are still masked.
+    static let keptReference = "4242 4242 4242 4242"
     /// The properties of event `sequence`: the raw values, whole and inside text.
     static func properties(_ sequence: UInt64) -> String {
-        #"{"i":\#(sequence),"email":"\#(rawEmail)","memo":"paid with \#(rawCard), thanks","#
+        #"{"i":\#(sequence),"order":{"ref":"\#(keptReference)"},"email":"\#(rawEmail)","memo":"paid with \#(rawCard), thanks","#
             + #""url":"https://shop.example/reset?email=\#(rawEncodedEmail)&step=2","error":"timeout from \#(rawAddress) after 3 tries"}"#
     }
 
@@ -66,7 +69,8 @@ struct QuarantineCrashTests {
             let config = dir.appending("ferryd.json")
             var object: [String: Any] = [
                 "quality": ["plan": planPath, "onViolation": "quarantine", "allowUnplanned": false],
-                "redact": ["detect": [["kind": "email", "action": "mask"], ["kind": "card", "action": "mask"], ["kind": "ip", "action": "mask"]]],
+                "redact": ["rules": [["path": "properties.order", "action": "keep"]],
+                           "detect": [["kind": "email", "action": "mask"], ["kind": "card", "action": "mask"], ["kind": "ip", "action": "mask"]]],
             ]
             if shortWindow { object["dedup"] = ["maxAgeSeconds": 1] }
             try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: config))
@@ -130,6 +134,8 @@ struct QuarantineCrashTests {
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: quarantine)) ?? []).isEmpty, "\(label): quarantine not empty")
         let found = rawValuesFound(under: directory, logs: agent.logs)
         #expect(found.isEmpty, "\(label): a raw value in \(found)")
+        #expect(!rawValueFound(under: agent.sinkDirectory, logs: "", raw: keptReference).isEmpty,
+                "\(label): the kept order reference is not in the sink")
     }
 
     @Test("kill -9 at each quarantine crash point: nothing half-written, each event delivered once after the plan is fixed; the CLI")
