@@ -4,7 +4,7 @@
 // 20-event plan that names it and a redactor with all five detectors. Run through
 // scripts/callgrind-gate, which differences two N so that start-up and compilation cancel out.
 //
-// Usage: gate-cost N [judge|frame|stage|none]
+// Usage: gate-cost N [judge|frame|stage|none|cold|cold-none|trace]
 //   judge  QualityGate.judge on a decoded WireEvent (the gate alone)
 //   frame  the frame decoded, judged, and re-encoded when redaction changed it (the gate as an
 //          ingest stage that starts from the frame)
@@ -12,7 +12,11 @@
 //          limits stage): `passesUntouched` from the frame's bytes in place, and only when that
 //          says no, decode, judge, re-encode when redacted
 //   none   the frame decoded only (to subtract from `frame`)
-// Env: EVENT=rich judges a planned event of the usual shape instead (pattern, number bound, enum,
+//   cold   N rounds of `stage` timed on the clock, each after the caches were evicted and the
+//          thread slept as at a trickle, and again at once (warm); `cold-none` times nothing,
+//          the floor; `trace` one judgement for lackey (all three: scripts/gate-trickle)
+// Env: GATE=plan (no redactor) or GATE=detect (no plan) judges with half of the gate.
+//      EVENT=rich judges a planned event of the usual shape instead (pattern, number bound, enum,
 //      date-time format and strings with digits the detectors look at in its properties; a user
 //      id, an anonymous id and a Segment library's context), 20-event plan and detectors the same.
 #if canImport(Glibc)
@@ -46,7 +50,11 @@ do {
     let plan = try TrackingPlan(json: Array(planJSON.utf8), source: "gate-cost plan")
     let redactor = try Redactor(configuration: try RedactionConfiguration(json: Array(redactJSON.utf8)),
                                 key: [UInt8](repeating: 0x5A, count: 32))
-    gate = QualityGate(plan: plan, allowUnplanned: false, redactor: redactor)
+    switch getenv("GATE").map({ String(cString: $0) }) ?? "both" {
+    case "plan": gate = QualityGate(plan: plan, allowUnplanned: false, redactor: nil)
+    case "detect": gate = QualityGate(plan: nil, allowUnplanned: true, redactor: redactor)
+    default: gate = QualityGate(plan: plan, allowUnplanned: false, redactor: redactor)
+    }
 } catch {
     print("gate-cost: \(error)")
     exit(1)
@@ -76,6 +84,66 @@ precondition(gate.judge(event).violations.isEmpty && !gate.judge(event).redacted
 
 let header = try! EventHeader(frame)
 precondition(gate.passesUntouched(frame: frame, header: header), "the benchmark event must pass the stage's shortcut")
+
+/// Nanoseconds on the monotonic clock.
+func now() -> UInt64 {
+    var spec = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &spec)
+    return UInt64(spec.tv_sec) * 1_000_000_000 + UInt64(spec.tv_nsec)
+}
+
+/// An opaque write, for `trace`: the compiler can move no memory access across it.
+@_optimize(none) @inline(never) func touch(_ pointer: UnsafeMutablePointer<UInt64>) { pointer.pointee &+= 1 }
+
+/// An integer from the environment, or `fallback`.
+func setting(_ name: String, _ fallback: Int) -> Int {
+    getenv(name).flatMap { Int(String(cString: $0)) } ?? fallback
+}
+
+switch mode {
+case "trace":
+    // One judgement of the stage (`passesUntouched`, after one to initialise what is lazy)
+    // between two writes to a marker whose addresses are printed first: under
+    // `valgrind --tool=lackey --trace-mem=yes` the accesses between them are the judgement's own
+    // (scripts/gate-trickle counts the lines and pages they touch).
+    let marker = UnsafeMutablePointer<UInt64>.allocate(capacity: 16)
+    marker.initialize(repeating: 0, count: 16)
+    print("marker \(UInt(bitPattern: marker)) \(UInt(bitPattern: marker + 8))")
+    _ = gate.passesUntouched(frame: frame, header: header)
+    touch(marker)
+    let passed = gate.passesUntouched(frame: frame, header: header)
+    touch(marker + 8)
+    print("gate-cost trace passed=\(passed)")
+    exit(0)
+case "cold", "cold-none":
+    // What the stage costs an event that comes alone, as at a trickle: before each round the
+    // thread writes through THRASH_MIB MiB (default 64, evicting the data caches) and sleeps
+    // PAUSE_US µs (default 10 000, ferryd's ingest thread between events at 100/s); then it
+    // times one judgement (cold) and the same judgement again at once (warm). `cold-none`
+    // times nothing between the clock reads: the floor to subtract.
+    let thrash = setting("THRASH_MIB", 64) << 20, pause = setting("PAUSE_US", 10_000)
+    var scratch = [UInt8](repeating: 0, count: max(thrash, 1))
+    var cold: [UInt64] = [], warm: [UInt64] = [], passed = 0
+    for round in 0..<count {
+        for index in stride(from: 0, to: thrash, by: 64) { scratch[index] &+= UInt8(truncatingIfNeeded: round) }
+        if pause > 0 { usleep(UInt32(pause)) }
+        let start = now()
+        if mode == "cold" { passed += gate.passesUntouched(frame: frame, header: header) ? 1 : 0 }
+        let middle = now()
+        if mode == "cold" { passed += gate.passesUntouched(frame: frame, header: header) ? 1 : 0 }
+        let end = now()
+        cold.append(middle - start)
+        warm.append(end - middle)
+    }
+    func quartiles(_ values: [UInt64]) -> String {
+        let sorted = values.sorted()
+        return "p25=\(sorted[sorted.count / 4]) p50=\(sorted[sorted.count / 2]) p75=\(sorted[sorted.count * 3 / 4])"
+    }
+    print("gate-cost \(mode) rounds=\(count) passed=\(passed) cold_ns \(quartiles(cold)) warm_ns \(quartiles(warm)) (\(scratch[0]))")
+    exit(0)
+default:
+    break
+}
 
 var violations = 0, redacted = 0, bytes = 0
 for _ in 0..<count {
