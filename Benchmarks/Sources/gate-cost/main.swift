@@ -124,13 +124,14 @@ case "cold", "cold-none":
     let thrash = setting("THRASH_MIB", 64) << 20, pause = setting("PAUSE_US", 10_000)
     var scratch = [UInt8](repeating: 0, count: max(thrash, 1))
     var cold: [UInt64] = [], warm: [UInt64] = [], passed = 0
+    let judging = mode == "cold"
     for round in 0..<count {
         for index in stride(from: 0, to: thrash, by: 64) { scratch[index] &+= UInt8(truncatingIfNeeded: round) }
         if pause > 0 { usleep(UInt32(pause)) }
         let start = now()
-        if mode == "cold" { passed += gate.passesUntouched(frame: frame, header: header) ? 1 : 0 }
+        if judging { passed += gate.passesUntouched(frame: frame, header: header) ? 1 : 0 }
         let middle = now()
-        if mode == "cold" { passed += gate.passesUntouched(frame: frame, header: header) ? 1 : 0 }
+        if judging { passed += gate.passesUntouched(frame: frame, header: header) ? 1 : 0 }
         let end = now()
         cold.append(middle - start)
         warm.append(end - middle)
