@@ -8,14 +8,22 @@ import Synchronization
 /// A FIFO handed between threads: producers ``put(_:)``, one consumer thread blocks in
 /// ``takeAll(timeout:)``. Built on a pthread mutex and condition variable because the consumer is
 /// a dedicated thread that must sleep, which `Synchronization.Mutex` cannot do.
-package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
+///
+/// `public` with `@inlinable` methods, where this module's other types are `package`: so that the
+/// modules that use an inbox specialise it for their element. Unspecialised, every put and take
+/// looked `Array<Element>`'s metadata up at run time, 300 to 800 instructions each (callgrind,
+/// issue 37). Swift 6.3 specialises an `@inlinable` generic across modules only when it is
+/// `public`, not when it is `package`. FerryThreads is not a product, so nothing outside this
+/// package sees it.
+public final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     // @unchecked: `items` and `closed` are only touched with `mutex` held.
-    private var mutex = pthread_mutex_t()
-    private var condition = pthread_cond_t()
-    private var items: [Element] = []
-    private var closed = false
+    @usableFromInline var mutex = pthread_mutex_t()
+    @usableFromInline var condition = pthread_cond_t()
+    @usableFromInline var items: [Element] = []
+    @usableFromInline var closed = false
 
-    package init() {
+    /// An empty, open inbox.
+    public init() {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&condition, nil)
     }
@@ -27,7 +35,8 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
 
     /// Adds an item and wakes the consumer. Returns false once the inbox is closed.
     @discardableResult
-    package func put(_ item: Element) -> Bool {
+    @inlinable
+    public func put(_ item: Element) -> Bool {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         guard !closed else { return false }
@@ -37,14 +46,16 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     }
 
     /// Items waiting to be taken.
-    package var count: Int {
+    @inlinable
+    public var count: Int {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         return items.count
     }
 
     /// Items waiting and whether the inbox is closed, read under one lock.
-    package var state: (count: Int, closed: Bool) {
+    @inlinable
+    public var state: (count: Int, closed: Bool) {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         return (items.count, closed)
@@ -53,7 +64,8 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     /// Waits up to `timeout` for at least one item without taking any (the consumer takes them
     /// later, e.g. once it holds a lock that orders it with other takers). Returns false when the
     /// inbox is closed and empty, true otherwise (items waiting, or the timeout passed).
-    package func wait(timeout: Duration) -> Bool {
+    @inlinable
+    public func wait(timeout: Duration) -> Bool {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         waitForItems(timeout: timeout)
@@ -61,7 +73,8 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     }
 
     /// Waits with `mutex` held until an item is queued, the inbox is closed or `timeout` passed.
-    private func waitForItems(timeout: Duration) {
+    @inlinable
+    func waitForItems(timeout: Duration) {
         guard items.isEmpty && !closed && timeout > .zero else { return }
         var deadline = timespec()
         clock_gettime(CLOCK_REALTIME, &deadline)
@@ -76,7 +89,8 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     }
 
     /// Closes the inbox: later puts are refused; the consumer drains what is left.
-    package func close() {
+    @inlinable
+    public func close() {
         pthread_mutex_lock(&mutex)
         closed = true
         pthread_cond_broadcast(&condition)
@@ -85,13 +99,15 @@ package final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
 
     /// Takes everything queued, waiting up to `timeout` for at least one item. Returns `nil` when
     /// the inbox is closed and empty.
-    package func takeAll(timeout: Duration) -> [Element]? {
+    @inlinable
+    public func takeAll(timeout: Duration) -> [Element]? {
         take(timeout: timeout, budget: .max) { _ in 0 }
     }
 
     /// Like ``takeAll(timeout:)``, but takes items oldest first only until their `weight`s add
     /// up to `budget` (always at least one item); the rest stay queued for the next take.
-    package func take(timeout: Duration, budget: Int, weight: (Element) -> Int) -> [Element]? {
+    @inlinable
+    public func take(timeout: Duration, budget: Int, weight: (Element) -> Int) -> [Element]? {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         waitForItems(timeout: timeout)

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import FerryAgent
 import FerryProtocol
+import FerryThreads
 import Synchronization
 
 /// The ZeroMQ path's ``AckDestination``: the commit thread queues each group's answers here, and

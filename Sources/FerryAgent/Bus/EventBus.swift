@@ -1,5 +1,6 @@
 import FerryProtocol
 import FerryStorage
+import FerryThreads
 import Synchronization
 
 /// The event bus (`ipc://<runtime dir>/events`): the one type that publishes on every topic.

@@ -1,12 +1,10 @@
-import FerryProtocol
-import FerryThreads
 import Synchronization
 
 /// A socket thread's wake-up: one pipe it polls, made readable by whoever queues it work (for the
-/// agent's socket thread the ``EventBus``, the ``ControlReplyQueue``, shutdown; for the ZeroMQ
+/// agent's socket thread the `EventBus`, the `ControlReplyQueue`, shutdown; for the ZeroMQ
 /// ingest path's thread its acks). Built before anything that queues, so every part gets its
 /// queue at construction.
-package final class SocketWakeup: Sendable {
+public final class SocketWakeup: Sendable {
     /// The pipe the socket thread polls.
     package let pipe: WakePipe
     /// Set when the pipe is closed; a late sender checks it under the lock so it never writes to
@@ -14,17 +12,17 @@ package final class SocketWakeup: Sendable {
     private let closed = Mutex(false)
 
     /// A new pipe. Throws when the system has no descriptor for one.
-    package init() throws {
+    public init() throws {
         pipe = try WakePipe()
     }
 
     /// Wakes the socket thread (nothing once closed).
-    package func wake() {
+    public func wake() {
         closed.withLock { closed in if !closed { pipe.wake() } }
     }
 
     /// Closes the pipe once the socket thread has ended (again: nothing).
-    package func close() {
+    public func close() {
         closed.withLock { closed in
             guard !closed else { return }
             closed = true
@@ -35,52 +33,33 @@ package final class SocketWakeup: Sendable {
 
 /// Items handed to the socket thread by other threads, of one role; the socket thread takes them
 /// all whenever its ``SocketWakeup`` fires.
-package final class SocketQueue<Item: Sendable>: Sendable {
-    private let items = Mutex<[Item]>([])
+///
+/// `public` with `@inlinable` methods for the reason ``ThreadInbox`` gives: so that the modules
+/// that post and take specialise them for their item.
+public final class SocketQueue<Item: Sendable>: Sendable {
+    @usableFromInline let items = Mutex<[Item]>([])
     /// The socket thread's wake-up, fired on every post.
-    package let wakeup: SocketWakeup
+    public let wakeup: SocketWakeup
 
     /// A queue that wakes `wakeup` on every post.
-    package init(wakeup: SocketWakeup) {
+    public init(wakeup: SocketWakeup) {
         self.wakeup = wakeup
     }
 
     /// Queues `item` and wakes the socket thread (any thread); `wake` false when the socket thread
     /// itself posts, and takes it before it polls again.
-    package func post(_ item: Item, wake: Bool = true) {
+    @inlinable
+    public func post(_ item: Item, wake: Bool = true) {
         items.withLock { $0.append(item) }
         if wake { wakeup.wake() }
     }
 
     /// Takes everything queued (on the socket thread).
-    package func take() -> [Item] {
+    @inlinable
+    public func take() -> [Item] {
         items.withLock { items in
             defer { items.removeAll(keepingCapacity: true) }
             return items
         }
     }
-}
-
-/// Control replies on their way to the control socket: the control thread answers, the socket
-/// thread sends.
-final class ControlReplyQueue: Sendable {
-    /// One reply: the requester's routing envelope and the reply body.
-    struct Reply: Sendable {
-        var envelope: [[UInt8]]
-        var body: [UInt8]
-    }
-
-    private let queue: SocketQueue<Reply>
-
-    init(wakeup: SocketWakeup) {
-        queue = SocketQueue(wakeup: wakeup)
-    }
-
-    /// Queues a control reply for the requester behind `envelope` (any thread).
-    func reply(to envelope: [[UInt8]], _ body: [UInt8]) {
-        queue.post(Reply(envelope: envelope, body: body))
-    }
-
-    /// Takes the replies queued (on the socket thread).
-    func take() -> [Reply] { queue.take() }
 }
