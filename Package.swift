@@ -73,8 +73,10 @@ let package = Package(
         // redaction (paths, detectors, HMAC), the gate that judges one event. Pure: no I/O but
         // loading its files, no threads. HMAC-SHA-256 is swift-crypto's (constant-time in the key).
         .target(name: "FerryQuality", dependencies: ["FerryProtocol", .product(name: "Crypto", package: "swift-crypto")]),
-        // The thread runtime our targets share (package access): dedicated threads, the inbox
-        // between threads, the executor for blocking file I/O, the wake pipe, the async signal.
+        // The thread runtime our targets share (package access; two types public so that their
+        // users specialise them, ThreadInbox says why): dedicated threads, the inbox between
+        // threads, a socket thread's queues and wake-up, the executor for blocking file I/O, the
+        // wake pipe, the async signal.
         .target(name: "FerryThreads"),
         // A reader of the Prometheus text exposition (`ferry metrics`, `GET /metrics`) for tools
         // such as `ferry top`; not part of the wire format.

@@ -9,21 +9,24 @@ import Synchronization
 /// ``takeAll(timeout:)``. Built on a pthread mutex and condition variable because the consumer is
 /// a dedicated thread that must sleep, which `Synchronization.Mutex` cannot do.
 ///
-/// `public` with `@inlinable` methods, where this module's other types are `package`: so that the
-/// modules that use an inbox specialise it for their element. Unspecialised, every put and take
-/// looked `Array<Element>`'s metadata up at run time, 300 to 800 instructions each (callgrind,
-/// issue 37). Swift 6.3 specialises an `@inlinable` generic across modules only when it is
-/// `public`, not when it is `package`. FerryThreads is not a product, so nothing outside this
-/// package sees it.
+/// The type is `public` (its members `package`, its methods `@inlinable`) so that the modules that
+/// use an inbox specialise it for their element. Unspecialised, every put and take looked
+/// `Array<Element>`'s metadata up at run time, 300 to 800 instructions each (callgrind, issue 37).
+/// With Swift 6.3, the `@inlinable package` methods of a generic type were specialised in
+/// another module only when the type itself was `public`. That was checked in a two-module
+/// `swiftc -O -wmo -package-name` build: a class's and a struct's methods alike were not, while a
+/// free `@inlinable package` generic function was. `SocketQueue` is `public` for the same reason.
+/// `public` here is no API promise: FerryThreads is not a product.
 public final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
-    // @unchecked: `items` and `closed` are only touched with `mutex` held.
+    // @unchecked: `items` and `closed` are only touched with `mutex` held, by every file of this
+    // module (they are `@usableFromInline`, so not `private`, for the inlinable methods).
     @usableFromInline var mutex = pthread_mutex_t()
     @usableFromInline var condition = pthread_cond_t()
     @usableFromInline var items: [Element] = []
     @usableFromInline var closed = false
 
     /// An empty, open inbox.
-    public init() {
+    package init() {
         pthread_mutex_init(&mutex, nil)
         pthread_cond_init(&condition, nil)
     }
@@ -36,7 +39,7 @@ public final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     /// Adds an item and wakes the consumer. Returns false once the inbox is closed.
     @discardableResult
     @inlinable
-    public func put(_ item: Element) -> Bool {
+    package func put(_ item: Element) -> Bool {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         guard !closed else { return false }
@@ -47,7 +50,7 @@ public final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
 
     /// Items waiting to be taken.
     @inlinable
-    public var count: Int {
+    package var count: Int {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         return items.count
@@ -55,7 +58,7 @@ public final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
 
     /// Items waiting and whether the inbox is closed, read under one lock.
     @inlinable
-    public var state: (count: Int, closed: Bool) {
+    package var state: (count: Int, closed: Bool) {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         return (items.count, closed)
@@ -65,7 +68,7 @@ public final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     /// later, e.g. once it holds a lock that orders it with other takers). Returns false when the
     /// inbox is closed and empty, true otherwise (items waiting, or the timeout passed).
     @inlinable
-    public func wait(timeout: Duration) -> Bool {
+    package func wait(timeout: Duration) -> Bool {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         waitForItems(timeout: timeout)
@@ -90,7 +93,7 @@ public final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
 
     /// Closes the inbox: later puts are refused; the consumer drains what is left.
     @inlinable
-    public func close() {
+    package func close() {
         pthread_mutex_lock(&mutex)
         closed = true
         pthread_cond_broadcast(&condition)
@@ -100,14 +103,14 @@ public final class ThreadInbox<Element: Sendable>: @unchecked Sendable {
     /// Takes everything queued, waiting up to `timeout` for at least one item. Returns `nil` when
     /// the inbox is closed and empty.
     @inlinable
-    public func takeAll(timeout: Duration) -> [Element]? {
+    package func takeAll(timeout: Duration) -> [Element]? {
         take(timeout: timeout, budget: .max) { _ in 0 }
     }
 
     /// Like ``takeAll(timeout:)``, but takes items oldest first only until their `weight`s add
     /// up to `budget` (always at least one item); the rest stay queued for the next take.
     @inlinable
-    public func take(timeout: Duration, budget: Int, weight: (Element) -> Int) -> [Element]? {
+    package func take(timeout: Duration, budget: Int, weight: (Element) -> Int) -> [Element]? {
         pthread_mutex_lock(&mutex)
         defer { pthread_mutex_unlock(&mutex) }
         waitForItems(timeout: timeout)

@@ -22,7 +22,7 @@ import ZeroMQ
 ///   holding up other requests.
 ///
 /// Other threads talk to it through its queues — the ``EventBus``, the ``ControlReplyQueue`` —
-/// and their ``SocketWakeup``, never by touching a socket. Control requests are answered on the
+/// and their `SocketWakeup`, never by touching a socket. Control requests are answered on the
 /// agent's control thread, so a request that reads files never holds up the sockets.
 final class AgentSockets: Sendable {
     private let context: ZMQContext
