@@ -395,8 +395,12 @@ struct FerryClientReplyTests {
         let receipt = try await withTimeout(.seconds(20), "send") { await client.send(Event(name: "during-shutdown")) }
         #expect(receipt.status == .accepted)
         #expect(client.statistics.rejected == 0)
-        #expect(fake.messageCount == 2)
-        #expect(fake.receivedIDs == [[receipt.id], [receipt.id]])
+        // The first message was answered `shutting_down`; the batch stayed in flight and went out
+        // again (every `resendAfter`, 200 ms, until acked), the same event each time. The count is
+        // a lower bound: on a loaded machine a second re-send can leave before the first one's
+        // ack is read (3 messages once in a full CI run), which at-least-once delivery allows.
+        #expect(fake.messageCount >= 2, "\(fake.receivedIDs)")
+        #expect(fake.receivedIDs.allSatisfy { $0 == [receipt.id] }, "\(fake.receivedIDs)")
         await client.shutdown()
     }
 
