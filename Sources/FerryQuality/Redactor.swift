@@ -223,8 +223,17 @@ public struct Redactor: Sendable {
     /// drop over hash over mask over keep (a value one rule keeps and another redacts is redacted).
     private static func stronger(_ current: RedactionAction?, _ other: RedactionAction) -> RedactionAction {
         guard let current else { return other }
-        let rank: [RedactionAction: Int] = [.keep: 0, .mask: 1, .hash: 2, .drop: 3]
-        return rank[other]! > rank[current]! ? other : current
+        return rank(other) > rank(current) ? other : current
+    }
+
+    /// An action's place in ``stronger(_:_:)``'s order (a switch: no table built per call).
+    private static func rank(_ action: RedactionAction) -> Int {
+        switch action {
+        case .keep: 0
+        case .mask: 1
+        case .hash: 2
+        case .drop: 3
+        }
     }
 
     enum Outcome {

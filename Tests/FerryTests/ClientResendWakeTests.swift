@@ -1,6 +1,5 @@
 import FerryTestKit
 import Foundation
-import Logging
 import Synchronization
 import Testing
 
@@ -23,12 +22,8 @@ struct ClientResendWakeTests {
         let fake = try FakeIngestAgent(runtimeDirectory: dir.appending("rt")) { _, _, _ in nil }
         defer { fake.stop() }
         let resendAfter = Duration.seconds(60)
-        var logger = Logger(label: "ferry-tests")
-        logger.logLevel = .critical
-        let client = try FerryClient(
-            configuration: .init(source: "resend-wake", runtimeDirectory: dir.appending("rt"), resendAfter: resendAfter,
-                                 sendDelay: .zero),
-            logger: logger)
+        let client = try FerryClientReplyTests.makeClient(runtimeDirectory: dir.appending("rt"), source: "resend-wake",
+                                                          resendAfter: resendAfter, sendDelay: .zero)
         // The I/O thread is asleep with nothing to wake it for.
         try await eventually("the I/O thread asleep without a deadline") {
             client.state.withLock { $0.ioAsleep && $0.ioWakesAt == nil && $0.inFlight.isEmpty }
